@@ -1,0 +1,3 @@
+from gpumem_tui.cli import main
+
+raise SystemExit(main())

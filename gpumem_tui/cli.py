@@ -1,0 +1,63 @@
+"""Command line entry point: ``gpumem-tui [SUBCOMMAND] ...``.
+
+Each subcommand lives in its own module and is imported only when it runs, so that
+``gpumem-tui estimate`` never pays for Textual (~150 ms) and nothing here imports torch
+(~1.5 s); only ``measure`` and ``demo``'s child job load it. With no subcommand (or one that
+starts with ``-``) the dashboard opens.
+
+Every subcommand module exposes ``main(argv: list[str]) -> int`` and returns the exit code:
+0 success, 1 a runtime failure (e.g. no NVML for ``snapshot``), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# subcommand -> (module, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "dashboard": ("gpumem_tui.ui.launch", "open the dashboard (the default)"),
+    "snapshot": ("gpumem_tui.telemetry.snapshot_cli", "print one sample (--json) and exit"),
+    "estimate": ("gpumem_tui.estimator.cli", "predict peak memory of a training or inference job"),
+    "measure": ("gpumem_tui.measure.cli", "measure peak memory with torch (torch extra)"),
+    "demo": ("gpumem_tui.demo", "run the built-in CPU/GPU training job and watch it"),
+    "record": ("gpumem_tui.trace_cli", "record samples and phase marks to a JSONL trace"),
+    "replay": ("gpumem_tui.trace_cli", "open the dashboard on a recorded trace"),
+    "compare": ("gpumem_tui.trace_cli", "predicted vs measured for a recorded trace"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: gpumem-tui [SUBCOMMAND] [OPTIONS]", "", "subcommands:"]
+    lines += [f"  {name:<10} {help_}" for name, (_, help_) in SUBCOMMANDS.items()]
+    lines += ["", "Run 'gpumem-tui SUBCOMMAND --help' for its options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch to a subcommand's ``main``; return its exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help") and len(args) == 1:
+        print(_usage())
+        return 0
+    if args and args[0] in ("-V", "--version"):
+        from gpumem_tui import __version__
+
+        print(f"gpumem-tui {__version__}")
+        return 0
+    if args and not args[0].startswith("-"):
+        name = args.pop(0)
+        if name not in SUBCOMMANDS:
+            print(f"gpumem-tui: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
+            return 2
+    else:
+        name = "dashboard"
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    # trace_cli serves three subcommands, so it is told which one ran.
+    if module.__name__ == "gpumem_tui.trace_cli":
+        return int(module.main([name, *args]))
+    return int(module.main(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
