@@ -1,0 +1,714 @@
+"""Predicted vs measured memory, per component and peak vs peak, like with like.
+
+Headless: imports neither Textual/Rich nor torch (the estimator and the trace reader are pure
+Python and are imported lazily, so this module loads even where only part of the project is).
+
+What is compared with what (ESTIMATOR.md, "Say which of the three a figure is comparable to"):
+
+================  ==========================================================  =====================
+measured figure   what it holds                                               predicted figure
+================  ==========================================================  =====================
+torch allocated   live tensors (``torch.cuda.max_memory_allocated``)          peak - CUDA context
+                                                                              - allocator reserve
+torch reserved    allocated + the caching allocator's cached free blocks      peak - CUDA context
+NVML used         reserved + CUDA context (+ non-torch allocations),          peak
+                  the per-process figure nvidia-smi shows
+CPU live tensors  the probe's tracker on a CPU job (no context, no cache)     peak - CUDA context
+                                                                              - allocator reserve
+================  ==========================================================  =====================
+
+Per component, the probe's categories are mapped onto the estimator's component names with
+:data:`CATEGORY_COMPONENTS`. A category that holds several estimator components (a tracker
+sees the logits as activations) is compared as one group row whose name joins the components
+with ``+``; each member alone is then reported as not measured (``None``), never split by
+guesswork. Components no torch figure contains (the CUDA context) are measured only as a
+difference of two figures, and the row says which.
+
+Errors are signed: ``error_bytes = predicted - measured`` and
+``error_percent = 100 * (predicted - measured) / measured`` (None when measured is 0 or
+unknown). Memory is in bytes everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpumem_tui.telemetry.model import ProbeInfo, ProbeSample, ProcessSample, Snapshot
+
+__all__ = [
+    "CATEGORY_COMPONENTS",
+    "COMPONENTS",
+    "ComparisonError",
+    "ComparisonResult",
+    "ComponentComparison",
+    "FIGURE_ALLOCATED",
+    "FIGURE_CPU_LIVE",
+    "FIGURE_NVML_USED",
+    "FIGURE_RESERVED",
+    "PeakComparison",
+    "compare",
+    "compare_snapshots",
+    "compare_trace",
+    "percent_error",
+    "spec_from_probe_info",
+]
+
+#: The estimator's components, in the order the estimator reports them (ESTIMATOR.md).
+COMPONENTS: tuple[str, ...] = (
+    "parameters",
+    "gradients",
+    "optimizer_states",
+    "optimizer_intermediates",
+    "activations",
+    "logits_and_loss",
+    "kv_cache",
+    "cuda_context",
+    "allocator_reserve",
+)
+
+FIGURE_ALLOCATED = "torch allocated"
+FIGURE_RESERVED = "torch reserved"
+FIGURE_NVML_USED = "NVML used"
+FIGURE_CPU_LIVE = "CPU live tensors"
+
+#: Probe category -> the estimator components whose bytes that category holds.
+#: "activations": a tracker labels every tensor made in forward an activation, so the logits,
+#: their fp32 upcast and the log-softmax of the loss are in it (estimator: logits_and_loss).
+#: "temporaries": tensors made outside forward that are not gradients or optimizer states:
+#: the optimizer step's intermediates and the logits' gradients at the start of backward.
+CATEGORY_COMPONENTS: dict[str, tuple[str, ...]] = {
+    "parameters": ("parameters",),
+    "gradients": ("gradients",),
+    "optimizer_states": ("optimizer_states",),
+    "optimizer_intermediates": ("optimizer_intermediates",),
+    "activations": ("activations", "logits_and_loss"),
+    "logits_and_loss": ("logits_and_loss",),
+    "temporaries": ("optimizer_intermediates", "logits_and_loss"),
+    "temp": ("optimizer_intermediates", "logits_and_loss"),
+    "kv_cache": ("kv_cache",),
+}
+
+_CONTEXT_PARTS = ("cuda_context", "allocator_reserve")
+
+
+class ComparisonError(ValueError):
+    """The inputs cannot be compared (no probe samples, no model config, ...).
+
+    The message is one line meant for the user (``compare`` prints it and exits with 2).
+    """
+
+
+def percent_error(predicted: int | float, measured: int | float | None) -> float | None:
+    """Signed error of ``predicted`` in percent of ``measured``; None if measured is 0/None."""
+    if measured is None or measured == 0:
+        return None
+    return 100.0 * (predicted - measured) / measured
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentComparison:
+    """One row: a component (or a group of components one probe category holds).
+
+    ``name`` is the component name, or the group's member names joined with ``+``;
+    ``components`` lists the members. ``measured_bytes`` is None when the probe cannot
+    give this component on its own; ``source`` then says why, otherwise which figure or
+    category the number is.
+    """
+
+    name: str
+    components: tuple[str, ...]
+    predicted_bytes: int
+    measured_bytes: int | None
+    source: str
+
+    @property
+    def error_bytes(self) -> int | None:
+        """predicted - measured, in bytes (None when not measured)."""
+        return None if self.measured_bytes is None else self.predicted_bytes - self.measured_bytes
+
+    @property
+    def error_percent(self) -> float | None:
+        """Signed error in percent of the measured bytes (None when not measured or 0)."""
+        return percent_error(self.predicted_bytes, self.measured_bytes)
+
+    @property
+    def is_group(self) -> bool:
+        """True when the row holds several estimator components."""
+        return len(self.components) > 1
+
+
+@dataclass(frozen=True, slots=True)
+class PeakComparison:
+    """Peak vs peak for one measured figure.
+
+    ``predicted_bytes`` is the estimator's peak with exactly the parts that ``figure``
+    contains (``predicted_scope`` says which were left out).
+    """
+
+    figure: str
+    predicted_bytes: int
+    measured_bytes: int | None
+    predicted_scope: str
+
+    @property
+    def error_bytes(self) -> int | None:
+        """predicted - measured, in bytes (None when not measured)."""
+        return None if self.measured_bytes is None else self.predicted_bytes - self.measured_bytes
+
+    @property
+    def error_percent(self) -> float | None:
+        """Signed error in percent of the measured peak."""
+        return percent_error(self.predicted_bytes, self.measured_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class ComparisonResult:
+    """Predicted vs measured for one probed job.
+
+    ``measured_figure`` is the figure the per-component categories and the headline peak
+    (``peaks[0]``) are in: "torch allocated" on CUDA, "CPU live tensors" on the CPU.
+    ``peaks`` holds one :class:`PeakComparison` per figure the trace has (CUDA: allocated,
+    reserved when published, NVML used when NVML saw the process).
+    """
+
+    device: str
+    pid: int | None
+    measured_figure: str
+    components: tuple[ComponentComparison, ...]
+    peaks: tuple[PeakComparison, ...]
+    predicted_components: tuple[tuple[str, int], ...]
+    peak_phase: str | None = None
+    sample_count: int = 0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def headline(self) -> PeakComparison:
+        """The peak comparison in ``measured_figure``."""
+        return self.peaks[0]
+
+    def row(self, name: str) -> ComponentComparison | None:
+        """The row named ``name`` (a component or a ``+`` group), or None."""
+        for row in self.components:
+            if row.name == name:
+                return row
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``gpumem-tui compare --json`` shape (issue 4), bytes as ints.
+
+        Keys: ``predicted`` {component: bytes} (every estimator component, plus each group
+        row), ``measured`` {component: bytes | null}, ``error_percent`` {component: float |
+        null}, ``peak_predicted_bytes`` / ``peak_measured_bytes`` (in ``measured_figure``),
+        and extras: ``measured_figure``, ``measured_source`` {row: what the number is},
+        ``groups`` {group: [components]}, ``peaks`` (every figure), ``device``, ``pid``,
+        ``peak_phase``, ``samples``, ``notes``.
+        """
+        predicted: dict[str, int] = dict(self.predicted_components)
+        measured: dict[str, int | None] = {name: None for name in predicted}
+        errors: dict[str, float | None] = {name: None for name in predicted}
+        sources: dict[str, str] = {}
+        groups: dict[str, list[str]] = {}
+        for row in self.components:
+            predicted[row.name] = row.predicted_bytes
+            measured[row.name] = row.measured_bytes
+            errors[row.name] = _round(row.error_percent)
+            sources[row.name] = row.source
+            if row.is_group:
+                groups[row.name] = list(row.components)
+        head = self.headline
+        return {
+            "predicted": predicted,
+            "measured": measured,
+            "error_percent": errors,
+            "peak_predicted_bytes": head.predicted_bytes,
+            "peak_measured_bytes": head.measured_bytes,
+            "peak_error_percent": _round(head.error_percent),
+            "measured_figure": self.measured_figure,
+            "measured_source": sources,
+            "groups": groups,
+            "peaks": [
+                {
+                    "figure": p.figure,
+                    "predicted_bytes": p.predicted_bytes,
+                    "measured_bytes": p.measured_bytes,
+                    "error_percent": _round(p.error_percent),
+                    "predicted_scope": p.predicted_scope,
+                }
+                for p in self.peaks
+            ],
+            "device": self.device,
+            "pid": self.pid,
+            "peak_phase": self.peak_phase,
+            "samples": self.sample_count,
+            "notes": list(self.notes),
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading an estimate (the real Estimate, or its to_json() dict)
+
+
+def _estimate_components(estimate: Any) -> dict[str, int]:
+    comps = estimate.get("components_bytes") if isinstance(estimate, Mapping) else getattr(
+        estimate, "components_bytes", None
+    )
+    if not isinstance(comps, Mapping):
+        raise ComparisonError("the estimate has no components_bytes")
+    out: dict[str, int] = {}
+    for name in COMPONENTS:
+        out[name] = int(comps.get(name, 0) or 0)
+    for name, value in comps.items():  # components a later estimator adds stay visible
+        if name not in out:
+            out[str(name)] = int(value or 0)
+    return out
+
+
+def _estimate_field(estimate: Any, name: str) -> Any:
+    if isinstance(estimate, Mapping):
+        return estimate.get(name)
+    return getattr(estimate, name, None)
+
+
+# --------------------------------------------------------------------------------------------
+# The comparison
+
+
+def compare(
+    estimate: Any,
+    probes: Sequence[ProbeSample],
+    processes: Sequence[ProcessSample] = (),
+    *,
+    pid: int | None = None,
+) -> ComparisonResult:
+    """Compare an estimate with what a probe (and NVML) measured for one process.
+
+    Args:
+        estimate: an ``Estimate`` (or its ``to_json()`` dict): ``components_bytes`` is the
+            breakdown at the predicted peak, ``peak_bytes`` the predicted peak (CUDA context
+            and allocator reserve included when the spec's device is cuda).
+        probes: the probe's samples of that process over time (any order). Samples of other
+            PIDs are ignored when ``pid`` is given.
+        processes: NVML per-process samples (``ProcessSample.used_memory_bytes``, NVML used)
+            of the same process, optional; None figures are skipped.
+        pid: the process to compare; default: the only PID in ``probes``.
+
+    Per component, the measured bytes are the probe's categories at the sample with the most
+    live bytes (the measured peak), because the estimate's components are its breakdown at
+    its peak. The headline peak is ``max(peak_allocated_bytes, allocated_bytes)`` over the
+    samples (torch allocated on CUDA, the tracker's live bytes on the CPU).
+
+    Raises:
+        ComparisonError: no probe samples for the process, several PIDs without ``pid``,
+            samples from both cpu and cuda, or an estimate without components.
+    """
+    predicted = _estimate_components(estimate)
+    samples = [p for p in probes if pid is None or p.pid == pid]
+    if not samples:
+        who = f" for pid {pid}" if pid is not None else ""
+        raise ComparisonError(f"no probe samples{who}: nothing measured to compare with")
+    pids = sorted({p.pid for p in samples})
+    if len(pids) > 1:
+        raise ComparisonError(f"probe samples from several processes {pids}: choose one pid")
+    pid = pids[0]
+    devices = sorted({_device_kind(p.device) for p in samples})
+    if len(devices) > 1:
+        raise ComparisonError(f"pid {pid} has probe samples from several devices {devices}")
+    device = devices[0]
+    on_cuda = device == "cuda"
+
+    notes: list[str] = []
+    context = predicted.get("cuda_context", 0)
+    reserve = predicted.get("allocator_reserve", 0)
+    peak_bytes = _estimate_field(estimate, "peak_bytes")
+    if peak_bytes is None:
+        peak_bytes = sum(predicted.values())
+    peak_bytes = int(peak_bytes)
+    live_peak = peak_bytes - context - reserve
+    if not on_cuda and (context or reserve):
+        notes.append(
+            "the estimate includes a CUDA context and allocator reserve but the job ran on the "
+            "CPU: they are left out of the comparison (estimate with device cpu to match)"
+        )
+
+    # Headline: torch allocated / CPU live tensors.
+    peak_allocated = max(max(p.allocated_bytes, p.peak_allocated_bytes or 0) for p in samples)
+    reserved_values = [p.reserved_bytes for p in samples if p.reserved_bytes is not None]
+    peak_reserved = max(reserved_values) if reserved_values else None
+    nvml_values = [
+        s.used_memory_bytes
+        for s in processes
+        if s.pid == pid and s.used_memory_bytes is not None
+    ]
+    peak_nvml = max(nvml_values) if nvml_values else None
+
+    figure = FIGURE_ALLOCATED if on_cuda else FIGURE_CPU_LIVE
+    peaks = [PeakComparison(figure, live_peak, peak_allocated, "without CUDA context and allocator reserve")]
+    if on_cuda:
+        if peak_reserved is not None:
+            peaks.append(
+                PeakComparison(FIGURE_RESERVED, peak_bytes - context, peak_reserved, "without CUDA context")
+            )
+        else:
+            notes.append("the probe published no torch reserved figure")
+        if peak_nvml is not None:
+            peaks.append(PeakComparison(FIGURE_NVML_USED, peak_bytes, peak_nvml, "everything"))
+        else:
+            notes.append("NVML gave no per-process used figure for this process")
+    elif peak_nvml is not None:
+        notes.append("NVML lists this CPU job on a GPU: its NVML figure is not compared")
+
+    rows = _component_rows(predicted, samples, figure, notes)
+    if on_cuda:
+        rows += _cuda_difference_rows(predicted, peak_allocated, peak_reserved, peak_nvml)
+
+    return ComparisonResult(
+        device=device,
+        pid=pid,
+        measured_figure=figure,
+        components=tuple(rows),
+        peaks=tuple(peaks),
+        predicted_components=tuple(predicted.items()),
+        peak_phase=_estimate_field(estimate, "peak_phase"),
+        sample_count=len(samples),
+        notes=tuple(notes),
+    )
+
+
+def _device_kind(device: str) -> str:
+    return "cuda" if str(device).lower().startswith("cuda") else str(device).lower()
+
+
+def _component_rows(
+    predicted: Mapping[str, int],
+    samples: Sequence[ProbeSample],
+    figure: str,
+    notes: list[str],
+) -> list[ComponentComparison]:
+    """Rows from the probe's categories at its peak sample; unmapped components get None."""
+    with_categories = [p for p in samples if p.categories]
+    measured_parts: dict[str, int] = {}
+    if with_categories:
+        at_peak = max(with_categories, key=lambda p: (sum(v for _, v in p.categories), p.time))
+        for category, value in at_peak.categories:
+            measured_parts[category] = measured_parts.get(category, 0) + int(value)
+    else:
+        notes.append("the probe published no per-category split: components are not measured")
+
+    unknown = sorted(c for c in measured_parts if c not in CATEGORY_COMPONENTS)
+    if unknown:
+        notes.append(f"probe categories not compared (no estimator component): {', '.join(unknown)}")
+
+    # Group categories whose component sets overlap (union-find over components).
+    groups: list[tuple[set[str], set[str]]] = []  # (categories, components)
+    for category in measured_parts:
+        comps = CATEGORY_COMPONENTS.get(category)
+        if comps is None:
+            continue
+        cats, members = {category}, set(comps)
+        for group in [g for g in groups if g[1] & members]:
+            groups.remove(group)
+            cats |= group[0]
+            members |= group[1]
+        groups.append((cats, members))
+
+    rows: list[ComponentComparison] = []
+    covered: set[str] = set()
+    order = {name: i for i, name in enumerate(COMPONENTS)}
+    for cats, members in sorted(groups, key=lambda g: min(order.get(c, 99) for c in g[1])):
+        names = tuple(sorted(members, key=lambda c: order.get(c, 99)))
+        covered |= members
+        cat_text = ", ".join(f"'{c}'" for c in sorted(cats))
+        plural = "ies" if len(cats) > 1 else "y"
+        rows.append(
+            ComponentComparison(
+                name="+".join(names),
+                components=names,
+                predicted_bytes=sum(predicted.get(c, 0) for c in names),
+                measured_bytes=sum(measured_parts[c] for c in cats),
+                source=f"probe categor{plural} {cat_text} at the measured peak ({figure})",
+            )
+        )
+        if len(names) > 1:
+            for member in names:
+                rows.append(
+                    ComponentComparison(
+                        name=member,
+                        components=(member,),
+                        predicted_bytes=predicted.get(member, 0),
+                        measured_bytes=None,
+                        source=f"not split by the probe: measured only as {'+'.join(names)}",
+                    )
+                )
+    for name in predicted:
+        if name in covered or name in _CONTEXT_PARTS:
+            continue
+        rows.append(
+            ComponentComparison(
+                name=name,
+                components=(name,),
+                predicted_bytes=predicted[name],
+                measured_bytes=None,
+                source="no probe category holds it",
+            )
+        )
+    return rows
+
+
+def _cuda_difference_rows(
+    predicted: Mapping[str, int],
+    peak_allocated: int,
+    peak_reserved: int | None,
+    peak_nvml: int | None,
+) -> list[ComponentComparison]:
+    """CUDA context and allocator reserve, measured only as differences of two figures."""
+    reserve_measured = None if peak_reserved is None else peak_reserved - peak_allocated
+    if peak_nvml is not None and peak_reserved is not None:
+        context_measured: int | None = peak_nvml - peak_reserved
+        context_source = (
+            "NVML used - torch reserved (peaks); includes memory allocated outside torch"
+        )
+    else:
+        context_measured = None
+        context_source = "needs both NVML used and torch reserved: not measured"
+    return [
+        ComponentComparison(
+            name="cuda_context",
+            components=("cuda_context",),
+            predicted_bytes=predicted.get("cuda_context", 0),
+            measured_bytes=context_measured,
+            source=context_source,
+        ),
+        ComponentComparison(
+            name="allocator_reserve",
+            components=("allocator_reserve",),
+            predicted_bytes=predicted.get("allocator_reserve", 0),
+            measured_bytes=reserve_measured,
+            source=(
+                "torch reserved - torch allocated (peaks)"
+                if reserve_measured is not None
+                else "the probe published no torch reserved figure: not measured"
+            ),
+        ),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Estimator inputs from a probe
+
+# Probe setup key -> TrainingSpec field.
+_SETUP_ALIASES = {
+    "batch_size": "batch",
+    "micro_batch": "batch",
+    "micro_batch_size": "batch",
+    "seq_len": "seq",
+    "seq_length": "seq",
+    "sequence_length": "seq",
+    "gradient_checkpointing": "grad_ckpt",
+    "checkpointing": "grad_ckpt",
+    "attn_implementation": "attention",
+    "zero_stage": "zero",
+    "lora_r": "lora_rank",
+    "amp": "mixed_precision",
+}
+_DTYPES = {
+    "fp32": "fp32", "float32": "fp32", "float": "fp32", "f32": "fp32",
+    "bf16": "bf16", "bfloat16": "bf16",
+    "fp16": "fp16", "float16": "fp16", "half": "fp16", "f16": "fp16",
+}  # fmt: skip
+_OPTIMIZERS = {
+    "adamw": "adamw", "adam": "adam", "sgd": "sgd", "sgd-momentum": "sgd-momentum",
+    "sgd_momentum": "sgd-momentum", "adafactor": "adafactor", "adamw-8bit": "adamw-8bit",
+    "adamw8bit": "adamw-8bit", "adamw_8bit": "adamw-8bit", "paged_adamw_8bit": "adamw-8bit",
+}  # fmt: skip
+_ATTENTION = {"eager": "eager", "sdpa": "sdpa", "flash": "flash", "flash_attention_2": "flash"}
+
+
+def _norm_dtype(value: object) -> object:
+    text = str(value).lower().removeprefix("torch.")
+    return _DTYPES.get(text, value)
+
+
+def _norm_optimizer(value: object, setup: Mapping[str, object]) -> object:
+    text = str(value).strip().lower()
+    text = text.rsplit(".", 1)[-1]  # "torch.optim.adamw.AdamW" -> "adamw"
+    name = _OPTIMIZERS.get(text, value)
+    if name == "sgd":
+        try:
+            if float(setup.get("momentum", 0) or 0) > 0:
+                return "sgd-momentum"
+        except (TypeError, ValueError):
+            pass
+    return name
+
+
+def _norm_grad_ckpt(value: object) -> object:
+    if value is True:
+        return "full"
+    if value is False or value is None:
+        return "none"
+    return value
+
+
+def _norm_device(value: object) -> object:
+    return _device_kind(str(value))
+
+
+def spec_from_probe_info(info: ProbeInfo, **overrides: object) -> tuple[Any, Any]:
+    """Estimator inputs ``(ModelArchitecture, TrainingSpec)`` from what a probe published.
+
+    The architecture comes from ``info.model_config`` (the Hugging Face config dict) via
+    ``architecture_from_config``; without one, from a catalogue name or config path in the
+    setup's ``model`` key. The spec's fields come from ``info.setup`` (aliases such as
+    ``batch_size``/``seq_len`` accepted; dtypes like ``torch.bfloat16`` and optimizer class
+    names like ``AdamW`` normalised); keys the spec does not have are ignored.
+    ``overrides`` (TrainingSpec field -> value) win over the setup, e.g. ``device="cpu"``.
+
+    Raises:
+        ComparisonError: no model config and no model name, a config the estimator cannot
+            read (the message names the field), or a setup the spec rejects (the message
+            names the field) -- always one line.
+    """
+    from gpumem_tui.estimator.architecture import (  # pure Python; lazy so this loads alone
+        ArchitectureError,
+        architecture_from_config,
+        load_architecture,
+    )
+    from gpumem_tui.estimator.spec import SpecError, TrainingSpec
+
+    setup: dict[str, object] = {}
+    for key, value in info.setup:
+        setup[_SETUP_ALIASES.get(str(key), str(key))] = value
+    name = str(setup.get("model_name") or setup.get("model") or f"pid {info.pid}")
+    try:
+        if info.model_config is not None:
+            if not isinstance(info.model_config, Mapping):
+                raise ComparisonError(f"pid {info.pid}: the probe's model config is not a JSON object")
+            arch = architecture_from_config(dict(info.model_config), name=name)
+        elif setup.get("model"):
+            arch = load_architecture(str(setup["model"]))
+        else:
+            raise ComparisonError(
+                f"pid {info.pid}: the probe published no model config (pass config= to attach)"
+            )
+    except ArchitectureError as exc:
+        raise ComparisonError(f"pid {info.pid}: cannot read the probed model config: {exc}") from None
+
+    if "dtype" in setup:
+        setup["dtype"] = _norm_dtype(setup["dtype"])
+    if "kv_dtype" in setup:
+        setup["kv_dtype"] = _norm_dtype(setup["kv_dtype"])
+    if "optimizer" in setup:
+        setup["optimizer"] = _norm_optimizer(setup["optimizer"], setup)
+    if "grad_ckpt" in setup:
+        setup["grad_ckpt"] = _norm_grad_ckpt(setup["grad_ckpt"])
+    if "attention" in setup:
+        setup["attention"] = _ATTENTION.get(str(setup["attention"]).lower(), setup["attention"])
+    if "device" in setup:
+        setup["device"] = _norm_device(setup["device"])
+    setup.update(overrides)
+
+    fields = {f.name for f in dataclasses.fields(TrainingSpec)}
+    kwargs = {k: v for k, v in setup.items() if k in fields}
+    for required in ("batch", "seq"):
+        if required not in kwargs:
+            raise ComparisonError(f"pid {info.pid}: the probe did not publish '{required}'")
+    try:
+        spec = TrainingSpec(**kwargs)
+    except SpecError as exc:
+        field = getattr(exc, "field", None)
+        where = f" ({field})" if field else ""
+        raise ComparisonError(f"pid {info.pid}: the probed setup{where} is not usable: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise ComparisonError(f"pid {info.pid}: the probed setup is not usable: {exc}") from None
+    return arch, spec
+
+
+# --------------------------------------------------------------------------------------------
+# From snapshots / a trace file
+
+
+def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None) -> ComparisonResult:
+    """Estimate from the probe's published setup and compare with its measured samples.
+
+    The spec's ``device`` is taken from where the probe measured (cpu or cuda), so the
+    prediction includes the CUDA context exactly when the measurement can.
+
+    Args:
+        snapshots: a recorded or live series; the last ``ProbeInfo`` of the process is used.
+        pid: the probed process; default: the only one that published a ``ProbeInfo``.
+
+    Raises:
+        ComparisonError: no probed process, several without ``pid``, no samples, or inputs
+            the estimator rejects (one line, names the field).
+    """
+    from gpumem_tui.estimator.estimate import estimate as run_estimate
+
+    probes: list[ProbeSample] = []
+    processes: list[ProcessSample] = []
+    infos: dict[int, ProbeInfo] = {}
+    for snap in snapshots:
+        probes.extend(snap.probes)
+        processes.extend(snap.processes)
+        for info in snap.probe_infos:
+            infos[info.pid] = info
+    if pid is None:
+        candidates = sorted(infos) or sorted({p.pid for p in probes})
+        if not candidates:
+            raise ComparisonError("no probed process in the trace (run the job with gpumem_tui.probe)")
+        if len(candidates) > 1:
+            raise ComparisonError(f"several probed processes {candidates}: choose one with --pid")
+        pid = candidates[0]
+    info = infos.get(pid)
+    if info is None:
+        raise ComparisonError(f"pid {pid} published no model/setup information (ProbeInfo)")
+    samples = [p for p in probes if p.pid == pid]
+    if not samples:
+        raise ComparisonError(f"no probe samples for pid {pid}: nothing measured to compare with")
+    device = _device_kind(samples[-1].device)
+    arch, spec = spec_from_probe_info(info, device=device)
+    try:
+        est = run_estimate(arch, spec)
+    except ValueError as exc:  # SpecError / ArchitectureError are ValueErrors
+        raise ComparisonError(f"pid {pid}: the estimator rejected the probed setup: {exc}") from None
+    return compare(est, samples, processes, pid=pid)
+
+
+def compare_trace(path: str | os.PathLike[str], pid: int | None = None) -> dict[str, Any]:
+    """``gpumem-tui compare trace.jsonl --json``: the comparison of a recorded trace as JSON.
+
+    Returns :meth:`ComparisonResult.to_json` plus ``"trace_notices"`` (the reader's notices,
+    e.g. a torn last line). All byte figures are ints; percentages are floats or null.
+
+    Raises:
+        TraceError: (from ``gpumem_tui.telemetry.replay.read_trace``) empty or non-JSON trace.
+        ComparisonError: the trace has nothing to compare (see :func:`compare_snapshots`).
+        OSError: the file cannot be read.
+    """
+    from gpumem_tui.telemetry.replay import read_trace
+
+    snapshots, notices = read_trace(path)
+    result = compare_snapshots(snapshots, pid=pid).to_json()
+    result["trace_notices"] = list(notices)
+    _check_finite(result)
+    return result
+
+
+def _check_finite(obj: Any) -> None:
+    """JSON has no NaN/inf; a non-finite percentage would be a bug, not data."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise ComparisonError("internal error: non-finite number in the comparison")
+    if isinstance(obj, dict):
+        for value in obj.values():
+            _check_finite(value)
+    elif isinstance(obj, list):
+        for value in obj:
+            _check_finite(value)
