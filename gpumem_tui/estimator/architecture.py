@@ -1,0 +1,569 @@
+"""Model architecture from a Hugging Face ``config.json`` (no network) or a catalogue name.
+
+A :class:`ModelArchitecture` holds the few shape numbers the estimator needs -- hidden size
+``h``, layers ``L``, heads ``a``, KV heads ``k``, ``head_dim``, MLP width ``f``, vocabulary
+``V`` -- plus the details that change byte counts: gated (SwiGLU/GeGLU) or plain MLP,
+LayerNorm or RMSNorm, biases, learned or rotary positions, tied or untied LM head, sliding
+window, mixture of experts, dropout. Parameter counts are exact: they count every tensor
+the Hugging Face ``transformers`` implementation of that ``model_type`` creates
+(embeddings, positions, biases, norms, LM head), so GPT-2 is 124,439,808 and Llama-3.1-8B
+8,030,261,248.
+
+Field names differ per ``model_type`` (``n_embd``/``hidden_size``, ``n_layer``/
+``num_hidden_layers``, ...); each supported type has its own reader. Anything else raises
+:class:`ArchitectureError` naming the model type or the missing field.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+CATALOGUE_DIR = Path(__file__).with_name("catalogue")
+
+#: model types with a reader here; others are rejected by name.
+SUPPORTED_MODEL_TYPES = (
+    "gpt2",
+    "gpt_bigcode",
+    "bert",
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "phi3",
+    "gemma2",
+)
+
+#: extra names accepted for catalogue entries (lower case, org prefix removed).
+_ALIASES = {
+    "gpt2-124m": "gpt2",
+    "gpt2-small": "gpt2",
+    "gpt2-355m": "gpt2-medium",
+    "gpt2-774m": "gpt2-large",
+    "gpt2-1.5b": "gpt2-xl",
+    "bert-base": "bert-base-uncased",
+    "bert-large": "bert-large-uncased",
+    "llama-3.2-1b-instruct": "llama-3.2-1b",
+    "llama-3.2-3b-instruct": "llama-3.2-3b",
+    "llama-3.1-8b-instruct": "llama-3.1-8b",
+    "meta-llama-3.1-8b": "llama-3.1-8b",
+    "llama-3-8b": "llama-3.1-8b",
+    "llama-3.1-70b-instruct": "llama-3.1-70b",
+    "mistral-7b-v0.1": "mistral-7b",
+    "mixtral-8x7b-v0.1": "mixtral-8x7b",
+    "phi-3-mini": "phi-3-mini-4k",
+    "phi-3-mini-4k-instruct": "phi-3-mini-4k",
+    "gemma-2-2b-it": "gemma-2-2b",
+    "octocoder": "starcoder",
+    "qwen2.5-0.5b-instruct": "qwen2.5-0.5b",
+    "qwen2.5-1.5b-instruct": "qwen2.5-1.5b",
+    "qwen2.5-7b-instruct": "qwen2.5-7b",
+}
+
+#: Head kinds: "lm" causal-LM head (decoders), "mlm" BERT masked-LM head, "classification"
+#: sequence-classification head (pooler + Linear(h, num_labels)), "none" the bare model
+#: (for BERT: ``BertModel`` with its pooler).
+HEADS = ("lm", "mlm", "classification", "none")
+
+
+class ArchitectureError(ValueError):
+    """A config cannot be read or modelled; the message names the model type or field."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinearShape:
+    """One ``nn.Linear`` inside a transformer layer: ``d_in -> d_out`` and its role.
+
+    ``role`` is one of q, k, v, qkv (fused), o, gate, up, gate_up (fused), down, router.
+    ``count`` is how many identical copies one layer holds (experts of a MoE layer).
+    """
+
+    role: str
+    d_in: int
+    d_out: int
+    bias: bool
+    count: int = 1
+
+    @property
+    def params(self) -> int:
+        return self.count * (self.d_in * self.d_out + (self.d_out if self.bias else 0))
+
+
+@dataclass(frozen=True, slots=True)
+class ModelArchitecture:
+    """Shape of a transformer as the estimator sees it (frozen; all sizes are element counts).
+
+    ``params_override`` is set only for a bare parameter count (``--params 7e9``): then the
+    shape fields are a rough GPT-style guess and :attr:`coarse` is True.
+    """
+
+    name: str
+    model_type: str
+    kind: str  # "decoder" or "encoder"
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int | None
+    tie_word_embeddings: bool
+    gated_mlp: bool  # SwiGLU / GeGLU: gate, up, down; else up, down
+    activation: str
+    norm: str  # "layernorm" (weight + bias) or "rmsnorm" (weight)
+    norms_per_layer: int
+    qkv_bias: bool
+    out_bias: bool
+    mlp_bias: bool
+    fused_qkv: bool
+    fused_gate_up: bool
+    learned_positions: int  # rows of a learned position table, 0 for rotary
+    type_vocab_size: int
+    num_experts: int  # 0 for a dense MLP
+    experts_per_token: int
+    sliding_window: int | None
+    sliding_layers: int  # layers that attend within ``sliding_window``
+    attention_dropout: float
+    hidden_dropout: float
+    embedding_dropout: float
+    final_logit_softcapping: float | None
+    attn_logit_softcapping: float | None
+    head: str  # one of HEADS
+    num_labels: int
+    params_override: int | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    # ----- derived shapes -------------------------------------------------------------
+    @property
+    def coarse(self) -> bool:
+        """True when only a parameter count is known (shape guessed)."""
+        return self.params_override is not None
+
+    @property
+    def q_dim(self) -> int:
+        """Width of the query projection output: ``a * head_dim``."""
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of one of the key / value projection outputs: ``k * head_dim``."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def has_dropout(self) -> bool:
+        return self.attention_dropout > 0 or self.hidden_dropout > 0 or self.embedding_dropout > 0
+
+    def layer_linears(self) -> tuple[LinearShape, ...]:
+        """The ``nn.Linear`` layers of one transformer layer (experts counted with ``count``)."""
+        h, f = self.hidden_size, self.intermediate_size
+        out: list[LinearShape] = []
+        if self.fused_qkv:
+            out.append(LinearShape("qkv", h, self.q_dim + 2 * self.kv_dim, self.qkv_bias))
+        else:
+            out.append(LinearShape("q", h, self.q_dim, self.qkv_bias))
+            out.append(LinearShape("k", h, self.kv_dim, self.qkv_bias))
+            out.append(LinearShape("v", h, self.kv_dim, self.qkv_bias))
+        out.append(LinearShape("o", self.q_dim, h, self.out_bias))
+        n = max(1, self.num_experts)
+        if self.num_experts:
+            out.append(LinearShape("router", h, self.num_experts, False))
+        if self.gated_mlp and self.fused_gate_up:
+            out.append(LinearShape("gate_up", h, 2 * f, self.mlp_bias, n))
+        elif self.gated_mlp:
+            out.append(LinearShape("gate", h, f, self.mlp_bias, n))
+            out.append(LinearShape("up", h, f, self.mlp_bias, n))
+        else:
+            out.append(LinearShape("up", h, f, self.mlp_bias, n))
+        out.append(LinearShape("down", f, h, self.mlp_bias, n))
+        return tuple(out)
+
+    # ----- parameter counts -----------------------------------------------------------
+    def _norm_params(self) -> int:
+        return self.hidden_size * (2 if self.norm == "layernorm" else 1)
+
+    def param_breakdown(self) -> dict[str, int]:
+        """Exact parameter counts by group (elements).
+
+        Keys: embeddings (token + learned position + token type + embedding norm), layers
+        (all L layers: linears incl. biases and experts, norms), final_norm, head (untied LM
+        head weight, MLM transform + decoder bias, or pooler + classifier). Counts follow the
+        ``transformers`` modules of each ``model_type``.
+        """
+        if self.params_override is not None:
+            return {"embeddings": 0, "layers": self.params_override, "final_norm": 0, "head": 0}
+        h, V = self.hidden_size, self.vocab_size
+        emb = V * h + self.learned_positions * h + self.type_vocab_size * h
+        if self.model_type == "bert":
+            emb += self._norm_params()  # embeddings.LayerNorm
+        per_layer = sum(lin.params for lin in self.layer_linears())
+        per_layer += self.norms_per_layer * self._norm_params()
+        final_norm = 0 if self.model_type == "bert" else self._norm_params()
+        if self.head == "lm":
+            head = 0 if self.tie_word_embeddings else V * h
+        elif self.head == "mlm":
+            # BertOnlyMLMHead: transform dense (h*h + h), LayerNorm (2h), decoder tied + bias V
+            head = h * h + h + 2 * h + V + (0 if self.tie_word_embeddings else V * h)
+        elif self.head == "classification":
+            head = (h * h + h) + (h * self.num_labels + self.num_labels)  # pooler + classifier
+        elif self.model_type == "bert":
+            head = h * h + h  # BertModel's pooler
+        else:
+            head = 0
+        return {"embeddings": emb, "layers": per_layer * self.num_layers, "final_norm": final_norm, "head": head}
+
+    @property
+    def total_params(self) -> int:
+        """Exact number of parameter elements of the model with its head."""
+        return sum(self.param_breakdown().values())
+
+    @property
+    def linear_weight_params(self) -> int:
+        """Elements in the transformer layers' ``nn.Linear`` weights (what QLoRA quantizes)."""
+        if self.params_override is not None:
+            return self.params_override
+        return self.num_layers * sum(lin.count * lin.d_in * lin.d_out for lin in self.layer_linears())
+
+    @property
+    def largest_param_elements(self) -> int:
+        """Elements of the largest single parameter tensor (sizes per-tensor temporaries)."""
+        if self.params_override is not None:
+            return max(1, self.params_override // max(1, 12 * self.num_layers))
+        sizes = [self.vocab_size * self.hidden_size]
+        for lin in self.layer_linears():
+            sizes.append(lin.d_in * lin.d_out)
+        return max(sizes)
+
+    def with_head(self, head: str, num_labels: int = 2) -> ModelArchitecture:
+        """Copy with another head kind (see :data:`HEADS`)."""
+        if head not in HEADS:
+            raise ArchitectureError(f"unknown head {head!r} (choose from {', '.join(HEADS)})")
+        return replace(self, head=head, num_labels=num_labels)
+
+
+# ----- config readers ----------------------------------------------------------------
+
+
+def _get(cfg: dict[str, Any], model_type: str, *names: str, default: Any = ...) -> Any:
+    for name in names:
+        if name in cfg and cfg[name] is not None:
+            return cfg[name]
+    if default is ...:
+        raise ArchitectureError(f"config.json of model_type {model_type!r} lacks field {names[0]!r}")
+    return default
+
+
+def _int(cfg: dict[str, Any], model_type: str, *names: str, default: Any = ..., minimum: int = 1) -> int:
+    value = _get(cfg, model_type, *names, default=default)
+    if value is None:
+        return value  # type: ignore[return-value]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value):
+        raise ArchitectureError(f"config field {names[0]!r} must be an integer, got {value!r}")
+    value = int(value)
+    if value < minimum:
+        raise ArchitectureError(f"config field {names[0]!r} must be >= {minimum}, got {value}")
+    if value > 10**9:
+        raise ArchitectureError(f"config field {names[0]!r} is implausibly large: {value}")
+    return value
+
+
+def _float(cfg: dict[str, Any], model_type: str, *names: str, default: float = 0.0) -> float:
+    value = _get(cfg, model_type, *names, default=default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ArchitectureError(f"config field {names[0]!r} must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def _bool(cfg: dict[str, Any], model_type: str, name: str, default: bool) -> bool:
+    value = cfg.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ArchitectureError(f"config field {name!r} must be true or false, got {value!r}")
+    return value
+
+
+def _optional_softcap(cfg: dict[str, Any], model_type: str, name: str) -> float | None:
+    value = cfg.get(name)
+    if value is None:
+        return None
+    return _float(cfg, model_type, name) or None
+
+
+def _head_from_config(cfg: dict[str, Any], kind: str) -> tuple[str, int]:
+    archs = cfg.get("architectures") or []
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+    labels = cfg.get("num_labels")
+    if labels is None and isinstance(cfg.get("id2label"), dict):
+        labels = len(cfg["id2label"])
+    num_labels = labels if isinstance(labels, int) and not isinstance(labels, bool) and 1 <= labels <= 10**6 else 2
+    if arch.endswith("ForSequenceClassification"):
+        return "classification", num_labels
+    if kind == "encoder":
+        if arch.endswith("Model"):
+            return "none", num_labels
+        return "mlm", num_labels
+    return "lm", num_labels
+
+
+def _check_heads(model_type: str, heads: int, kv_heads: int, hidden: int, head_dim: int | None) -> int:
+    if kv_heads > heads or heads % kv_heads:
+        raise ArchitectureError(
+            f"{model_type}: num_key_value_heads ({kv_heads}) must divide num_attention_heads ({heads})"
+        )
+    if head_dim is None:
+        if hidden % heads:
+            raise ArchitectureError(
+                f"{model_type}: hidden size {hidden} is not divisible by {heads} heads and config has no head_dim"
+            )
+        head_dim = hidden // heads
+    return head_dim
+
+
+def _read_gpt2(cfg: dict[str, Any], name: str, mt: str) -> ModelArchitecture:
+    h = _int(cfg, mt, "n_embd", "hidden_size")
+    a = _int(cfg, mt, "n_head", "num_attention_heads")
+    L = _int(cfg, mt, "n_layer", "num_hidden_layers")
+    V = _int(cfg, mt, "vocab_size")
+    P = _int(cfg, mt, "n_positions", "max_position_embeddings")
+    f = _int(cfg, mt, "n_inner", default=4 * h)
+    if mt == "gpt_bigcode":
+        k = 1 if _bool(cfg, mt, "multi_query", True) else a
+    else:
+        k = a
+    hd = _check_heads(mt, a, k, h, None)
+    head, labels = _head_from_config(cfg, "decoder")
+    return ModelArchitecture(
+        name=name, model_type=mt, kind="decoder", hidden_size=h, num_layers=L, num_heads=a, num_kv_heads=k,
+        head_dim=hd, intermediate_size=f, vocab_size=V, max_position_embeddings=P,
+        tie_word_embeddings=_bool(cfg, mt, "tie_word_embeddings", True), gated_mlp=False,
+        activation=str(cfg.get("activation_function", "gelu_new")), norm="layernorm", norms_per_layer=2,
+        qkv_bias=True, out_bias=True, mlp_bias=True, fused_qkv=True, fused_gate_up=False, learned_positions=P,
+        type_vocab_size=0, num_experts=0, experts_per_token=0, sliding_window=None, sliding_layers=0,
+        attention_dropout=_float(cfg, mt, "attn_pdrop", default=0.1),
+        hidden_dropout=_float(cfg, mt, "resid_pdrop", default=0.1),
+        embedding_dropout=_float(cfg, mt, "embd_pdrop", default=0.1),
+        final_logit_softcapping=None, attn_logit_softcapping=None, head=head, num_labels=labels,
+    )
+
+
+def _read_bert(cfg: dict[str, Any], name: str, mt: str) -> ModelArchitecture:
+    h = _int(cfg, mt, "hidden_size")
+    a = _int(cfg, mt, "num_attention_heads")
+    L = _int(cfg, mt, "num_hidden_layers")
+    V = _int(cfg, mt, "vocab_size")
+    f = _int(cfg, mt, "intermediate_size")
+    P = _int(cfg, mt, "max_position_embeddings")
+    pos_type = cfg.get("position_embedding_type", "absolute")
+    if pos_type not in (None, "absolute"):
+        raise ArchitectureError(f"bert: position_embedding_type {pos_type!r} is not modelled (only 'absolute')")
+    hd = _check_heads(mt, a, a, h, None)
+    head, labels = _head_from_config(cfg, "encoder")
+    drop = _float(cfg, mt, "hidden_dropout_prob", default=0.1)
+    return ModelArchitecture(
+        name=name, model_type=mt, kind="encoder", hidden_size=h, num_layers=L, num_heads=a, num_kv_heads=a,
+        head_dim=hd, intermediate_size=f, vocab_size=V, max_position_embeddings=P,
+        tie_word_embeddings=_bool(cfg, mt, "tie_word_embeddings", True), gated_mlp=False,
+        activation=str(cfg.get("hidden_act", "gelu")), norm="layernorm", norms_per_layer=2,
+        qkv_bias=True, out_bias=True, mlp_bias=True, fused_qkv=False, fused_gate_up=False, learned_positions=P,
+        type_vocab_size=_int(cfg, mt, "type_vocab_size", default=2, minimum=0), num_experts=0,
+        experts_per_token=0, sliding_window=None, sliding_layers=0,
+        attention_dropout=_float(cfg, mt, "attention_probs_dropout_prob", default=0.1),
+        hidden_dropout=drop, embedding_dropout=drop, final_logit_softcapping=None, attn_logit_softcapping=None,
+        head=head, num_labels=labels,
+    )
+
+
+def _read_llama_like(cfg: dict[str, Any], name: str, mt: str) -> ModelArchitecture:
+    h = _int(cfg, mt, "hidden_size")
+    a = _int(cfg, mt, "num_attention_heads")
+    L = _int(cfg, mt, "num_hidden_layers")
+    V = _int(cfg, mt, "vocab_size")
+    f = _int(cfg, mt, "intermediate_size")
+    P = _int(cfg, mt, "max_position_embeddings", default=None)
+    k = _int(cfg, mt, "num_key_value_heads", default=a)
+    hd = _check_heads(mt, a, k, h, _int(cfg, mt, "head_dim", default=None))
+    tie_default = mt in ("gemma2",)
+    tie = _bool(cfg, mt, "tie_word_embeddings", tie_default)
+    experts = per_tok = 0
+    if mt == "mixtral":
+        experts = _int(cfg, mt, "num_local_experts")
+        per_tok = _int(cfg, mt, "num_experts_per_tok")
+        if per_tok > experts:
+            raise ArchitectureError(f"mixtral: num_experts_per_tok ({per_tok}) exceeds num_local_experts ({experts})")
+    if mt == "qwen2":
+        attn_bias, out_bias, mlp_bias = True, False, False
+    elif mt == "phi3":
+        attn_bias, out_bias, mlp_bias = False, False, False
+    elif mt == "gemma2":
+        attn_bias = out_bias = _bool(cfg, mt, "attention_bias", False)
+        mlp_bias = False
+    elif mt in ("mistral", "mixtral"):
+        attn_bias, out_bias, mlp_bias = False, False, False
+    else:
+        attn_bias = out_bias = _bool(cfg, mt, "attention_bias", False)
+        mlp_bias = _bool(cfg, mt, "mlp_bias", False)
+    window = cfg.get("sliding_window")
+    if mt == "qwen2" and not cfg.get("use_sliding_window", False):
+        window = None
+    if mt == "llama":
+        window = None
+    if window is not None:
+        window = _int(cfg, mt, "sliding_window")
+    sliding_layers = 0
+    if window is not None:
+        layer_types = cfg.get("layer_types")
+        if isinstance(layer_types, list) and len(layer_types) == L:
+            sliding_layers = sum(1 for t in layer_types if t == "sliding_attention")
+        elif mt == "gemma2":
+            sliding_layers = (L + 1) // 2  # even-indexed layers slide (Gemma 2 report, Sec. 2)
+        elif mt == "qwen2":
+            sliding_layers = max(0, L - _int(cfg, mt, "max_window_layers", default=L, minimum=0))
+        else:
+            sliding_layers = L
+    act = str(cfg.get("hidden_activation") or cfg.get("hidden_act") or "silu")
+    drop_attn = _float(cfg, mt, "attention_dropout", default=0.0)
+    resid = _float(cfg, mt, "resid_pdrop", default=0.0) if mt == "phi3" else 0.0
+    embd = _float(cfg, mt, "embd_pdrop", default=0.0) if mt == "phi3" else 0.0
+    head, labels = _head_from_config(cfg, "decoder")
+    return ModelArchitecture(
+        name=name, model_type=mt, kind="decoder", hidden_size=h, num_layers=L, num_heads=a, num_kv_heads=k,
+        head_dim=hd, intermediate_size=f, vocab_size=V, max_position_embeddings=P, tie_word_embeddings=tie,
+        gated_mlp=True, activation=act, norm="rmsnorm", norms_per_layer=4 if mt == "gemma2" else 2,
+        qkv_bias=attn_bias, out_bias=out_bias, mlp_bias=mlp_bias, fused_qkv=mt == "phi3",
+        fused_gate_up=mt == "phi3", learned_positions=0, type_vocab_size=0, num_experts=experts,
+        experts_per_token=per_tok, sliding_window=window, sliding_layers=sliding_layers,
+        attention_dropout=drop_attn, hidden_dropout=resid, embedding_dropout=embd,
+        final_logit_softcapping=_optional_softcap(cfg, mt, "final_logit_softcapping") if mt == "gemma2" else None,
+        attn_logit_softcapping=_optional_softcap(cfg, mt, "attn_logit_softcapping") if mt == "gemma2" else None,
+        head=head, num_labels=labels,
+    )
+
+
+_READERS = {
+    "gpt2": _read_gpt2,
+    "gpt_bigcode": _read_gpt2,
+    "bert": _read_bert,
+    "llama": _read_llama_like,
+    "mistral": _read_llama_like,
+    "mixtral": _read_llama_like,
+    "qwen2": _read_llama_like,
+    "phi3": _read_llama_like,
+    "gemma2": _read_llama_like,
+}
+
+
+def architecture_from_config(config: Any, name: str = "config.json") -> ModelArchitecture:
+    """Build a :class:`ModelArchitecture` from a parsed Hugging Face ``config.json`` dict.
+
+    Raises:
+        ArchitectureError: not a dict, no/unsupported ``model_type``, a missing or invalid
+            field (the message names it), or an inconsistent shape (e.g. KV heads that do
+            not divide the attention heads).
+    """
+    if not isinstance(config, dict):
+        raise ArchitectureError(f"{name}: config must be a JSON object, got {type(config).__name__}")
+    mt = config.get("model_type")
+    if not isinstance(mt, str) or not mt:
+        raise ArchitectureError(f"{name}: config.json lacks field 'model_type'")
+    reader = _READERS.get(mt)
+    if reader is None:
+        raise ArchitectureError(
+            f"{name}: model_type {mt!r} is not modelled (supported: {', '.join(SUPPORTED_MODEL_TYPES)}); "
+            "use --params N for a coarse estimate"
+        )
+    if mt == "mistral" and config.get("num_local_experts"):
+        raise ArchitectureError(f"{name}: mistral config with experts is not modelled")
+    return reader(config, name, mt)
+
+
+def architecture_from_params(n_params: float, name: str | None = None) -> ModelArchitecture:
+    """A coarse architecture from a bare parameter count (``--params 7e9``).
+
+    The shape is guessed from the GPT-3 family's aspect ratio (Brown et al. 2020, Table 2.1:
+    ``N ~= 12 L h^2`` with ``h ~= 128 L``), vocabulary 32000, 4h MLP; activations and logits
+    derived from it are rough, and :attr:`ModelArchitecture.coarse` flags it.
+
+    Raises:
+        ArchitectureError: the count is not a finite number in [1e5, 1e13].
+    """
+    if isinstance(n_params, bool) or not isinstance(n_params, (int, float)) or not math.isfinite(n_params):
+        raise ArchitectureError(f"--params must be a number, got {n_params!r}")
+    if not 1e5 <= n_params <= 1e13:
+        raise ArchitectureError(f"--params must be between 1e5 and 1e13, got {n_params:g}")
+    n = int(n_params)
+    # N = 12 L h^2, h = 128 L  =>  L = (N / (12 * 128^2))^(1/3)
+    layers = max(1, round((n / (12 * 128 * 128)) ** (1 / 3)))
+    hidden = max(64, int(round(math.sqrt(n / (12 * layers)) / 64)) * 64)
+    heads = max(1, hidden // 128)
+    return ModelArchitecture(
+        name=name or f"{n_params:g} params", model_type="params", kind="decoder", hidden_size=hidden,
+        num_layers=layers, num_heads=heads, num_kv_heads=heads, head_dim=hidden // heads,
+        intermediate_size=4 * hidden, vocab_size=32000, max_position_embeddings=None, tie_word_embeddings=False,
+        gated_mlp=False, activation="gelu", norm="layernorm", norms_per_layer=2, qkv_bias=False, out_bias=False,
+        mlp_bias=False, fused_qkv=False, fused_gate_up=False, learned_positions=0, type_vocab_size=0,
+        num_experts=0, experts_per_token=0, sliding_window=None, sliding_layers=0, attention_dropout=0.0,
+        hidden_dropout=0.0, embedding_dropout=0.0, final_logit_softcapping=None, attn_logit_softcapping=None,
+        head="lm", num_labels=2, params_override=n,
+        notes=(f"shape guessed from the parameter count: L={layers}, h={hidden}, V=32000 (coarse)",),
+    )
+
+
+# ----- catalogue ---------------------------------------------------------------------
+
+
+def catalogue_names() -> list[str]:
+    """Names of the bundled ``config.json`` files, sorted."""
+    return sorted(p.stem for p in CATALOGUE_DIR.glob("*.json"))
+
+
+def _normalise(name: str) -> str:
+    key = name.strip().lower()
+    if "/" in key:
+        key = key.rsplit("/", 1)[1]
+    return _ALIASES.get(key, key)
+
+
+def load_architecture(source: str) -> ModelArchitecture:
+    """Load a catalogue entry by name (case-insensitive, ``org/`` prefix ignored) or a
+    ``config.json`` path (file, or a directory holding one).
+
+    Raises:
+        ArchitectureError: unknown name (with close catalogue names suggested), unreadable
+            file, invalid JSON, or a config that cannot be modelled.
+    """
+    if not isinstance(source, str) or not source.strip():
+        raise ArchitectureError("model must be a catalogue name or a path to config.json")
+    path = Path(source).expanduser()
+    looks_like_path = source.endswith(".json") or "/" in source and path.exists() or path.is_dir()
+    if looks_like_path:
+        if path.is_dir():
+            path = path / "config.json"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ArchitectureError(f"no such config file: {path}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ArchitectureError(f"cannot read {path}: {exc}") from None
+        try:
+            config = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ArchitectureError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        return architecture_from_config(config, name=str(path))
+    key = _normalise(source)
+    names = catalogue_names()
+    if key not in names:
+        close = difflib.get_close_matches(key, names + list(_ALIASES), n=3, cutoff=0.5)
+        suggestions = list(dict.fromkeys(_ALIASES.get(c, c) for c in close))
+        hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
+        raise ArchitectureError(
+            f"unknown model {source!r}{hint} (catalogue: {', '.join(names)}; or give a path to config.json)"
+        )
+    config = json.loads((CATALOGUE_DIR / f"{key}.json").read_text(encoding="utf-8"))
+    return architecture_from_config(config, name=key)

@@ -1,0 +1,112 @@
+"""Command-line flags that describe a job, shared by ``gpumem-tui estimate`` and ``measure``.
+
+``add_spec_arguments(parser)`` adds the flags; ``spec_from_args(args)`` turns the parsed
+namespace into ``(ModelArchitecture, TrainingSpec)`` or raises a ``ValueError``
+(:class:`ArchitectureError` / :class:`SpecError`) whose message is one line for stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from gpumem_tui.estimator.architecture import (
+    HEADS,
+    ArchitectureError,
+    ModelArchitecture,
+    architecture_from_params,
+    load_architecture,
+)
+from gpumem_tui.estimator.spec import (
+    ATTENTION,
+    DEVICES,
+    DTYPES,
+    GRAD_CKPT,
+    KV_DTYPES,
+    OPTIMIZERS,
+    QUANT,
+    TASKS,
+    SpecError,
+    TrainingSpec,
+    check_spec_for,
+    parse_lora_targets,
+)
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the model and job flags to ``parser`` (model positional, --params, --task, ...).
+
+    Choice flags are validated by :func:`spec_from_args` (not by argparse) so that every
+    error reads the same and names its flag.
+    """
+    parser.add_argument(
+        "model", nargs="?", default=None,
+        help="catalogue name (e.g. llama-3.1-8b, gpt2) or path to a Hugging Face config.json",
+    )
+    parser.add_argument("--params", type=_number, default=None, help="bare parameter count, e.g. 7e9 (coarse)")
+    parser.add_argument("--task", default="train", help=f"{' | '.join(TASKS)} (default train)")
+    parser.add_argument("--batch", type=int, default=1, help="micro-batch size per device (default 1)")
+    parser.add_argument("--seq", type=int, default=512, help="sequence length in tokens (default 512)")
+    parser.add_argument("--dtype", default="bf16", help=f"{' | '.join(DTYPES)} (default bf16)")
+    parser.add_argument(
+        "--mixed-precision", action="store_true", help="fp32 master weights + optimizer states, 16-bit compute"
+    )
+    parser.add_argument("--optimizer", default="adamw", help=f"{' | '.join(OPTIMIZERS)} (default adamw)")
+    parser.add_argument("--grad-ckpt", default="none", help=f"{' | '.join(GRAD_CKPT)} (default none)")
+    parser.add_argument("--attention", default="sdpa", help=f"{' | '.join(ATTENTION)} (default sdpa)")
+    parser.add_argument("--zero", type=int, default=0, help="ZeRO stage 0-3 (default 0)")
+    parser.add_argument("--dp", type=int, default=1, help="data-parallel degree (default 1)")
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
+    parser.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree (default 1)")
+    parser.add_argument("--lora-rank", type=int, default=None, help="LoRA rank r (lora/qlora; default 8)")
+    parser.add_argument(
+        "--lora-targets", default="q,v", help="all-linear | attention | mlp | comma list of q,k,v,o,gate,up,down"
+    )
+    parser.add_argument("--kv-dtype", default=None, help=f"KV-cache dtype for inference: {' | '.join(KV_DTYPES)}")
+    parser.add_argument("--quant", default="none", help=f"inference weight quantization: {' | '.join(QUANT)}")
+    parser.add_argument("--head", default=None, help=f"model head: {' | '.join(HEADS)} (default from config)")
+    parser.add_argument("--num-labels", type=int, default=2, help="labels of a classification head (default 2)")
+    parser.add_argument(
+        "--device", default="cuda",
+        help="kernel profile: cuda (adds CUDA context + allocator reserve) | cpu (default cuda)",
+    )
+
+
+def spec_from_args(args: argparse.Namespace) -> tuple[ModelArchitecture, TrainingSpec]:
+    """Build the architecture and spec from parsed flags.
+
+    Raises:
+        ArchitectureError: no model / both model and --params, unknown name, bad config.
+        SpecError: an invalid or contradictory flag (``.field`` names it).
+    """
+    if args.model is None and args.params is None:
+        raise ArchitectureError("give a model (catalogue name or config.json path) or --params N")
+    if args.model is not None and args.params is not None:
+        raise ArchitectureError("give either a model or --params, not both")
+    arch = architecture_from_params(args.params) if args.params is not None else load_architecture(args.model)
+    head = getattr(args, "head", None)
+    if head is not None:
+        if arch.coarse:
+            raise SpecError("head", "--head needs a model config, not --params")
+        labels = getattr(args, "num_labels", 2)
+        if not isinstance(labels, int) or labels < 1:
+            raise SpecError("num_labels", f"--num-labels must be >= 1, got {labels!r}")
+        arch = arch.with_head(head, labels)
+    targets = parse_lora_targets(args.lora_targets)
+    spec = TrainingSpec(
+        task=args.task, batch=args.batch, seq=args.seq, dtype=args.dtype, mixed_precision=bool(args.mixed_precision),
+        optimizer=args.optimizer, grad_ckpt=args.grad_ckpt, attention=args.attention, zero=args.zero, dp=args.dp,
+        tp=args.tp, pp=args.pp, lora_rank=args.lora_rank, lora_targets=targets, kv_dtype=args.kv_dtype,
+        quant=args.quant, device=args.device,
+    )
+    check_spec_for(arch, spec)  # raises on tp/pp/LoRA-target contradictions with this model
+    return arch, spec
+
+
+__all__ = ["add_spec_arguments", "spec_from_args", "ArchitectureError", "SpecError"]

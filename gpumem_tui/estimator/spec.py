@@ -1,0 +1,249 @@
+"""What job to estimate: a validated, frozen :class:`TrainingSpec`.
+
+One spec type covers training, LoRA / QLoRA fine-tuning and inference (``task``); fields
+that do not apply to a task must stay at their defaults, so contradictions are caught here
+(``--kv-dtype`` on training, ``--lora-rank`` without a LoRA task, QLoRA in fp32, ...)
+and reported as :class:`SpecError` naming the flag's field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpumem_tui.estimator.architecture import ModelArchitecture
+
+TASKS = ("train", "lora", "qlora", "inference")
+DTYPES = ("fp32", "bf16", "fp16")
+KV_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8")
+OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit")
+GRAD_CKPT = ("none", "selective", "full")
+ATTENTION = ("eager", "sdpa", "flash")
+DEVICES = ("cuda", "cpu")
+QUANT = ("none", "int8", "nf4")
+LORA_ROLES = ("q", "k", "v", "o", "gate", "up", "down")
+
+#: bytes per element of each dtype name
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+
+_MAX_BATCH = 1 << 24
+_MAX_SEQ = 1 << 24
+
+
+class SpecError(ValueError):
+    """An invalid or contradictory job description; ``field`` names the offending field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def parse_lora_targets(text: str) -> tuple[str, ...]:
+    """Parse ``--lora-targets``: ``all-linear``, ``attention``, ``mlp`` or a comma list of
+    q,k,v,o,gate,up,down (``*_proj`` suffixes accepted).
+
+    Raises:
+        SpecError: empty or unknown target (field ``lora_targets``).
+    """
+    items = [t.strip().lower() for t in str(text).split(",") if t.strip()]
+    if not items:
+        raise SpecError("lora_targets", "--lora-targets is empty")
+    out: list[str] = []
+    for item in items:
+        if item in ("all-linear", "all"):
+            out.extend(LORA_ROLES)
+        elif item == "attention":
+            out.extend(("q", "k", "v", "o"))
+        elif item == "mlp":
+            out.extend(("gate", "up", "down"))
+        else:
+            role = item[:-5] if item.endswith("_proj") else item
+            if role not in LORA_ROLES:
+                raise SpecError(
+                    "lora_targets",
+                    f"unknown LoRA target {item!r} (use all-linear, attention, mlp or {','.join(LORA_ROLES)})",
+                )
+            out.append(role)
+    return tuple(r for r in LORA_ROLES if r in out)
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingSpec:
+    """One training step (or one inference request) to estimate.
+
+    Fields (defaults in brackets):
+        task: train | lora | qlora | inference [train]
+        batch: micro-batch size ``b`` per device, >= 1 [1]
+        seq: sequence length ``s`` in tokens, >= 1; for inference the whole context
+            (prompt + generated tokens) [512]
+        dtype: parameter / compute dtype fp32 | bf16 | fp16 [bf16]
+        mixed_precision: fp32 master weights and optimizer states, 16-bit compute (needs a
+            16-bit ``dtype``) [False]
+        optimizer: adamw | adam | sgd | sgd-momentum | adafactor | adamw-8bit [adamw]
+        grad_ckpt: activation checkpointing none | selective | full [none]
+        attention: eager | sdpa | flash [sdpa]
+        zero: ZeRO stage 0..3 (3 ~ FSDP full shard) [0]; dp, tp, pp: data / tensor /
+            pipeline parallel degrees [1]
+        lora_rank, lora_targets: LoRA rank ``r`` and adapted projections (LoRA tasks only)
+        kv_dtype: KV-cache dtype for inference [same as dtype]
+        quant: weight quantization for inference none | int8 | nf4 [none]
+        device: kernel profile cuda | cpu [cuda]; cuda adds CUDA context and allocator reserve
+
+    Raises:
+        SpecError: on construction, for any invalid value or contradiction (``.field`` names it).
+    """
+
+    task: str = "train"
+    batch: int = 1
+    seq: int = 512
+    dtype: str = "bf16"
+    mixed_precision: bool = False
+    optimizer: str = "adamw"
+    grad_ckpt: str = "none"
+    attention: str = "sdpa"
+    zero: int = 0
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    lora_rank: int | None = None
+    lora_targets: tuple[str, ...] = ("q", "v")
+    kv_dtype: str | None = None
+    quant: str = "none"
+    device: str = "cuda"
+    warnings: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        warnings: list[str] = []
+        _choice("task", self.task, TASKS)
+        _positive("batch", self.batch, _MAX_BATCH)
+        _positive("seq", self.seq, _MAX_SEQ)
+        _choice("dtype", self.dtype, DTYPES)
+        _choice("optimizer", self.optimizer, OPTIMIZERS)
+        _choice("grad_ckpt", self.grad_ckpt, GRAD_CKPT)
+        _choice("attention", self.attention, ATTENTION)
+        _choice("device", self.device, DEVICES)
+        _choice("quant", self.quant, QUANT)
+        if not isinstance(self.mixed_precision, bool):
+            raise SpecError("mixed_precision", "mixed_precision must be true or false")
+        if isinstance(self.zero, bool) or not isinstance(self.zero, int) or not 0 <= self.zero <= 3:
+            raise SpecError("zero", f"--zero must be 0, 1, 2 or 3, got {self.zero!r}")
+        for name in ("dp", "tp", "pp"):
+            _positive(name, getattr(self, name), 1 << 16)
+        if self.mixed_precision and self.dtype == "fp32":
+            raise SpecError("mixed_precision", "--mixed-precision needs a 16-bit compute --dtype (bf16 or fp16)")
+        if self.zero and self.dp == 1:
+            warnings.append(f"--zero {self.zero} with --dp 1 shards over one device: it saves no memory")
+        if self.device == "cpu" and self.attention == "flash":
+            raise SpecError("attention", "--attention flash needs --device cuda (FlashAttention has no CPU kernel)")
+        if self.device == "cpu" and (self.tp > 1 or self.pp > 1):
+            raise SpecError("device", "--tp/--pp need --device cuda in this estimator")
+        if self.device == "cpu" and self.dtype == "fp16" and self.task != "inference":
+            warnings.append("fp16 training on CPU is unusual; the CPU profile is modelled as for bf16")
+        lora_task = self.task in ("lora", "qlora")
+        if self.lora_rank is not None:
+            if not lora_task:
+                raise SpecError("lora_rank", f"--lora-rank needs --task lora or qlora (task is {self.task})")
+            _positive("lora_rank", self.lora_rank, 1 << 16)
+        elif lora_task:
+            object.__setattr__(self, "lora_rank", 8)
+            warnings.append("LoRA rank not given: r = 8 (the PEFT default)")
+        if not isinstance(self.lora_targets, tuple) or not self.lora_targets or any(
+            t not in LORA_ROLES for t in self.lora_targets
+        ):
+            raise SpecError("lora_targets", f"lora_targets must be a non-empty tuple of {','.join(LORA_ROLES)}")
+        if self.task == "qlora" and self.dtype == "fp32":
+            raise SpecError("dtype", "QLoRA computes in 16 bits: use --dtype bf16 or fp16")
+        if self.task == "qlora" and self.quant not in ("none", "nf4"):
+            raise SpecError("quant", "QLoRA quantizes the base model to NF4; --quant must be nf4 or none")
+        if self.task == "inference":
+            if self.grad_ckpt != "none":
+                raise SpecError("grad_ckpt", "--grad-ckpt applies to training only (task is inference)")
+            if self.mixed_precision:
+                raise SpecError("mixed_precision", "--mixed-precision applies to training only")
+            if self.zero in (1, 2):
+                raise SpecError("zero", "ZeRO stages 1-2 shard optimizer states/gradients: no use for inference")
+        else:
+            if self.kv_dtype is not None:
+                raise SpecError("kv_dtype", f"--kv-dtype applies to inference only (task is {self.task})")
+            if self.quant != "none" and self.task != "qlora":
+                raise SpecError("quant", f"--quant applies to inference (or QLoRA), not task {self.task}")
+        if self.kv_dtype is not None:
+            _choice("kv_dtype", self.kv_dtype, KV_DTYPES)
+        if self.pp > 1 and self.zero >= 2:
+            warnings.append("ZeRO-2/3 with pipeline parallelism is unusual (DeepSpeed forbids it)")
+        object.__setattr__(self, "warnings", tuple(warnings))
+
+    # ----- derived ----------------------------------------------------------------------
+    @property
+    def is_training(self) -> bool:
+        return self.task != "inference"
+
+    @property
+    def compute_bytes(self) -> int:
+        """Bytes per element of activations and 16/32-bit weights in compute."""
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes per KV-cache element."""
+        return DTYPE_BYTES[self.kv_dtype or self.dtype]
+
+    def replace(self, **changes: object) -> TrainingSpec:
+        """Copy with changed fields (validated again)."""
+        values = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "warnings"}  # type: ignore[attr-defined]
+        if "task" in changes and changes["task"] not in ("lora", "qlora") and "lora_rank" not in changes:
+            values["lora_rank"] = None
+        values.update(changes)
+        return TrainingSpec(**values)  # type: ignore[arg-type]
+
+
+def check_spec_for(arch: ModelArchitecture, spec: TrainingSpec) -> list[str]:
+    """Check a spec against an architecture; return warnings for the assumptions list.
+
+    Raises:
+        SpecError: ``tp`` that does not divide the heads / KV heads (field ``tp``), ``pp``
+            beyond the layer count (field ``pp``), LoRA on a coarse ``--params`` model.
+    """
+    warnings = list(spec.warnings)
+    if arch.max_position_embeddings is not None and spec.seq > arch.max_position_embeddings:
+        warnings.append(
+            f"sequence length {spec.seq} exceeds {arch.name}'s max_position_embeddings "
+            f"{arch.max_position_embeddings}"
+            + ("; a learned position table cannot index it" if arch.learned_positions else "")
+        )
+    if spec.tp > 1 and not arch.coarse:
+        if arch.num_heads % spec.tp:
+            raise SpecError("tp", f"--tp {spec.tp} does not divide {arch.num_heads} attention heads")
+        if arch.num_kv_heads % spec.tp and arch.num_kv_heads > 1:
+            raise SpecError("tp", f"--tp {spec.tp} does not divide {arch.num_kv_heads} KV heads")
+    if spec.pp > arch.num_layers:
+        raise SpecError("pp", f"--pp {spec.pp} exceeds the {arch.num_layers} layers")
+    if spec.task in ("lora", "qlora") and arch.coarse:
+        raise SpecError("task", "LoRA needs the model's layer shapes: give a catalogue name or config.json")
+    if spec.task in ("lora", "qlora"):
+        roles = {lin.role for lin in arch.layer_linears()}
+        hit = [t for t in spec.lora_targets if t in roles or _fused_role(t) in roles]
+        if not hit:
+            raise SpecError("lora_targets", f"none of the LoRA targets {','.join(spec.lora_targets)} exist in {arch.name}")
+    if arch.kind == "encoder" and spec.task == "inference" and spec.kv_dtype is not None:
+        raise SpecError("kv_dtype", f"{arch.name} is an encoder: it has no KV cache")
+    return warnings
+
+
+def _fused_role(role: str) -> str:
+    return {"q": "qkv", "k": "qkv", "v": "qkv", "gate": "gate_up", "up": "gate_up"}.get(role, role)
+
+
+def _choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise SpecError(name, f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def _positive(name: str, value: object, maximum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(name, f"--{name.replace('_', '-')} must be an integer, got {value!r}")
+    if value < 1:
+        raise SpecError(name, f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if value > maximum:
+        raise SpecError(name, f"--{name.replace('_', '-')} must be <= {maximum}, got {value}")
