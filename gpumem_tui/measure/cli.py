@@ -1,0 +1,199 @@
+"""``gpumem-tui measure``: the estimator's flags, run for real with torch (ground truth).
+
+Same flags as ``gpumem-tui estimate`` (``gpumem_tui.estimator.cli_args``) plus
+``--on meta|cpu``. Prints a table of the measured peak split into the estimator's components,
+or with ``--json`` the estimate JSON shape plus ``"measured": true``, ``"on"`` and
+``"attention"``. torch is imported only after the flags parse (it costs ~1.5 s).
+
+Exit codes: 0 measured; 1 runtime failure; 2 bad input or torch missing (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpumem_tui.units import format_bytes
+
+_SDPA_NOTE = (
+    "On the meta device SDPA takes the math path and stores the s x s attention probabilities, "
+    "unlike the CPU and CUDA kernels: measure eager attention on meta (any size, no real memory) "
+    "and SDPA on the real CPU (shapes that fit in RAM). Figures are live tensor storage bytes, "
+    "comparable to torch 'allocated', not to 'reserved' or NVML 'used'."
+)
+
+# estimator LoRA roles -> HF module names (last name component) per family
+_LORA_NAMES = {
+    "q": ("q_proj", "query", "c_attn", "qkv_proj"),
+    "k": ("k_proj", "key", "c_attn", "qkv_proj"),
+    "v": ("v_proj", "value", "c_attn", "qkv_proj"),
+    "o": ("o_proj",),
+    "gate": ("gate_proj", "gate_up_proj"),
+    "up": ("up_proj", "gate_up_proj", "c_fc"),
+    "down": ("down_proj",),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage otherwise)
+        print(f"gpumem-tui measure: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``measure`` argument parser (estimate's flags + --on, --json, --steps)."""
+    from gpumem_tui.estimator.cli_args import add_spec_arguments
+
+    parser = _Parser(
+        prog="gpumem-tui measure",
+        description="Measure the peak memory of two training steps (or an inference prefill + decode) "
+        "with torch's MemTracker, split like the estimator's components. " + _SDPA_NOTE,
+    )
+    add_spec_arguments(parser)
+    parser.add_argument(
+        "--on", default="meta",
+        help="meta: no real memory, any size (use --attention eager); cpu: real tensors "
+        "(SDPA runs its real kernel) (default meta)",
+    )
+    parser.add_argument("--steps", type=int, default=2, help="training steps; the last one is reported (default 2)")
+    parser.add_argument("--json", action="store_true", help="print JSON (bytes) instead of a table")
+    return parser
+
+
+def _config_for(arch: Any) -> dict[str, Any]:
+    """The raw config.json dict behind an architecture loaded by name or path."""
+    from gpumem_tui.estimator.architecture import CATALOGUE_DIR
+
+    path = Path(arch.name)
+    if not path.is_file():
+        path = CATALOGUE_DIR / f"{arch.name}.json"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def request_from_spec(arch: Any, spec: Any, *, on: str, steps: int = 2) -> Any:
+    """Turn the estimator's (ModelArchitecture, TrainingSpec) into a ``MeasureRequest``.
+
+    The optimizer implementation follows ``spec.device``: per-tensor loop for cpu (torch's CPU
+    default), foreach for cuda (torch's CUDA default); every other kernel is the meta/CPU one.
+
+    Raises:
+        MeasureError: what one process on meta/CPU cannot run (ZeRO, parallel degrees, QLoRA,
+            8-bit Adam, FlashAttention, selective recompute, --params, a KV dtype other than the
+            compute dtype, quantized weights, classification or bare heads).
+    """
+    from gpumem_tui.measure.runner import MeasureError, MeasureRequest
+
+    if arch.coarse:
+        raise MeasureError("measure needs a model config (catalogue name or config.json), not --params")
+    if spec.zero or spec.dp > 1 or spec.tp > 1 or spec.pp > 1:
+        raise MeasureError("measure runs one process: --zero, --dp, --tp and --pp are not supported")
+    if spec.task == "qlora":
+        raise MeasureError("measure cannot run QLoRA (NF4 needs bitsandbytes on CUDA)")
+    if spec.optimizer == "adamw-8bit":
+        raise MeasureError("measure cannot run --optimizer adamw-8bit (bitsandbytes needs CUDA)")
+    if spec.attention == "flash":
+        raise MeasureError("measure cannot run --attention flash (no FlashAttention kernel on meta/CPU)")
+    if spec.grad_ckpt == "selective":
+        raise MeasureError("measure supports --grad-ckpt none|full (transformers has no selective recompute)")
+    if spec.kv_dtype is not None and spec.kv_dtype != spec.dtype:
+        raise MeasureError("measure keeps the KV cache in the compute dtype: drop --kv-dtype")
+    if spec.quant != "none":
+        raise MeasureError("measure cannot run quantized weights (--quant)")
+    if arch.head not in ("lm", "mlm"):
+        raise MeasureError(f"measure supports LM and masked-LM heads, not {arch.head!r}")
+    names: list[str] = []
+    for role in spec.lora_targets:
+        for name in _LORA_NAMES.get(role, ()):
+            if name not in names:
+                names.append(name)
+    config = _config_for(arch)
+    if arch.head == "mlm" and config.get("model_type") not in ("bert",):
+        raise MeasureError(f"measure builds a masked-LM head only for BERT, not {config.get('model_type')!r}")
+    if arch.head == "lm" and arch.kind == "encoder":
+        raise MeasureError("an encoder has no causal-LM head: use --head mlm")
+    return MeasureRequest(
+        config=config,
+        task=spec.task,
+        batch=spec.batch,
+        seq=spec.seq,
+        dtype=spec.dtype,
+        mixed_precision=spec.mixed_precision,
+        optimizer=spec.optimizer,
+        optimizer_impl="foreach" if spec.device == "cuda" else "single",
+        grad_ckpt=spec.grad_ckpt,
+        attention=spec.attention,
+        on=on,
+        steps=steps,
+        lora_rank=spec.lora_rank or 8,
+        lora_targets=tuple(names),
+    )
+
+
+def _table(data: dict[str, Any]) -> str:
+    comps = data["components_bytes"]
+    lines = [
+        f"measured on {data['on']} ({data['model_class']}, attention {data['attention']}): "
+        f"peak {format_bytes(data['peak_bytes'])} in {data['peak_phase']}",
+        f"parameters: {data['total_params']:,} total, {data['trainable_params']:,} trainable",
+        "",
+        f"{'component (at the peak)':<26}{'bytes':>16}{'':>4}{'binary units':>12}",
+    ]
+    for name, value in comps.items():
+        lines.append(f"{name:<26}{value:>16,}{'':>4}{format_bytes(value):>12}")
+    lines.append(f"{'peak':<26}{data['peak_bytes']:>16,}{'':>4}{format_bytes(data['peak_bytes']):>12}")
+    lines += ["", "phase peaks (live bytes):"]
+    for ph in data["phases"]:
+        lines.append(f"  {ph['name']:<24}{format_bytes(ph['live_bytes']):>12}")
+    lines += ["", "notes:"] + [f"  - {a}" for a in data["assumptions"]]
+    lines.append("  - " + _SDPA_NOTE)
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``gpumem-tui measure``; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from gpumem_tui.estimator.cli_args import spec_from_args
+
+    try:
+        arch, spec = spec_from_args(args)
+    except ValueError as exc:
+        print(f"gpumem-tui measure: {exc}", file=sys.stderr)
+        return 2
+    if args.on not in ("meta", "cpu"):
+        print(f"gpumem-tui measure: --on must be meta or cpu, got {args.on!r}", file=sys.stderr)
+        return 2
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        print(
+            f"gpumem-tui measure: needs the torch extra (pip install 'gpumem-tui[torch]'; {exc.name} is missing)",
+            file=sys.stderr,
+        )
+        return 2
+    from gpumem_tui.measure.runner import MeasureError, run
+
+    try:
+        req = request_from_spec(arch, spec, on=args.on, steps=args.steps)
+        result = run(req)
+    except MeasureError as exc:
+        print(f"gpumem-tui measure: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("gpumem-tui measure: out of host memory; use --on meta or a smaller shape", file=sys.stderr)
+        return 1
+    except RuntimeError as exc:
+        print(f"gpumem-tui measure: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return 1
+    data = result.to_json()
+    data["assumptions"] = list(spec.warnings) + data["assumptions"]
+    data["note"] = _SDPA_NOTE
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(_table(data))
+    return 0

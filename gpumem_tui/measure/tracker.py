@@ -1,0 +1,166 @@
+"""Live-tensor memory tracker: torch's ``MemTracker`` plus per-phase peaks and tensor tags.
+
+torch only; import this module lazily (it imports torch at module level).
+
+``PhaseMemTracker`` subclasses ``torch.distributed._tools.mem_tracker.MemTracker`` (torch >= 2.5),
+which attributes every tensor storage created or touched inside its context to one of
+Parameter / Buffer / Gradient / Activation / Temp / Optstate and keeps a running total of the
+live bytes. This subclass adds what the estimator comparison needs and MemTracker does not give:
+
+- a peak per named phase (``tracker.phase = "step2.backward"``), with the live storages at that
+  peak, so the peak can be split further after the run (logits vs other activations, optimizer
+  states vs optimizer temporaries, KV cache);
+- tags: storages whose tensor's last dimension is the vocabulary size and whose leading
+  dimensions hold at least ``logits_rows`` rows are tagged ``logits`` when created (logits, their
+  fp32 upcast, log-probabilities and their gradients); ``tag_tensors`` tags others after the fact
+  (optimizer states, KV cache);
+- for the largest live tensors at a peak: the ATen op that created them, shape and dtype.
+
+Byte figures are storage bytes (``untyped_storage().nbytes()``, no allocator rounding except the
+512 B CUDA rounding MemTracker applies on CUDA): comparable to ``torch.cuda.memory_allocated``,
+not to reserved memory nor to NVML "used".
+
+It relies on MemTracker internals (``_track``, ``_update_snap``, ``_update_peak_stats``,
+``_curr_mem_snap``, ``_WINFO``), checked against torch 2.13; ``check_supported()`` raises
+``RuntimeError`` with a clear message if they are missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.distributed._tools import mem_tracker as _mt
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401  (documents the base)
+
+_REQUIRED = ("_track", "_update_snap", "_update_peak_stats", "_curr_mem_snap", "_WINFO")
+
+
+@dataclass
+class LiveEntry:
+    """One live storage at a peak: its bytes, MemTracker category at that moment, and metadata."""
+
+    info: Any  # the MemTracker _WeakRefInfo (identity used for tags set after the peak)
+    nbytes: int
+    reftype: str
+
+
+@dataclass
+class PhasePeak:
+    """Peak of one phase: total live bytes (storage bytes) and the storages live at that moment."""
+
+    name: str
+    peak_bytes: int = -1
+    live: list[LiveEntry] = field(default_factory=list)
+
+
+def check_supported() -> None:
+    """Raise ``RuntimeError`` if this torch's MemTracker lacks the internals the subclass uses."""
+    missing = [name for name in _REQUIRED[:3] if not hasattr(_mt.MemTracker, name)]
+    if missing:
+        raise RuntimeError(
+            f"torch {torch.__version__}: MemTracker lacks {', '.join(missing)}; "
+            "gpumem-tui measure is checked against torch 2.13"
+        )
+
+
+class PhaseMemTracker(_mt.MemTracker):
+    """MemTracker with named phases, per-phase peaks and tensor tags (see module docstring).
+
+    Args:
+        vocab_size: V; tensors shaped (..., V) with at least ``logits_rows`` leading rows are
+            tagged ``logits``. 0 disables the rule.
+        logits_rows: minimum product of the leading dimensions for the logits rule (b*(s-1) for
+            training, so the (V, h) embedding gradient never matches).
+    """
+
+    def __init__(self, vocab_size: int = 0, logits_rows: int = 1) -> None:
+        check_supported()
+        super().__init__()
+        self.phase: str = "setup"
+        self.phase_peaks: dict[str, PhasePeak] = {}
+        self._live: dict[int, Any] = {}  # id(winfo) -> winfo
+        self.tags: dict[int, str] = {}  # id(winfo) -> tag
+        self.meta: dict[int, tuple[str, tuple[int, ...], str]] = {}  # id(winfo) -> (op, shape, dtype)
+        self._keep: dict[int, Any] = {}  # keeps tagged winfos alive so ids stay unique
+        self._vocab = int(vocab_size)
+        self._logits_rows = max(1, int(logits_rows))
+        self._func_name = ""
+
+    # --- hooks into MemTracker -------------------------------------------------------------
+    def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None):  # type: ignore[no-untyped-def]
+        super()._update_snap(u_type, winfo, old_mem_consumed=old_mem_consumed, old_reftype=old_reftype)
+        if u_type == _mt._UpdateType.ADD:
+            self._live[id(winfo)] = winfo
+            self._keep[id(winfo)] = winfo
+        elif u_type == _mt._UpdateType.DEL:
+            self._live.pop(id(winfo), None)
+
+    def _track(self, reftype, t):  # type: ignore[no-untyped-def]
+        storages = _mt.get_untyped_storages(t)
+        new = [st for st in storages if self._WINFO.get(st, (None, None))[0] is None]
+        super()._track(reftype, t)
+        for st in new:
+            winfo, _ = self._WINFO.get(st, (None, None))
+            if winfo is None or id(winfo) in self.meta:
+                continue
+            shape = tuple(int(d) for d in t.shape)
+            self.meta[id(winfo)] = (self._func_name, shape, str(t.dtype).removeprefix("torch."))
+            if self._vocab and len(shape) >= 2 and shape[-1] == self._vocab:
+                rows = 1
+                for d in shape[:-1]:
+                    rows *= d
+                if rows >= self._logits_rows:
+                    self.tags[id(winfo)] = "logits"
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self._func_name = str(getattr(func, "__name__", func))
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+    def _update_peak_stats(self, peak_state):  # type: ignore[no-untyped-def]
+        super()._update_peak_stats(peak_state)
+        total = self.current_bytes()
+        peak = self.phase_peaks.get(self.phase)
+        if peak is None:
+            peak = self.phase_peaks[self.phase] = PhasePeak(self.phase)
+        if total > peak.peak_bytes:
+            peak.peak_bytes = total
+            peak.live = [
+                LiveEntry(w, int(w.mem_consumed), str(getattr(w.reftype, "value", w.reftype)))
+                for w in self._live.values()
+            ]
+
+    # --- public helpers ------------------------------------------------------------------------
+    def current_bytes(self) -> int:
+        """Live tracked bytes now, summed over devices."""
+        return int(sum(snap.get(_mt._TOTAL_KEY, 0) for snap in self._curr_mem_snap.values()))
+
+    def start_phase(self, name: str) -> None:
+        """Enter phase ``name``; its peak starts at the current live bytes."""
+        self.phase = name
+        peak = self.phase_peaks[name] = PhasePeak(name)
+        peak.peak_bytes = self.current_bytes()
+        peak.live = [
+            LiveEntry(w, int(w.mem_consumed), str(getattr(w.reftype, "value", w.reftype)))
+            for w in self._live.values()
+        ]
+
+    def tag_tensors(self, tensors: Any, tag: str) -> None:
+        """Tag the storages of every tensor in ``tensors`` (any nesting) with ``tag``."""
+        flat, _ = torch.utils._pytree.tree_flatten(tensors)
+        for t in flat:
+            if not isinstance(t, torch.Tensor):
+                continue
+            for st in _mt.get_untyped_storages(t):
+                winfo, _ = self._WINFO.get(st, (None, None))
+                if winfo is not None:
+                    self.tags[id(winfo)] = tag
+
+    def tag_of(self, entry: LiveEntry) -> str | None:
+        """The tag of a live entry, or None."""
+        return self.tags.get(id(entry.info))
+
+    def describe(self, entry: LiveEntry) -> tuple[str, tuple[int, ...], str]:
+        """(creating op, shape, dtype) of a live entry, ("?", (), "?") if it was never seen by an op."""
+        return self.meta.get(id(entry.info), ("?", (), "?"))
