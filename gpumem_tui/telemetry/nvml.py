@@ -1,0 +1,424 @@
+"""NVML source: devices and their processes, read through nvidia-ml-py (``pynvml``).
+
+Every NVML call goes through :meth:`NvmlSource._query`, which turns NVML errors into
+``(None, reason)`` instead of raising (the nvitop ``nvmlQuery`` habit): a field the GPU does
+not support reads "N/A", a field the user may not read reads "no permission", and a device
+whose calls say "GPU is lost" becomes a ``DeviceSample(error="GPU is lost")`` row. A failed
+device is looked up again at the next poll, so it comes back when the driver does.
+
+Processes: compute, graphics and MPS lists are merged per GPU (one row per PID per GPU);
+process calls fall back ``_v3`` -> ``_v2`` -> v1 (remembered per list once one works) and
+``usedGpuMemory == 2**64-1`` (NVML_VALUE_NOT_AVAILABLE_ulonglong: MIG without privileges,
+WDDM) reads as ``None`` "N/A". Per-process SM % comes from
+``nvmlDeviceGetProcessUtilization(handle, lastSeenTimeStamp)``, which returns only samples
+newer than the time stamp (NVML API reference, "nvmlDeviceGetProcessUtilization").
+
+Units: bytes for memory, watts for power (NVML gives milliwatts), °C, percent.
+Imports ``pynvml`` lazily (when the source starts), never Textual or torch.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from gpumem_tui.telemetry.model import DeviceSample, ProcessSample, ProcessType
+
+ULLONG_MAX = 2**64 - 1
+UINT_MAX = 2**32 - 1
+
+# Reasons shown in place of a value (short, lower case, as the table cells show them).
+NOT_AVAILABLE = "N/A"
+NO_PERMISSION = "no permission"
+GPU_LOST = "GPU is lost"
+TIMEOUT = "timeout"
+UNKNOWN = "unknown NVML error"
+
+# An SM % sample older than this (seconds, by our clock) is no longer shown.
+SM_HOLD_SECONDS = 1.5
+
+
+class NvmlUnavailable(RuntimeError):
+    """NVML cannot be used here; ``str(err)`` is the NVML error text (e.g. "NVML Shared
+    Library Not Found", "Driver Not Loaded")."""
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlReading:
+    """One poll of NVML. ``error`` is set (and everything else empty) without NVML.
+
+    ``processes`` carry only NVML figures (pid, device_index, type, used_memory_bytes,
+    sm_percent); host details are added by :mod:`gpumem_tui.telemetry.host`.
+    """
+
+    error: str | None = None
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    devices: tuple[DeviceSample, ...] = ()
+    processes: tuple[ProcessSample, ...] = ()
+    notices: tuple[str, ...] = ()
+
+
+# Process list kinds: (ProcessType, base function name). Order = type priority when one PID
+# shows up in several lists of the same GPU: a compute context is what holds the memory.
+_PROCESS_KINDS: tuple[tuple[ProcessType, str], ...] = (
+    (ProcessType.COMPUTE, "nvmlDeviceGetComputeRunningProcesses"),
+    (ProcessType.MPS, "nvmlDeviceGetMPSComputeRunningProcesses"),
+    (ProcessType.GRAPHICS, "nvmlDeviceGetGraphicsRunningProcesses"),
+)
+_VERSIONS = ("_v3", "_v2", "")
+
+
+class _FunctionMissing(Exception):
+    """The binding or the driver lacks a function (AttributeError / FunctionNotFound)."""
+
+
+@dataclass
+class _Device:
+    """Cached per-index state: the handle and the fields that never change."""
+
+    handle: Any
+    name: str | None = None
+    uuid: str | None = None
+    util_stamp: int = 0  # newest process-utilization sample time stamp seen (µs)
+    sm_last: dict[int, tuple[float, float]] = field(default_factory=dict)  # pid -> (sm %, our time)
+
+
+def _text(value: Any) -> str:
+    """NVML strings arrive as str (nvidia-ml-py >= 11.5) or bytes (older)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def format_cuda_version(value: int) -> str:
+    """12040 -> "12.4" (NVML encodes CUDA driver version as 1000*major + 10*minor)."""
+    return f"{value // 1000}.{(value % 1000) // 10}"
+
+
+class NvmlSource:
+    """Reads devices and GPU processes from NVML; never raises for data it reads.
+
+    ``NvmlSource()`` imports ``pynvml`` and calls ``nvmlInit`` once. If that fails,
+    :attr:`error` holds the NVML error text (e.g. "NVML Shared Library Not Found") and every
+    :meth:`poll` returns ``NvmlReading(error=...)``; the init is not retried.
+    Use from one thread at a time (the poller thread).
+    """
+
+    def __init__(self, module: Any = None) -> None:
+        self._nv: Any = None
+        self.error: str | None = None
+        self._devices: dict[int, _Device] = {}
+        self._count: int | None = None
+        self._proc_version: dict[str, int] = {}  # base name -> index into _VERSIONS that works
+        self._reported: set[str] = set()
+        self._notices: list[str] = []
+        self._power_limit_func = "nvmlDeviceGetEnforcedPowerLimit"
+        try:
+            if module is None:
+                import pynvml as module  # noqa: PLC0415 -- only when a source starts
+            module.nvmlInit()
+            self._nv = module
+        except ImportError as exc:
+            self.error = f"nvidia-ml-py is not installed ({exc})"
+        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ... or OSError
+            self.error = _text(exc) or type(exc).__name__
+
+    @property
+    def available(self) -> bool:
+        """True when ``nvmlInit`` succeeded."""
+        return self._nv is not None
+
+    def close(self) -> None:
+        """Shut NVML down (errors ignored). The source returns errors afterwards."""
+        if self._nv is not None:
+            try:
+                self._nv.nvmlShutdown()
+            except Exception:
+                pass
+            self._nv = None
+            self.error = "NVML was shut down"
+
+    # ---- the query wrapper ---------------------------------------------------------------
+    def _reason(self, exc: BaseException) -> str:
+        nv = self._nv
+        value = getattr(exc, "value", None)
+        if value == getattr(nv, "NVML_ERROR_NOT_SUPPORTED", -1):
+            return NOT_AVAILABLE
+        if value == getattr(nv, "NVML_ERROR_NO_PERMISSION", -1):
+            return NO_PERMISSION
+        if value == getattr(nv, "NVML_ERROR_GPU_IS_LOST", -1):
+            return GPU_LOST
+        if value == getattr(nv, "NVML_ERROR_TIMEOUT", -1):
+            return TIMEOUT
+        if value == getattr(nv, "NVML_ERROR_UNKNOWN", -1):
+            return UNKNOWN
+        return _text(exc) or type(exc).__name__
+
+    def _call(self, name: str, *args: Any) -> Any:
+        """Call ``pynvml.<name>``; raise :class:`_FunctionMissing` if the binding/driver lacks it."""
+        func: Callable[..., Any] | None = getattr(self._nv, name, None)
+        if func is None:
+            raise _FunctionMissing(name)
+        try:
+            return func(*args)
+        except self._nv.NVMLError as exc:
+            if getattr(exc, "value", None) == getattr(self._nv, "NVML_ERROR_FUNCTION_NOT_FOUND", -2):
+                raise _FunctionMissing(name) from exc
+            raise
+
+    def _query(self, name: str, *args: Any) -> tuple[Any, str | None]:
+        """``(value, None)`` or ``(None, reason)``; never raises for NVML errors."""
+        try:
+            return self._call(name, *args), None
+        except _FunctionMissing:
+            self._notice_once(name, f"NVML function {name} is not available with this driver; shown as N/A")
+            return None, NOT_AVAILABLE
+        except self._nv.NVMLError as exc:
+            return None, self._reason(exc)
+        except Exception as exc:  # a broken binding must not kill the poll
+            return None, f"{type(exc).__name__}: {exc}"
+
+    def _notice_once(self, key: str, text: str) -> None:
+        if key not in self._reported:
+            self._reported.add(key)
+            self._notices.append(text)
+
+    # ---- polling -------------------------------------------------------------------------
+    def poll(self) -> NvmlReading:
+        """Read every device and its processes now. Never raises."""
+        if self._nv is None:
+            return NvmlReading(error=self.error or "NVML is not available")
+        self._notices = []
+        driver, _ = self._query("nvmlSystemGetDriverVersion")
+        cuda, _ = self._query("nvmlSystemGetCudaDriverVersion")
+        count, count_reason = self._query("nvmlDeviceGetCount")
+        devices: list[DeviceSample] = []
+        processes: list[ProcessSample] = []
+        if count is None:
+            # Keep showing the GPUs we knew, each marked with why they could not be read.
+            for index in range(self._count or 0):
+                devices.append(_failed_device(index, self._devices.get(index), f"device count: {count_reason}"))
+            self._devices.clear()
+        else:
+            if self._count is not None and count != self._count:
+                self._notices.append(f"GPU count changed from {self._count} to {count}; devices re-enumerated")
+                self._devices.clear()
+            self._count = count
+            for index in range(count):
+                device, procs = self._poll_device(index)
+                devices.append(device)
+                processes.extend(procs)
+        return NvmlReading(
+            driver_version=_text(driver) if driver is not None else None,
+            cuda_driver_version=format_cuda_version(int(cuda)) if isinstance(cuda, int) else None,
+            devices=tuple(devices),
+            processes=tuple(processes),
+            notices=tuple(self._notices),
+        )
+
+    def _poll_device(self, index: int) -> tuple[DeviceSample, list[ProcessSample]]:
+        dev = self._devices.get(index)
+        if dev is None:
+            handle, reason = self._query("nvmlDeviceGetHandleByIndex", index)
+            if handle is None:
+                return _failed_device(index, None, reason or UNKNOWN), []
+            dev = self._devices[index] = _Device(handle=handle)
+        h = dev.handle
+        errors: list[tuple[str, str]] = []
+        reasons: list[str] = []
+
+        def get(field_name: str, func: str, *args: Any) -> Any:
+            value, reason = self._query(func, h, *args)
+            if reason is not None:
+                errors.append((field_name, reason))
+                reasons.append(reason)
+            return value
+
+        if dev.name is None:
+            name = get("name", "nvmlDeviceGetName")
+            dev.name = _text(name) if name is not None else None
+        if dev.uuid is None:
+            uuid = get("uuid", "nvmlDeviceGetUUID")
+            dev.uuid = _text(uuid) if uuid is not None else None
+        mem = get("memory", "nvmlDeviceGetMemoryInfo")
+        total = _ull(getattr(mem, "total", None)) if mem is not None else None
+        used = _ull(getattr(mem, "used", None)) if mem is not None else None
+        if mem is not None and (total is None or used is None):
+            errors.append(("memory", NOT_AVAILABLE))
+        util = get("utilization_gpu_percent", "nvmlDeviceGetUtilizationRates")
+        gpu_util = _uint(getattr(util, "gpu", None)) if util is not None else None
+        temp = _uint(get("temperature_c", "nvmlDeviceGetTemperature", getattr(self._nv, "NVML_TEMPERATURE_GPU", 0)))
+        power = _uint(get("power_draw_w", "nvmlDeviceGetPowerUsage"))
+        limit = self._power_limit(h, errors, reasons)
+
+        procs, proc_reason = self._processes(index, dev)
+        if proc_reason is not None:
+            errors.append(("processes", proc_reason))
+            reasons.append(proc_reason)
+
+        # A lost GPU, or one on which every reading failed the same way, is one error row.
+        all_failed = mem is None and util is None and temp is None and power is None
+        same = len(set(reasons)) == 1 and reasons[0] != NOT_AVAILABLE if reasons else False
+        if GPU_LOST in reasons or (all_failed and same):
+            self._devices.pop(index, None)  # look the handle up again next poll
+            return _failed_device(index, dev, GPU_LOST if GPU_LOST in reasons else reasons[0]), []
+
+        # memory reason applies to both memory fields
+        field_errors: list[tuple[str, str]] = []
+        for name_, reason in errors:
+            if name_ == "memory":
+                field_errors += [("memory_total_bytes", reason), ("memory_used_bytes", reason)]
+            else:
+                field_errors.append((name_, reason))
+        sample = DeviceSample(
+            index=index,
+            name=dev.name,
+            uuid=dev.uuid,
+            memory_total_bytes=total,
+            memory_used_bytes=used,
+            utilization_gpu_percent=float(gpu_util) if gpu_util is not None else None,
+            temperature_c=float(temp) if temp is not None else None,
+            power_draw_w=power / 1000.0 if power is not None else None,
+            power_limit_w=limit / 1000.0 if limit is not None else None,
+            field_errors=tuple(dict.fromkeys(field_errors)),
+        )
+        return sample, procs
+
+    def _power_limit(self, h: Any, errors: list, reasons: list) -> int | None:
+        value, reason = self._query(self._power_limit_func, h)
+        if reason == NOT_AVAILABLE and self._power_limit_func == "nvmlDeviceGetEnforcedPowerLimit":
+            alt, alt_reason = self._query("nvmlDeviceGetPowerManagementLimit", h)
+            if alt_reason is None:
+                return _uint(alt)
+        if reason is not None:
+            errors.append(("power_limit_w", reason))
+            reasons.append(reason)
+        return _uint(value)
+
+    def _list(self, base: str, h: Any) -> tuple[list[Any] | None, str | None]:
+        """Call the newest working version of a process-list function."""
+        start = self._proc_version.get(base, 0)
+        for i in range(start, len(_VERSIONS)):
+            try:
+                result = self._call(base + _VERSIONS[i], h)
+            except _FunctionMissing:
+                continue
+            except self._nv.NVMLError as exc:
+                self._proc_version[base] = i
+                return None, self._reason(exc)
+            except Exception as exc:
+                return None, f"{type(exc).__name__}: {exc}"
+            self._proc_version[base] = i
+            return list(result or ()), None
+        self._notice_once(base, f"NVML function {base} is not available with this driver")
+        return None, NOT_AVAILABLE
+
+    def _processes(self, index: int, dev: _Device) -> tuple[list[ProcessSample], str | None]:
+        """Merged compute/MPS/graphics processes of one GPU, and why the list failed (or None)."""
+        merged: dict[int, tuple[ProcessType, int | None]] = {}
+        list_reason: str | None = None
+        for ptype, base in _PROCESS_KINDS:
+            items, reason = self._list(base, dev.handle)
+            if items is None:
+                # Graphics/MPS lists are often unsupported (headless boards, no MPS): not news.
+                if ptype is ProcessType.COMPUTE or reason != NOT_AVAILABLE:
+                    list_reason = list_reason or reason
+                continue
+            for item in items:
+                pid = getattr(item, "pid", None)
+                if not isinstance(pid, int):
+                    continue
+                used = _ull(getattr(item, "usedGpuMemory", None))
+                prev = merged.get(pid)
+                if prev is None:
+                    merged[pid] = (ptype, used)
+                else:
+                    # keep the higher-priority type (listed first) and the known, larger figure
+                    known = [m for m in (prev[1], used) if m is not None]
+                    merged[pid] = (prev[0], max(known) if known else None)
+        sm, sm_reason = self._sm_percent(dev, merged)
+        out = []
+        for pid, (ptype, used) in merged.items():
+            errs: list[tuple[str, str]] = []
+            if used is None:
+                errs.append(("used_memory_bytes", NOT_AVAILABLE))
+            sm_value = sm.get(pid)
+            if sm_value is None and sm_reason:
+                errs.append(("sm_percent", sm_reason))
+            out.append(ProcessSample(pid=pid, device_index=index, type=ptype, used_memory_bytes=used,
+                                     sm_percent=sm_value, field_errors=tuple(errs)))
+        return out, list_reason
+
+    def _sm_percent(self, dev: _Device, pids: dict[int, Any]) -> tuple[dict[int, float], str | None]:
+        """pid -> SM % from nvmlDeviceGetProcessUtilization, or ({}, reason) if it failed.
+
+        Only samples newer than the newest one already seen are returned by NVML, so the
+        newest time stamp is passed back each poll. NVML_ERROR_NOT_FOUND means no process
+        used the SMs since then: those PIDs read 0 %. A PID without a new sample keeps its
+        last value for SM_HOLD_SECONDS (polls can be faster than NVML's sampling), then 0 %.
+        """
+        if not pids:
+            dev.sm_last.clear()
+            return {}, None
+        now = time.monotonic()
+        samples: Any = ()
+        try:
+            samples = self._call("nvmlDeviceGetProcessUtilization", dev.handle, dev.util_stamp)
+        except _FunctionMissing:
+            self._notice_once("nvmlDeviceGetProcessUtilization",
+                              "NVML function nvmlDeviceGetProcessUtilization is not available; SM % shown as N/A")
+            return {}, NOT_AVAILABLE
+        except self._nv.NVMLError as exc:
+            if getattr(exc, "value", None) != getattr(self._nv, "NVML_ERROR_NOT_FOUND", -1):
+                return {}, self._reason(exc)
+        except Exception as exc:
+            return {}, f"{type(exc).__name__}: {exc}"
+        newest: dict[int, tuple[int, int]] = {}
+        for s in samples or ():
+            pid, stamp, util = getattr(s, "pid", None), getattr(s, "timeStamp", 0), getattr(s, "smUtil", None)
+            if not isinstance(pid, int) or not isinstance(util, int) or util == UINT_MAX:
+                continue
+            if pid not in newest or stamp >= newest[pid][0]:
+                newest[pid] = (stamp, util)
+            dev.util_stamp = max(dev.util_stamp, int(stamp))
+        for pid, (_, util) in newest.items():
+            dev.sm_last[pid] = (float(min(util, 100)), now)
+        out: dict[int, float] = {}
+        for pid in pids:
+            last = dev.sm_last.get(pid)
+            out[pid] = last[0] if last and now - last[1] <= SM_HOLD_SECONDS else 0.0
+        for pid in list(dev.sm_last):
+            if pid not in pids:
+                del dev.sm_last[pid]
+        return out, None
+
+
+def _ull(value: Any) -> int | None:
+    """An unsigned long long NVML figure, with NVML_VALUE_NOT_AVAILABLE (2**64-1) -> None."""
+    if value is None or not isinstance(value, int) or value == ULLONG_MAX or value < 0:
+        return None
+    return value
+
+
+def _uint(value: Any) -> int | None:
+    """An unsigned int NVML figure, with 2**32-1 (not available) -> None."""
+    if value is None or not isinstance(value, int) or value == UINT_MAX or value < 0:
+        return None
+    return value
+
+
+def _failed_device(index: int, dev: _Device | None, reason: str) -> DeviceSample:
+    return DeviceSample(
+        index=index,
+        name=dev.name if dev else None,
+        uuid=dev.uuid if dev else None,
+        memory_total_bytes=None,
+        memory_used_bytes=None,
+        utilization_gpu_percent=None,
+        temperature_c=None,
+        power_draw_w=None,
+        power_limit_w=None,
+        error=reason,
+    )

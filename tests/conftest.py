@@ -1,0 +1,55 @@
+"""Shared fixtures. Owned by the telemetry helper; others may add fixtures at the END, additive only.
+
+- ``fake_nvml``: a :class:`fake_pynvml.FakeNvml` with two GPUs installed as ``pynvml``.
+- ``no_nvml``: a fake whose ``nvmlInit`` fails with "NVML Shared Library Not Found".
+- ``spawn``: start real short-lived child processes (``spawn()`` -> Popen); all are killed
+  and reaped at teardown.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml  # noqa: E402
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch) -> FakeNvml:
+    """Two fake GPUs, no processes, installed as ``sys.modules['pynvml']``."""
+    fake = FakeNvml(gpus=2)
+    fake.install(monkeypatch)
+    return fake
+
+
+@pytest.fixture
+def no_nvml(monkeypatch) -> FakeNvml:
+    """A ``pynvml`` whose ``nvmlInit`` raises NVMLError_LibraryNotFound (no driver here)."""
+    fake = FakeNvml(gpus=0)
+    fake.init_error = NVML_ERROR_LIBRARY_NOT_FOUND
+    fake.install(monkeypatch)
+    return fake
+
+
+@pytest.fixture
+def spawn():
+    """Factory for real child processes: ``spawn(seconds=30, user=None, argv=None)``."""
+    children: list[subprocess.Popen] = []
+
+    def _spawn(seconds: float = 30.0, user: int | None = None, argv: list[str] | None = None) -> subprocess.Popen:
+        cmd = argv or [sys.executable, "-c", f"import time; time.sleep({seconds})"]
+        proc = subprocess.Popen(cmd, user=user, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        children.append(proc)
+        return proc
+
+    yield _spawn
+    for proc in children:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)

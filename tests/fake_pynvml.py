@@ -1,0 +1,409 @@
+"""A fake ``pynvml`` (nvidia-ml-py) module for tests: no GPU, no driver, full control.
+
+The names, signatures, error classes and return shapes follow nvidia-ml-py 13.x
+(``pynvml.py``): ``NVMLError(value)`` maps to subclasses ``NVMLError_NotSupported`` & co.,
+``str(err)`` is the driver's text ("Not Supported", "GPU is lost", ...), process lists hold
+objects with ``pid``, ``usedGpuMemory``, ``gpuInstanceId``, ``computeInstanceId``, the
+``_v2``/``_v3`` process calls turn ``usedGpuMemory == 2**64-1`` into ``None`` (as the real
+binding does) while the plain call can be told to return it raw (older bindings did), power
+is in milliwatts, temperature in °C, and ``nvmlSystemGetCudaDriverVersion`` returns an int
+such as 12040.
+
+Use::
+
+    fake = FakeNvml(gpus=2)
+    fake.add_process(0, pid=1234, used=512 * MiB, kind="compute", sm=40)
+    fake.install(monkeypatch)        # sys.modules["pynvml"] = fake.module
+    fake.fail("nvmlDeviceGetTemperature", NVML_ERROR_TIMEOUT, device=1, times=2)
+    fake.lose_gpu(0); ...; fake.recover_gpu(0)
+
+A test in tests/test_nvml.py checks that every public name here exists in the real module.
+"""
+
+from __future__ import annotations
+
+import string
+import sys
+import threading
+import time
+import types
+from collections import Counter
+from dataclasses import dataclass, field
+
+MiB = 1024**2
+GiB = 1024**3
+ULLONG_MAX = 2**64 - 1
+
+# Error codes, as in nvidia-ml-py.
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_ALREADY_INITIALIZED = 5
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_INSUFFICIENT_SIZE = 7
+NVML_ERROR_INSUFFICIENT_POWER = 8
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_IRQ_ISSUE = 11
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_CORRUPTED_INFOROM = 14
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_OPERATING_SYSTEM = 17
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_IN_USE = 19
+NVML_ERROR_MEMORY = 20
+NVML_ERROR_NO_DATA = 21
+NVML_ERROR_UNKNOWN = 999
+
+_ERROR_TEXT = {
+    NVML_ERROR_UNINITIALIZED: "Uninitialized",
+    NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
+    NVML_ERROR_NOT_SUPPORTED: "Not Supported",
+    NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
+    NVML_ERROR_ALREADY_INITIALIZED: "Already Initialized",
+    NVML_ERROR_NOT_FOUND: "Not Found",
+    NVML_ERROR_INSUFFICIENT_SIZE: "Insufficient Size",
+    NVML_ERROR_INSUFFICIENT_POWER: "Insufficient External Power",
+    NVML_ERROR_DRIVER_NOT_LOADED: "Driver Not Loaded",
+    NVML_ERROR_TIMEOUT: "Timeout",
+    NVML_ERROR_IRQ_ISSUE: "Interrupt Request Issue",
+    NVML_ERROR_LIBRARY_NOT_FOUND: "NVML Shared Library Not Found",
+    NVML_ERROR_FUNCTION_NOT_FOUND: "Function Not Found",
+    NVML_ERROR_CORRUPTED_INFOROM: "Corrupted infoROM",
+    NVML_ERROR_GPU_IS_LOST: "GPU is lost",
+    NVML_ERROR_RESET_REQUIRED: "GPU requires restart",
+    NVML_ERROR_OPERATING_SYSTEM: "The operating system has blocked the request.",
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH: "RM has detected an NVML/RM version mismatch.",
+    NVML_ERROR_IN_USE: "In Use",
+    NVML_ERROR_MEMORY: "Insufficient Memory",
+    NVML_ERROR_NO_DATA: "No Data",
+    NVML_ERROR_UNKNOWN: "Unknown Error",
+}
+
+NVML_TEMPERATURE_GPU = 0
+NVML_VALUE_NOT_AVAILABLE_ulonglong_value = ULLONG_MAX
+
+
+class NVMLError(Exception):
+    """Like pynvml.NVMLError: ``NVMLError(code)`` returns the matching subclass."""
+
+    _valClassMapping: dict[int, type] = {}
+
+    def __new__(cls, value):  # noqa: D102
+        if cls is NVMLError:
+            cls = NVMLError._valClassMapping.get(value, cls)
+        obj = Exception.__new__(cls)
+        obj.value = value
+        return obj
+
+    def __init__(self, *args):  # the real class has no __init__; keep args harmless
+        super().__init__(*args)
+
+    def __str__(self):
+        return _ERROR_TEXT.get(self.value, f"NVML Error with code {self.value}")
+
+    def __eq__(self, other):
+        return isinstance(other, NVMLError) and self.value == other.value
+
+    __hash__ = Exception.__hash__
+
+
+_ERROR_CLASSES: dict[str, type] = {}
+for _name, _val in list(globals().items()):
+    if _name.startswith("NVML_ERROR_"):
+        _cls_name = "NVMLError_" + string.capwords(_name.replace("NVML_ERROR_", ""), "_").replace("_", "")
+
+        def _gen_new(val):
+            def new(cls, *args):
+                return NVMLError.__new__(cls, val)
+
+            return new
+
+        _cls = type(_cls_name, (NVMLError,), {"__new__": _gen_new(_val)})
+        _cls.__module__ = "pynvml"
+        NVMLError._valClassMapping[_val] = _cls
+        _ERROR_CLASSES[_cls_name] = _cls
+globals().update(_ERROR_CLASSES)
+
+
+class _Friendly:
+    """Like pynvml's nvmlFriendlyObject: a plain attribute bag."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.__dict__})"
+
+
+@dataclass
+class FakeProcess:
+    """A process on a fake GPU. ``used`` is bytes (``None``/ULLONG_MAX: not available)."""
+
+    pid: int
+    used: int | None
+    kind: str = "compute"  # compute | graphics | mps
+    sm: int | None = None  # SM % reported by nvmlDeviceGetProcessUtilization (None: no sample)
+    sample_time_us: int | None = None  # None: a fresh sample at each call
+
+
+@dataclass
+class FakeGpu:
+    name: str = "NVIDIA A100-SXM4-80GB"
+    uuid: str = ""
+    memory_total: int = 80 * GiB
+    memory_used: int = 1 * GiB
+    util_gpu: int = 37
+    util_mem: int = 12
+    temperature: int = 55
+    power_mw: int = 123_456
+    power_limit_mw: int = 400_000
+    processes: list[FakeProcess] = field(default_factory=list)
+    lost: bool = False
+
+
+class _Handle:
+    """Stands in for c_nvmlDevice_t: refers to one FakeGpu object."""
+
+    def __init__(self, gpu: FakeGpu, index: int):
+        self.gpu = gpu
+        self.index = index
+
+    def __repr__(self):
+        return f"<fake nvmlDevice {self.index}>"
+
+
+_PROCESS_FUNCS = {
+    "compute": "nvmlDeviceGetComputeRunningProcesses",
+    "graphics": "nvmlDeviceGetGraphicsRunningProcesses",
+    "mps": "nvmlDeviceGetMPSComputeRunningProcesses",
+}
+
+
+class FakeNvml:
+    """Controllable NVML. ``module`` is the object to install as ``sys.modules['pynvml']``.
+
+    Knobs:
+    - ``gpus``: list of :class:`FakeGpu` (append/remove to change the device count).
+    - ``init_error``: an NVML error code raised by ``nvmlInit`` (e.g. LIBRARY_NOT_FOUND).
+    - ``process_api``: highest process-list version the "driver" has (3, 2 or 1); calls to
+      newer versions raise ``NVMLError_FunctionNotFound`` like a binding newer than the driver.
+    - ``raw_na_v1``: the plain (v1) process call returns ``usedGpuMemory = 2**64-1`` unconverted.
+    - ``fail(func, code, device=None, times=None)``: make calls raise; ``func="*"`` is any call.
+    - ``calls``: Counter of function names called.
+    """
+
+    def __init__(self, gpus: int = 2):
+        self.gpus: list[FakeGpu] = []
+        for i in range(gpus):
+            self.add_gpu()
+        self.driver_version = "550.54.15"
+        self.cuda_driver_version = 12040
+        self.init_error: int | None = None
+        self.process_api = 3
+        self.raw_na_v1 = True
+        self.initialized = False
+        self.calls: Counter[str] = Counter()
+        self._faults: list[list] = []  # [func, code, device, remaining]
+        self._lock = threading.Lock()
+        self.module = self._build_module()
+
+    # ---- configuration -------------------------------------------------------------------
+    def add_gpu(self, **kw) -> FakeGpu:
+        index = len(self.gpus)
+        kw.setdefault("uuid", f"GPU-{index:08d}-fake-0000-0000-{index:012d}")
+        gpu = FakeGpu(**kw)
+        self.gpus.append(gpu)
+        return gpu
+
+    def add_process(self, gpu: int, pid: int, used: int | None = 256 * MiB, kind: str = "compute",
+                    sm: int | None = None, sample_time_us: int | None = None) -> FakeProcess:
+        proc = FakeProcess(pid=pid, used=used, kind=kind, sm=sm, sample_time_us=sample_time_us)
+        self.gpus[gpu].processes.append(proc)
+        return proc
+
+    def remove_process(self, pid: int) -> None:
+        for gpu in self.gpus:
+            gpu.processes[:] = [p for p in gpu.processes if p.pid != pid]
+
+    def fail(self, func: str, code: int, *, device: int | None = None, times: int | None = None) -> None:
+        """Make ``func`` (or every call, ``"*"``) raise NVMLError(code), on ``device`` only if
+        given, for the next ``times`` calls (forever if None)."""
+        self._faults.append([func, code, device, times])
+
+    def clear_faults(self) -> None:
+        self._faults.clear()
+
+    def lose_gpu(self, index: int) -> None:
+        self.gpus[index].lost = True
+
+    def recover_gpu(self, index: int) -> None:
+        self.gpus[index].lost = False
+
+    def remove_function(self, name: str) -> None:
+        """Delete a function from the module (an older nvidia-ml-py without it)."""
+        if hasattr(self.module, name):
+            delattr(self.module, name)
+
+    def install(self, monkeypatch) -> types.ModuleType:
+        monkeypatch.setitem(sys.modules, "pynvml", self.module)
+        return self.module
+
+    # ---- internals -----------------------------------------------------------------------
+    def _check(self, func: str, handle: _Handle | None = None) -> None:
+        self.calls[func] += 1
+        if not self.initialized and func not in ("nvmlInit", "nvmlInitWithFlags"):
+            raise NVMLError(NVML_ERROR_UNINITIALIZED)
+        device = handle.index if handle is not None else None
+        with self._lock:
+            for fault in self._faults:
+                name, code, dev, remaining = fault
+                if name not in ("*", func):
+                    continue
+                if dev is not None and dev != device:
+                    continue
+                if remaining is not None:
+                    if remaining <= 0:
+                        continue
+                    fault[3] = remaining - 1
+                raise NVMLError(code)
+        if handle is not None:
+            if handle.gpu.lost or not any(g is handle.gpu for g in self.gpus):
+                raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+
+    def _processes(self, func: str, handle: _Handle, kind: str, version: int):
+        self._check(func, handle)
+        if version > self.process_api:
+            raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+        out = []
+        for p in handle.gpu.processes:
+            if p.kind != kind:
+                continue
+            used = ULLONG_MAX if p.used is None else p.used
+            if used == ULLONG_MAX and not (version == 1 and self.raw_na_v1):
+                used = None
+            out.append(_Friendly(pid=p.pid, usedGpuMemory=used, gpuInstanceId=ULLONG_MAX & 0xFFFFFFFF,
+                                 computeInstanceId=ULLONG_MAX & 0xFFFFFFFF))
+        return out
+
+    def _build_module(self) -> types.ModuleType:
+        mod = types.ModuleType("pynvml")
+        mod.__file__ = __file__
+        fake = self
+        for name, value in globals().items():
+            if name.startswith(("NVML_ERROR_", "NVMLError")) or name in ("NVML_SUCCESS", "NVML_TEMPERATURE_GPU"):
+                setattr(mod, name, value)
+        mod.NVMLError = NVMLError
+        mod.NVML_VALUE_NOT_AVAILABLE_ulonglong = _Friendly(value=ULLONG_MAX)
+
+        def nvmlInit():
+            fake.calls["nvmlInit"] += 1
+            if fake.init_error is not None:
+                raise NVMLError(fake.init_error)
+            fake.initialized = True
+
+        def nvmlInitWithFlags(flags):
+            nvmlInit()
+
+        def nvmlShutdown():
+            fake._check("nvmlShutdown")
+            fake.initialized = False
+
+        def nvmlSystemGetDriverVersion():
+            fake._check("nvmlSystemGetDriverVersion")
+            return fake.driver_version
+
+        def nvmlSystemGetCudaDriverVersion():
+            fake._check("nvmlSystemGetCudaDriverVersion")
+            return fake.cuda_driver_version
+
+        def nvmlSystemGetCudaDriverVersion_v2():
+            fake._check("nvmlSystemGetCudaDriverVersion_v2")
+            return fake.cuda_driver_version
+
+        def nvmlDeviceGetCount():
+            fake._check("nvmlDeviceGetCount")
+            return len(fake.gpus)
+
+        def nvmlDeviceGetHandleByIndex(index):
+            fake._check("nvmlDeviceGetHandleByIndex")
+            if not 0 <= index < len(fake.gpus):
+                raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+            gpu = fake.gpus[index]
+            if gpu.lost:
+                raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+            return _Handle(gpu, index)
+
+        def nvmlDeviceGetName(handle):
+            fake._check("nvmlDeviceGetName", handle)
+            return handle.gpu.name
+
+        def nvmlDeviceGetUUID(handle):
+            fake._check("nvmlDeviceGetUUID", handle)
+            return handle.gpu.uuid
+
+        def nvmlDeviceGetMemoryInfo(handle, version=None):
+            fake._check("nvmlDeviceGetMemoryInfo", handle)
+            g = handle.gpu
+            return _Friendly(total=g.memory_total, used=g.memory_used, free=g.memory_total - g.memory_used)
+
+        def nvmlDeviceGetUtilizationRates(handle):
+            fake._check("nvmlDeviceGetUtilizationRates", handle)
+            return _Friendly(gpu=handle.gpu.util_gpu, memory=handle.gpu.util_mem)
+
+        def nvmlDeviceGetTemperature(handle, sensor):
+            fake._check("nvmlDeviceGetTemperature", handle)
+            if sensor != NVML_TEMPERATURE_GPU:
+                raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+            return handle.gpu.temperature
+
+        def nvmlDeviceGetPowerUsage(handle):
+            fake._check("nvmlDeviceGetPowerUsage", handle)
+            return handle.gpu.power_mw
+
+        def nvmlDeviceGetEnforcedPowerLimit(handle):
+            fake._check("nvmlDeviceGetEnforcedPowerLimit", handle)
+            return handle.gpu.power_limit_mw
+
+        def nvmlDeviceGetPowerManagementLimit(handle):
+            fake._check("nvmlDeviceGetPowerManagementLimit", handle)
+            return handle.gpu.power_limit_mw
+
+        def nvmlDeviceGetProcessUtilization(handle, timeStamp):
+            fake._check("nvmlDeviceGetProcessUtilization", handle)
+            now = int(time.time() * 1e6)
+            samples = []
+            for p in handle.gpu.processes:
+                if p.sm is None:
+                    continue
+                ts = now if p.sample_time_us is None else p.sample_time_us
+                if ts > timeStamp:
+                    samples.append(_Friendly(pid=p.pid, timeStamp=ts, smUtil=p.sm, memUtil=0, encUtil=0, decUtil=0))
+            if not samples:
+                # the driver answers NOT_FOUND when no process ran since timeStamp
+                raise NVMLError(NVML_ERROR_NOT_FOUND)
+            return samples
+
+        funcs = dict(locals())
+        for kind, base in _PROCESS_FUNCS.items():
+            for suffix, version in (("_v3", 3), ("_v2", 2), ("", 1)):
+                name = base + suffix
+
+                def proc_func(handle, _name=name, _kind=kind, _v=version):
+                    return fake._processes(_name, handle, _kind, _v)
+
+                proc_func.__name__ = name
+                funcs[name] = proc_func
+        for name, obj in funcs.items():
+            if name.startswith("nvml") and callable(obj):
+                setattr(mod, name, obj)
+        return mod
+
+
+def public_names(module: types.ModuleType) -> list[str]:
+    """Names the fake exports that code may use (to compare with the real binding)."""
+    return sorted(n for n in vars(module) if n.startswith(("nvml", "NVML")))
