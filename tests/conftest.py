@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -42,10 +44,22 @@ def spawn():
     children: list[subprocess.Popen] = []
 
     def _spawn(seconds: float = 30.0, user: int | None = None, argv: list[str] | None = None) -> subprocess.Popen:
-        cmd = argv or [sys.executable, "-c", f"import time; time.sleep({seconds})"]
+        if argv is None:
+            # another user may not be able to run our venv interpreter: use sleep(1) then
+            argv = ["sleep", str(seconds)] if user is not None else [sys.executable, "-c", f"import time; time.sleep({seconds})"]
+        cmd = argv
         proc = subprocess.Popen(cmd, user=user, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         children.append(proc)
+        # wait for exec: until then /proc shows our own command line
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                if len(psutil.Process(proc.pid).cmdline()) == len(cmd):
+                    break
+            except psutil.Error:
+                break
+            time.sleep(0.005)
         return proc
 
     yield _spawn

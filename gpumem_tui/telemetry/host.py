@@ -1,0 +1,282 @@
+"""Host details of a PID through psutil: user, command line, CPU %, RSS, start time, container.
+
+One :class:`HostEnricher` lives as long as the poller. It keeps a ``psutil.Process`` per
+``(pid, create_time)`` so that ``cpu_percent`` has a previous reading to diff against and so
+that the command line, user and container (which do not change) are read once. A PID that
+was reused by a new process gets a new key and fresh details.
+
+What psutil could not say becomes a visible state, never an exception:
+
+- ``psutil.AccessDenied``  -> ``ProcessStatus.NO_PERMISSION`` (the field reads "no permission")
+- ``psutil.ZombieProcess`` -> ``ProcessStatus.ZOMBIE``
+- ``psutil.NoSuchProcess`` -> ``ProcessStatus.EXITED``, or ``NOT_IN_NAMESPACE`` when NVML
+  keeps reporting a PID that /proc never shows: the GPU driver sees PIDs of the host's
+  PID namespace, which a container without ``--pid=host`` cannot see (``in_container`` makes
+  that call at once; otherwise a PID invisible for two polls in a row is judged so).
+
+Headless (psutil only). Memory in bytes; CPU in percent of one core (psutil convention,
+can exceed 100 for multi-threaded processes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import psutil
+
+from gpumem_tui.telemetry.model import ProcessSample, ProcessStatus, ProcessType
+
+NAMESPACE_MESSAGE = "not visible from this PID namespace; run the container with --pid=host"
+NO_PERMISSION = "no permission"
+EXITED = "exited"
+ZOMBIE = "zombie"
+FIRST_SAMPLE = "measuring"  # cpu_percent needs two readings
+
+# /proc/<pid>/cgroup patterns, most specific first: (regex, label template).
+_CGROUP_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"kubepods[^\n]*?pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"), "pod {0}"),
+    (re.compile(r"cri-containerd-([0-9a-f]{12,64})"), "containerd {0}"),
+    (re.compile(r"/containerd/([0-9a-f]{12,64})"), "containerd {0}"),
+    (re.compile(r"libpod-(?:conmon-)?([0-9a-f]{12,64})"), "podman {0}"),
+    (re.compile(r"docker[-/]([0-9a-f]{12,64})"), "docker {0}"),
+    (re.compile(r"lxc\.payload\.([^/\n]+)"), "lxc {0}"),
+    (re.compile(r"/lxc/([^/\n]+)"), "lxc {0}"),
+)
+_CONTAINER_MARKERS = ("docker", "kubepods", "containerd", "libpod", "lxc")
+
+
+def container_from_cgroup(text: str) -> str | None:
+    """Container or pod label from the contents of ``/proc/<pid>/cgroup``, or None.
+
+    Recognises Docker (``/docker/<id>``, ``docker-<id>.scope``), containerd / CRI
+    (``cri-containerd-<id>.scope``), Kubernetes (``kubepods...pod<uid>``, label is the pod
+    UID: the pod *name* is not in the cgroup path), Podman (``libpod-<id>.scope``) and LXC
+    (``/lxc/<name>``, ``lxc.payload.<name>``). Container ids are shortened to 12 hex digits.
+    """
+    for pattern, label in _CGROUP_PATTERNS:
+        match = pattern.search(text)
+        if match:
+            ident = match.group(1)
+            if re.fullmatch(r"[0-9a-f]{13,64}", ident):
+                ident = ident[:12]
+            return label.format(ident.replace("_", "-"))
+    return None
+
+
+def detect_container(proc_root: str = "/proc") -> bool:
+    """True if this process seems to run inside a container (its own PID namespace likely).
+
+    Signs: ``/.dockerenv`` or ``/run/.containerenv`` exists, or ``<proc_root>/1/cgroup`` names
+    docker/kubepods/containerd/libpod/lxc. With cgroup v2 namespaces none of these may show;
+    then :class:`HostEnricher` falls back to noticing PIDs that NVML reports but /proc lacks.
+    """
+    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
+        return True
+    try:
+        text = Path(proc_root, "1", "cgroup").read_text(errors="replace")
+    except OSError:
+        return False
+    return any(marker in text for marker in _CONTAINER_MARKERS)
+
+
+@dataclass
+class _Entry:
+    proc: psutil.Process
+    create_time: float
+    user: str | None
+    command: str | None
+    container: str | None
+    errors: list[tuple[str, str]]
+    primed: bool = False  # cpu_percent has a previous reading
+    last_seen: float = 0.0
+
+
+class HostEnricher:
+    """Adds host figures to NVML process samples; lists visible host processes.
+
+    ``in_container``: None detects it (:func:`detect_container`); tests pass True/False.
+    ``proc_root``: where per-PID cgroup files are read (tests point it elsewhere).
+    Not thread-safe: use from the poller thread.
+    """
+
+    def __init__(self, *, in_container: bool | None = None, proc_root: str = "/proc") -> None:
+        self.proc_root = proc_root
+        self.in_container = detect_container(proc_root) if in_container is None else in_container
+        self._cache: dict[tuple[int, float], _Entry] = {}
+        self._missing: dict[int, int] = {}  # pid -> consecutive polls NVML reported it but /proc did not
+        self._notices: list[str] = []
+        self._namespace_noticed = False
+
+    # ---- public --------------------------------------------------------------------------
+    def enrich(self, samples: Iterable[ProcessSample], *, from_nvml: bool = True) -> list[ProcessSample]:
+        """Return ``samples`` with user, command, CPU %, RSS, start time, status, container.
+
+        ``from_nvml``: the PIDs come from the GPU driver (enables the PID-namespace verdict).
+        Never raises for psutil errors. Call once per poll; entries not looked up for 60 s
+        are dropped.
+        """
+        now = time.monotonic()
+        out: list[ProcessSample] = []
+        looked_up: dict[int, dict] = {}
+        for sample in samples:
+            if sample.pid not in looked_up:
+                looked_up[sample.pid] = self._lookup(sample.pid, now, from_nvml)
+            info = dict(looked_up[sample.pid])
+            errors = tuple(dict.fromkeys(sample.field_errors + info.pop("errors")))
+            out.append(dataclasses.replace(sample, field_errors=errors, **info))
+        for pid in list(self._missing):
+            if pid not in looked_up:
+                del self._missing[pid]
+        self._expire(now)
+        return out
+
+    def host_processes(self, *, extra_pids: Iterable[int] = (), limit: int = 200,
+                       uid: int | None = None) -> list[ProcessSample]:
+        """Processes of user ``uid`` (default: our effective uid) plus ``extra_pids``, as HOST rows.
+
+        Bounded: at most ``limit`` rows, the largest RSS first (extra PIDs always kept).
+        Used when there is no NVML. Never raises.
+        """
+        uid = os.geteuid() if uid is None else uid
+        extra = set(extra_pids)
+        pids: list[int] = []
+        for pid in psutil.pids():
+            if pid in extra:
+                continue
+            try:
+                if os.stat(f"{self.proc_root}/{pid}").st_uid == uid:
+                    pids.append(pid)
+            except OSError:
+                continue
+        base = [ProcessSample(pid=p, device_index=None, type=ProcessType.HOST) for p in sorted(extra)]
+        rows = self.enrich(base + [ProcessSample(pid=p, device_index=None, type=ProcessType.HOST) for p in pids],
+                           from_nvml=False)
+        kept = rows[: len(base)]
+        others = [r for r in rows[len(base):] if r.status is not ProcessStatus.EXITED]
+        others.sort(key=lambda r: r.rss_bytes or 0, reverse=True)
+        return kept + others[: max(limit - len(kept), 0)]
+
+    def take_notices(self) -> list[str]:
+        """One-off messages since the last call (e.g. the PID-namespace explanation)."""
+        notices, self._notices = self._notices, []
+        return notices
+
+    # ---- internals -----------------------------------------------------------------------
+    def _lookup(self, pid: int, now: float, from_nvml: bool) -> dict:
+        try:
+            proc = psutil.Process(pid)  # reads the create time: our PID-reuse guard
+            key = (pid, proc.create_time())
+        except psutil.ZombieProcess:
+            return self._state(ProcessStatus.ZOMBIE, ZOMBIE, pid)
+        except psutil.NoSuchProcess:
+            return self._vanished(pid, from_nvml)
+        except psutil.AccessDenied:
+            return self._state(ProcessStatus.NO_PERMISSION, NO_PERMISSION)
+        except Exception as exc:  # pragma: no cover - psutil on an exotic platform
+            return self._state(ProcessStatus.NO_PERMISSION, f"{type(exc).__name__}: {exc}")
+        self._missing.pop(pid, None)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._cache[key] = self._new_entry(proc, key[1])
+        entry.last_seen = now
+        errors = list(entry.errors)
+        status = ProcessStatus.OK
+        cpu = rss = None
+        try:
+            with entry.proc.oneshot():
+                try:
+                    cpu = entry.proc.cpu_percent(None)
+                    if not entry.primed:
+                        entry.primed = True
+                        cpu = None
+                        errors.append(("cpu_percent", FIRST_SAMPLE))
+                except psutil.AccessDenied:
+                    errors.append(("cpu_percent", NO_PERMISSION))
+                    status = ProcessStatus.NO_PERMISSION
+                try:
+                    rss = entry.proc.memory_info().rss
+                except psutil.AccessDenied:
+                    errors.append(("rss_bytes", NO_PERMISSION))
+                    status = ProcessStatus.NO_PERMISSION
+                if entry.proc.status() == psutil.STATUS_ZOMBIE:
+                    status = ProcessStatus.ZOMBIE
+        except psutil.ZombieProcess:
+            status = ProcessStatus.ZOMBIE
+        except psutil.NoSuchProcess:
+            self._cache.pop(key, None)
+            return self._state(ProcessStatus.EXITED, EXITED, user=entry.user, command=entry.command)
+        except psutil.AccessDenied:
+            status = ProcessStatus.NO_PERMISSION
+        if status is ProcessStatus.OK and any(r == NO_PERMISSION for _, r in errors):
+            status = ProcessStatus.NO_PERMISSION
+        return {
+            "user": entry.user,
+            "command": entry.command,
+            "cpu_percent": cpu,
+            "rss_bytes": rss,
+            "start_time": entry.create_time,
+            "status": status,
+            "container": entry.container,
+            "errors": tuple(errors),
+        }
+
+    def _new_entry(self, proc: psutil.Process, create_time: float) -> _Entry:
+        errors: list[tuple[str, str]] = []
+        user = command = None
+        try:
+            user = proc.username()  # uid as text when it has no passwd entry
+        except psutil.AccessDenied:
+            errors.append(("user", NO_PERMISSION))
+        except (psutil.NoSuchProcess, KeyError):
+            pass
+        try:
+            argv = proc.cmdline()
+            command = " ".join(argv) if argv else f"[{proc.name()}]"
+        except psutil.AccessDenied:
+            errors.append(("command", NO_PERMISSION))
+        except psutil.ZombieProcess:
+            command = None
+        except psutil.NoSuchProcess:
+            pass
+        container = None
+        try:
+            container = container_from_cgroup(Path(self.proc_root, str(proc.pid), "cgroup").read_text(errors="replace"))
+        except OSError:
+            pass
+        return _Entry(proc=proc, create_time=create_time, user=user, command=command,
+                      container=container, errors=errors)
+
+    def _vanished(self, pid: int, from_nvml: bool) -> dict:
+        if from_nvml:
+            polls = self._missing[pid] = self._missing.get(pid, 0) + 1
+            # An exited process drops out of NVML's list by the next poll; one that stays is
+            # alive in a PID namespace we cannot see.
+            if self.in_container or polls >= 2:
+                if not self._namespace_noticed:
+                    self._namespace_noticed = True
+                    self._notices.append(f"GPU processes are {NAMESPACE_MESSAGE}")
+                return self._state(ProcessStatus.NOT_IN_NAMESPACE, NAMESPACE_MESSAGE)
+        return self._state(ProcessStatus.EXITED, EXITED)
+
+    def _state(self, status: ProcessStatus, reason: str, pid: int | None = None, *,
+               user: str | None = None, command: str | None = None) -> dict:
+        if status is ProcessStatus.ZOMBIE and pid is not None:
+            try:
+                user = psutil.Process(pid).username()
+            except Exception:
+                user = None
+        errors = tuple((name, reason) for name, value in (("user", user), ("command", command)) if value is None)
+        errors += (("cpu_percent", reason), ("rss_bytes", reason))
+        return {"user": user, "command": command, "cpu_percent": None, "rss_bytes": None,
+                "start_time": None, "status": status, "container": None, "errors": errors}
+
+    def _expire(self, now: float) -> None:
+        stale = [key for key, entry in self._cache.items() if now - entry.last_seen > 60.0]
+        for key in stale:
+            del self._cache[key]

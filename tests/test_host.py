@@ -1,0 +1,221 @@
+"""HostEnricher: psutil states, PID namespace verdict, containers, caching, multi-user."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+from gpumem_tui.telemetry.host import (
+    NAMESPACE_MESSAGE,
+    HostEnricher,
+    container_from_cgroup,
+    detect_container,
+)
+from gpumem_tui.telemetry.model import ProcessSample, ProcessStatus, ProcessType
+
+
+def _gpu(pid: int, device: int = 0) -> ProcessSample:
+    return ProcessSample(pid=pid, device_index=device, type=ProcessType.COMPUTE, used_memory_bytes=1 << 20)
+
+
+def _dead_pid() -> int:
+    pid = 4_000_000
+    while psutil.pid_exists(pid):
+        pid -= 1
+    return pid
+
+
+def test_own_process_details_and_cpu_after_two_polls(spawn):
+    child = spawn()
+    host = HostEnricher(in_container=False)
+    (first,) = host.enrich([_gpu(child.pid)])
+    assert first.status is ProcessStatus.OK
+    assert first.user == psutil.Process().username()
+    assert "time.sleep(30" in first.command
+    assert first.rss_bytes and first.rss_bytes > 0
+    assert first.start_time == pytest.approx(psutil.Process(child.pid).create_time())
+    assert first.used_memory_bytes == 1 << 20  # NVML figure untouched
+    assert first.cpu_percent is None and first.reason("cpu_percent") == "measuring"
+    (second,) = host.enrich([_gpu(child.pid)])
+    assert isinstance(second.cpu_percent, float) and second.cpu_percent >= 0.0
+    assert second.reason("cpu_percent") is None
+
+
+def test_other_users_process(spawn):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a process as another user")
+    child = spawn(user=65534)
+    time.sleep(0.05)
+    (row,) = HostEnricher(in_container=False).enrich([_gpu(child.pid)])
+    assert row.status is ProcessStatus.OK
+    expected = psutil.Process(child.pid).username()
+    assert row.user == expected and row.user != psutil.Process().username()
+
+
+def test_same_pid_on_two_gpus_gets_same_details(spawn):
+    child = spawn()
+    rows = HostEnricher(in_container=False).enrich([_gpu(child.pid, 0), _gpu(child.pid, 1)])
+    assert [r.device_index for r in rows] == [0, 1]
+    assert rows[0].command == rows[1].command and rows[1].reason("cpu_percent") == "measuring"
+
+
+def test_exited_between_listing_and_lookup(spawn):
+    child = spawn()
+    pid = child.pid
+    child.kill()
+    child.wait()
+    (row,) = HostEnricher(in_container=False).enrich([_gpu(pid)])
+    assert row.status is ProcessStatus.EXITED
+    assert row.reason("command") == "exited" and row.rss_bytes is None
+
+
+def test_exited_after_being_cached(spawn):
+    child = spawn()
+    host = HostEnricher(in_container=False)
+    host.enrich([_gpu(child.pid)])
+    child.kill()
+    child.wait()
+    (row,) = host.enrich([_gpu(child.pid)])
+    assert row.status is ProcessStatus.EXITED
+
+
+def test_real_zombie(spawn):
+    child = spawn()
+    child.kill()
+    deadline = time.time() + 5
+    while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE and time.time() < deadline:
+        time.sleep(0.01)
+    (row,) = HostEnricher(in_container=False).enrich([_gpu(child.pid)])
+    assert row.status is ProcessStatus.ZOMBIE
+
+
+def test_zombie_process_exception(monkeypatch, spawn):
+    child = spawn()
+
+    def boom(self, *a, **k):
+        raise psutil.ZombieProcess(self.pid)
+
+    monkeypatch.setattr(psutil.Process, "cpu_percent", boom)
+    (row,) = HostEnricher(in_container=False).enrich([_gpu(child.pid)])
+    assert row.status is ProcessStatus.ZOMBIE
+
+
+def test_access_denied_is_no_permission(monkeypatch, spawn):
+    child = spawn()
+
+    def denied(self, *a, **k):
+        raise psutil.AccessDenied(self.pid)
+
+    denied.cache_activate = denied.cache_deactivate = lambda self: None  # oneshot() hooks
+    monkeypatch.setattr(psutil.Process, "memory_info", denied)
+    monkeypatch.setattr(psutil.Process, "cmdline", denied)
+    (row,) = HostEnricher(in_container=False).enrich([_gpu(child.pid)])
+    assert row.status is ProcessStatus.NO_PERMISSION
+    assert row.rss_bytes is None and row.reason("rss_bytes") == "no permission"
+    assert row.command is None and row.reason("command") == "no permission"
+    assert row.user is not None  # what could be read still is
+
+
+def test_access_denied_on_open(monkeypatch):
+    def denied(self, pid=None):
+        raise psutil.AccessDenied(pid)
+
+    monkeypatch.setattr(psutil.Process, "__init__", denied)
+    (row,) = HostEnricher(in_container=False).enrich([_gpu(1)])
+    assert row.status is ProcessStatus.NO_PERMISSION and row.reason("user") == "no permission"
+
+
+def test_namespace_verdict_in_container():
+    host = HostEnricher(in_container=True)
+    (row,) = host.enrich([_gpu(_dead_pid())])
+    assert row.status is ProcessStatus.NOT_IN_NAMESPACE
+    assert row.reason("command") == NAMESPACE_MESSAGE
+    assert "--pid=host" in NAMESPACE_MESSAGE
+    assert host.take_notices() == [f"GPU processes are {NAMESPACE_MESSAGE}"]
+    host.enrich([_gpu(_dead_pid())])
+    assert host.take_notices() == []  # said once
+
+
+def test_namespace_verdict_from_persistence_outside_container():
+    host = HostEnricher(in_container=False)
+    pid = _dead_pid()
+    assert host.enrich([_gpu(pid)])[0].status is ProcessStatus.EXITED  # could be a race
+    assert host.enrich([_gpu(pid)])[0].status is ProcessStatus.NOT_IN_NAMESPACE  # NVML insists
+    host.enrich([])  # gone from NVML: counter reset
+    assert host.enrich([_gpu(pid)])[0].status is ProcessStatus.EXITED
+
+
+def test_host_rows_never_claim_namespace():
+    host = HostEnricher(in_container=True)
+    (row,) = host.enrich([ProcessSample(pid=_dead_pid(), device_index=None, type=ProcessType.HOST)],
+                         from_nvml=False)
+    assert row.status is ProcessStatus.EXITED
+
+
+def test_pid_reuse_gets_fresh_details(monkeypatch, spawn):
+    child = spawn()
+    host = HostEnricher(in_container=False)
+    host.enrich([_gpu(child.pid)])
+    host.enrich([_gpu(child.pid)])
+    real_create = psutil.Process.create_time
+    monkeypatch.setattr(psutil.Process, "create_time", lambda self: real_create(self) + 1000.0)
+    monkeypatch.setattr(psutil.Process, "cmdline", lambda self: ["new-owner", "--of-this-pid"])
+    (row,) = host.enrich([_gpu(child.pid)])
+    assert row.command == "new-owner --of-this-pid"
+    assert row.cpu_percent is None  # a new process: no previous CPU reading
+
+
+@pytest.mark.parametrize("text, label", [
+    ("0::/system.slice/docker-3f2a9c1b0e4d5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d2e3f4a5b6c7d8e9f0a.scope\n",
+     "docker 3f2a9c1b0e4d"),
+    ("12:memory:/docker/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n",
+     "docker 0123456789ab"),
+    ("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1a2b3c4d_5e6f_7a8b_9c0d_1e2f3a4b5c6d.slice/"
+     "cri-containerd-aaaabbbbccccdddd.scope\n", "pod 1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d"),
+    ("11:cpu:/kubepods/besteffort/pod0a1b2c3d-0000-1111-2222-333344445555/abcdef\n",
+     "pod 0a1b2c3d-0000-1111-2222-333344445555"),
+    ("0::/system.slice/cri-containerd-feedfacecafebeef0011223344556677.scope\n", "containerd feedfacecafe"),
+    ("0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-0011aabbccddeeff0011.scope\n",
+     "podman 0011aabbccdd"),
+    ("0::/lxc.payload.web01/init.scope\n", "lxc web01"),
+    ("4:cpuset:/lxc/builder\n", "lxc builder"),
+    ("0::/user.slice/user-1000.slice/session-3.scope\n", None),
+    ("0::/\n", None),
+])
+def test_container_from_cgroup(text, label):
+    assert container_from_cgroup(text) == label
+
+
+def test_container_read_from_proc_cgroup(tmp_path, spawn):
+    child = spawn()
+    (tmp_path / str(child.pid)).mkdir()
+    (tmp_path / str(child.pid) / "cgroup").write_text("0::/system.slice/docker-" + "ab" * 32 + ".scope\n")
+    (row,) = HostEnricher(in_container=False, proc_root=str(tmp_path)).enrich([_gpu(child.pid)])
+    assert row.container == "docker abababababab"
+
+
+def test_detect_container_from_init_cgroup(tmp_path):
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "cgroup").write_text("12:pids:/kubepods/burstable/pod1/xyz\n")
+    assert detect_container(str(tmp_path)) is True
+
+
+def test_host_processes_lists_own_processes_bounded(spawn):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a process as another user")
+    mine = [spawn() for _ in range(3)]
+    other = spawn(user=65534)
+    time.sleep(0.05)
+    host = HostEnricher(in_container=False)
+    rows = host.host_processes(limit=500)
+    pids = {r.pid for r in rows}
+    assert {c.pid for c in mine} <= pids
+    assert other.pid not in pids
+    assert all(r.type is ProcessType.HOST and r.device_index is None for r in rows)
+    rss = [r.rss_bytes or 0 for r in rows]
+    assert rss == sorted(rss, reverse=True)
+    small = host.host_processes(limit=2, extra_pids=[other.pid])
+    assert len(small) == 2 and small[0].pid == other.pid  # probed PIDs are always kept
