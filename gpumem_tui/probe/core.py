@@ -1,0 +1,543 @@
+"""The probe that runs inside a training script (torch only; see :func:`attach`)."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from gpumem_tui.probe.writer import StreamWriter, json_safe
+from gpumem_tui.telemetry.model import Phase
+from gpumem_tui.telemetry.probe_source import PROBE_FORMAT, PROBE_VERSION, default_probe_dir
+
+_PHASE_NAMES = {p.value for p in Phase}
+_active: Probe | None = None
+_active_lock = threading.Lock()
+_STALE_FILE_SECONDS = 7 * 24 * 3600.0
+
+
+class ProbeError(RuntimeError):
+    """The probe cannot attach (no torch, a probe already attached, a bad argument)."""
+
+
+def _dtype_name(dtype: Any) -> str | None:
+    if dtype is None:
+        return None
+    return str(dtype).removeprefix("torch.")
+
+
+def _hf_config(model: Any) -> dict | None:
+    config = getattr(model, "config", None)
+    to_dict = getattr(config, "to_dict", None)
+    if not callable(to_dict):
+        return None
+    try:
+        return json_safe(to_dict())
+    except Exception:  # a config that cannot describe itself is not worth failing the job for
+        return None
+
+
+def _tensor_bytes(tensor: Any) -> int:
+    return int(tensor.numel()) * int(tensor.element_size())
+
+
+def _cleanup_stale(directory: Path, own: Path) -> None:
+    """Delete probe streams of dead processes untouched for a week (they are ours: same user)."""
+    from gpumem_tui.telemetry.probe_source import _FILE_RE, _process_alive
+
+    now = time.time()
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        match = _FILE_RE.match(entry.name)
+        if not match or entry.path == str(own):
+            continue
+        try:
+            if now - entry.stat().st_mtime > _STALE_FILE_SECONDS and not _process_alive(
+                int(match.group(1)), None
+            ):
+                os.unlink(entry.path)
+        except OSError:
+            continue
+
+
+class Probe:
+    """Marks training phases and streams memory samples of this process. Use :func:`attach`.
+
+    Phases come from hooks (model forward pre/post hooks, an autograd hook on the model
+    output's ``grad_fn`` for the start of backward, ``Optimizer.register_step_pre_hook`` /
+    ``register_step_post_hook``) or from :meth:`phase` / :meth:`mark`. A step is recorded
+    whole (all its marks) when it starts at least ``min_step_interval`` seconds after the last
+    recorded step; between lines a background thread writes a sample every ``interval``
+    seconds, so fast steps do not flood the stream and slow phases still get a curve.
+
+    Attributes:
+        pid: this process. path: the stream file. device: the torch device measured.
+        step: the current training step (0 before the first forward).
+        phase_name: the current phase ("init", "forward", "backward", "optimizer_step", "idle").
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        optimizer: Any = None,
+        *,
+        batch: int | None = None,
+        seq: int | None = None,
+        dtype: Any = None,
+        task: str = "train",
+        config: dict | None = None,
+        directory: str | os.PathLike[str] | None = None,
+        interval: float = 0.1,
+        min_step_interval: float = 0.2,
+        track_tensors: bool | None = None,
+        hooks: bool = True,
+        device: Any = None,
+        extra: dict | None = None,
+        max_file_bytes: int = 32 << 20,
+    ) -> None:
+        try:
+            import torch
+        except ImportError as exc:  # pragma: no cover - torch is present where a model is
+            raise ProbeError("gpumem_tui.probe needs torch (pip install 'gpumem-tui[torch]')") from exc
+        if not isinstance(model, torch.nn.Module):
+            raise ProbeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise ProbeError(f"optimizer must be a torch.optim.Optimizer, not {type(optimizer).__name__}")
+        if interval <= 0 or min_step_interval < 0:
+            raise ProbeError("interval must be > 0 and min_step_interval >= 0 (seconds)")
+
+        self._torch = torch
+        self.model = model
+        self.optimizer = optimizer
+        self.pid = os.getpid()
+        params = list(model.parameters())
+        if device is None:
+            device = params[0].device if params else torch.device("cpu")
+        self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self._interval = float(interval)
+        self._min_step_interval = float(min_step_interval)
+        self._lock = threading.RLock()
+        self._phase = Phase.INIT.value
+        self.step = 0
+        self._step_done = True
+        self._record_step = True
+        self._last_step_recorded = -1e18
+        self._last_write = 0.0
+        self._saw_optimizer_phase = optimizer is not None
+        self._hook_handles: list[Any] = []
+        self._closed = False
+        self._phase_stack: list[str] = []
+
+        if track_tensors is None:
+            track_tensors = self.device.type == "cpu"
+        self._tracker = None
+        if track_tensors:
+            from gpumem_tui.probe.tracker import LiveTensorTracker
+
+            self._tracker = LiveTensorTracker(self.device.type)
+
+        directory = Path(directory) if directory is not None else default_probe_dir()
+        self.path = directory / f"{self.pid}.jsonl"
+        info = self._info_record(batch, seq, dtype, task, config, extra, params)
+        self._writer = StreamWriter(self.path, info, max_bytes=max_file_bytes)
+        _cleanup_stale(directory, self.path)
+
+        if self._tracker is not None:
+            self._tracker.register(params, tag="init")
+            self._tracker.register(model.buffers(), tag="init")
+            self._tracker.register((p.grad for p in params if p.grad is not None), tag="backward")
+            self._tracker.register(self._state_tensors(), tag="optimizer_step")
+            self._tracker.reset_peak()
+            self._tracker.start()
+        if hooks:
+            self._install_hooks()
+        self.mark(Phase.INIT.value)
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sampler, name="gpumem-tui-probe", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    # -- published setup -------------------------------------------------------------------
+
+    def _info_record(self, batch, seq, dtype, task, config, extra, params) -> dict[str, Any]:
+        torch = self._torch
+        if dtype is None:
+            floating = [p.dtype for p in params if p.is_floating_point()]
+            dtype = floating[0] if floating else None
+        setup: dict[str, Any] = {
+            "task": task,
+            "batch": batch,
+            "seq": seq,
+            "dtype": _dtype_name(dtype),
+            "device": str(self.device),
+            "model_class": type(self.model).__name__,
+            "total_params": sum(int(p.numel()) for p in params),
+            "trainable_params": sum(int(p.numel()) for p in params if p.requires_grad),
+            "torch_version": torch.__version__,
+            "memory_figure": "torch_allocated" if self.device.type == "cuda" else "cpu_live_tensors",
+            "tensor_tracker": self._tracker is not None,
+            "categories_note": (
+                "activations = live bytes of tensors made during forward, temporaries = the "
+                "rest of the live bytes that are not parameters, buffers, gradients or optimizer states"
+                if self._tracker is not None
+                else "activations = torch allocated minus parameters, buffers, gradients and "
+                "optimizer states (includes temporaries)"
+            ),
+        }
+        if self.device.type == "cuda":
+            with contextlib.suppress(Exception):
+                setup["device_name"] = torch.cuda.get_device_name(self.device)
+        if self.optimizer is not None:
+            opt = self.optimizer
+            setup["optimizer"] = type(opt).__name__
+            hparams = json_safe(dict(getattr(opt, "defaults", {}) or {}))
+            setup["optimizer_hparams"] = hparams
+            if isinstance(hparams, dict) and hparams.get("momentum") is not None:
+                setup["momentum"] = hparams["momentum"]
+        hf_config = config if config is not None else _hf_config(self.model)
+        if hasattr(self.model, "is_gradient_checkpointing"):
+            setup["grad_ckpt"] = bool(getattr(self.model, "is_gradient_checkpointing", False))
+        attn = getattr(getattr(self.model, "config", None), "_attn_implementation", None)
+        if isinstance(attn, str):
+            setup["attention"] = attn
+        if extra:
+            setup.update(json_safe(dict(extra)))
+        create_time = None
+        with contextlib.suppress(Exception):
+            import psutil
+
+            create_time = psutil.Process(self.pid).create_time()
+        return {
+            "kind": "info",
+            "format": PROBE_FORMAT,
+            "version": PROBE_VERSION,
+            "pid": self.pid,
+            "time": time.time(),
+            "create_time": create_time,
+            "model_config": json_safe(hf_config) if hf_config is not None else None,
+            "setup": json_safe(setup),
+        }
+
+    # -- memory ----------------------------------------------------------------------------
+
+    def _on_device(self, tensor: Any) -> bool:
+        return tensor.device == self.device
+
+    def _state_tensors(self) -> list[Any]:
+        if self.optimizer is None:
+            return []
+        torch = self._torch
+        out = []
+        for state in list(self.optimizer.state.values()):
+            if isinstance(state, dict):
+                out.extend(v for v in list(state.values()) if isinstance(v, torch.Tensor))
+        return out
+
+    def categories(self) -> dict[str, int]:
+        """Bytes of parameters, buffers (when any), gradients and optimizer states on the
+        measured device (``numel * element_size``; shared parameters counted once)."""
+        params = list(self.model.parameters())
+        result = {
+            "parameters": sum(_tensor_bytes(p) for p in params if self._on_device(p)),
+            "gradients": sum(
+                _tensor_bytes(p.grad) for p in params if p.grad is not None and self._on_device(p.grad)
+            ),
+            "optimizer_states": sum(_tensor_bytes(t) for t in self._state_tensors() if self._on_device(t)),
+        }
+        buffers = sum(_tensor_bytes(b) for b in self.model.buffers() if self._on_device(b))
+        if buffers:
+            result["buffers"] = buffers
+        return result
+
+    def memory(self) -> dict[str, Any]:
+        """The memory fields of one stream line (see ``gpumem_tui.telemetry.probe_source``)."""
+        torch = self._torch
+        fields: dict[str, Any] = {"device": str(self.device)}
+        try:
+            categories = self.categories()
+        except RuntimeError:  # a dict changed size under us (first optimizer step): skip once
+            categories = {}
+        tracker = self._tracker
+        if self.device.type == "cuda":
+            allocated = int(torch.cuda.memory_allocated(self.device))
+            fields["torch_allocated"] = allocated
+            fields["torch_reserved"] = int(torch.cuda.memory_reserved(self.device))
+            fields["torch_max_allocated"] = int(torch.cuda.max_memory_allocated(self.device))
+            live = allocated if tracker is None else tracker.live_bytes
+        elif tracker is not None:
+            live = tracker.live_bytes
+            fields["cpu_live_tensors"] = live
+            fields["cpu_live_tensors_peak"] = tracker.peak_bytes
+        else:
+            live = None
+        if categories and live is not None:
+            rest = max(0, live - sum(categories.values()))
+            if tracker is not None:
+                made_in_forward = tracker.live_by_tag().get(Phase.FORWARD.value, 0)
+                categories["activations"] = min(rest, made_in_forward)
+                categories["temporaries"] = rest - categories["activations"]
+            else:
+                categories["activations"] = rest
+        if categories:
+            fields["categories"] = categories
+        return fields
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def _write(self, kind: str, extra: dict[str, Any] | None = None) -> None:
+        if self._closed or os.getpid() != self.pid:
+            return
+        with self._lock:
+            record: dict[str, Any] = {"kind": kind, "time": time.time(), "step": self.step, "phase": self._phase}
+            if extra:
+                record.update(extra)
+            try:
+                record.update(self.memory())
+            except Exception as exc:  # never break the training job over a measurement
+                record["error"] = f"{type(exc).__name__}: {exc}"
+            self._writer.write(record)
+            self._last_write = time.monotonic()
+
+    def sample(self) -> None:
+        """Write one sample now (in addition to the automatic ones)."""
+        self._write("sample")
+
+    def _sampler(self) -> None:
+        while not self._stop.wait(self._interval):
+            if time.monotonic() - self._last_write >= self._interval * 0.9:
+                try:
+                    self._write("sample")
+                except Exception:  # pragma: no cover - defensive: the thread must not die loudly
+                    pass
+
+    # -- phases ----------------------------------------------------------------------------
+
+    def mark(self, phase: str | Phase) -> None:
+        """Enter ``phase`` (init, forward, backward, optimizer_step, idle) now.
+
+        Entering forward after an optimizer step (or, without an optimizer, any forward)
+        starts a new training step. Marking the phase the probe is already in does nothing.
+
+        Raises:
+            ProbeError: an unknown phase name.
+        """
+        name = phase.value if isinstance(phase, Phase) else str(phase)
+        if name not in _PHASE_NAMES:
+            raise ProbeError(f"unknown phase {name!r} (expected one of {sorted(_PHASE_NAMES)})")
+        if self._closed:
+            return
+        with self._lock:
+            if name == self._phase and name != Phase.INIT.value:
+                return
+            if self._phase == Phase.OPTIMIZER_STEP.value:
+                self._step_done = True
+            if name == Phase.OPTIMIZER_STEP.value:
+                self._saw_optimizer_phase = True
+            if name == Phase.FORWARD.value and (self._step_done or not self._saw_optimizer_phase):
+                self.step += 1
+                self._step_done = False
+                now = time.monotonic()
+                self._record_step = now - self._last_step_recorded >= self._min_step_interval
+                if self._record_step:
+                    self._last_step_recorded = now
+            self._phase = name
+            if self._tracker is not None:
+                self._tracker.tag = name
+            if self._record_step or name == Phase.INIT.value:
+                self._write("phase")
+
+    @property
+    def phase_name(self) -> str:
+        """The current phase's name."""
+        return self._phase
+
+    @contextlib.contextmanager
+    def phase(self, name: str | Phase) -> Iterator[None]:
+        """``with probe.phase("forward"): ...`` marks the block; afterwards the phase before it
+        is current again (marked too). Raises ProbeError for an unknown name."""
+        previous = self._phase
+        self.mark(name)
+        try:
+            yield
+        finally:
+            self.mark(previous if previous != Phase.INIT.value else Phase.IDLE.value)
+
+    # -- hooks -----------------------------------------------------------------------------
+
+    def _install_hooks(self) -> None:
+        model = self.model
+        self._hook_handles.append(model.register_forward_pre_hook(self._forward_pre_hook))
+        self._hook_handles.append(model.register_forward_hook(self._forward_hook))
+        if self.optimizer is not None:
+            self._hook_handles.append(self.optimizer.register_step_pre_hook(self._step_pre_hook))
+            self._hook_handles.append(self.optimizer.register_step_post_hook(self._step_post_hook))
+
+    def _guard(self, func, *args) -> None:
+        try:
+            func(*args)
+        except Exception as exc:  # a hook must never break the training step
+            warnings.warn(f"gpumem_tui.probe disabled after an error: {exc!r}", RuntimeWarning, stacklevel=3)
+            self.close()
+
+    def _forward_pre_hook(self, module: Any, args: Any) -> None:
+        self._guard(self.mark, Phase.FORWARD.value)
+
+    def _forward_hook(self, module: Any, args: Any, output: Any) -> None:
+        self._guard(self._after_forward, output)
+
+    def _after_forward(self, output: Any) -> None:
+        torch = self._torch
+        if not torch.is_grad_enabled():
+            self.mark(Phase.IDLE.value)  # inference: nothing follows this forward
+            return
+        # The start of backward: prefer the loss the model returned (HF ModelOutput.loss);
+        # otherwise whichever output tensor backward reaches first.
+        loss = getattr(output, "loss", None)
+        targets = [loss] if isinstance(loss, torch.Tensor) else _tensors(output, torch)
+        fired = [False]
+
+        def on_backward(grad_outputs: Any) -> None:
+            if not fired[0]:
+                fired[0] = True
+                self._guard(self.mark, Phase.BACKWARD.value)
+
+        for tensor in targets:
+            node = tensor.grad_fn
+            if node is not None:
+                node.register_prehook(on_backward)
+
+    def watch_loss(self, loss: Any) -> None:
+        """Mark backward when ``loss.backward()`` starts (for a loss computed outside the
+        model; without this, backward is marked when it reaches the model's output)."""
+        node = getattr(loss, "grad_fn", None)
+        if node is not None:
+            node.register_prehook(lambda grads: self._guard(self.mark, Phase.BACKWARD.value))
+
+    def _step_pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._guard(self.mark, Phase.OPTIMIZER_STEP.value)
+
+    def _step_post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._guard(self.mark, Phase.IDLE.value)
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop: remove hooks, stop the tracker and the sampler, write the end record.
+        Idempotent; also runs at interpreter exit."""
+        global _active
+        if self._closed:
+            return
+        if os.getpid() != self.pid:  # a forked child: leave the parent's stream alone
+            self._closed = True
+            return
+        with self._lock:
+            if self._closed:
+                return
+            self._write("sample")
+            self._closed = True
+            self._writer.write({"kind": "end", "time": time.time(), "step": self.step})
+            self._writer.close()
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=2.0)
+        for handle in self._hook_handles:
+            with contextlib.suppress(Exception):
+                handle.remove()
+        self._hook_handles.clear()
+        if self._tracker is not None:
+            with contextlib.suppress(Exception):
+                self._tracker.stop()
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.close)
+        with _active_lock:
+            if _active is self:
+                _active = None
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran (or a hook failed and disabled the probe)."""
+        return self._closed
+
+    def __enter__(self) -> Probe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _tensors(output: Any, torch: Any, limit: int = 16) -> list[Any]:
+    """Up to ``limit`` tensors that require grad in a (nested) forward output."""
+    found: list[Any] = []
+    stack = [(output, 0)]
+    while stack and len(found) < limit:
+        value, depth = stack.pop()
+        if isinstance(value, torch.Tensor):
+            if value.requires_grad:
+                found.append(value)
+        elif depth < 4 and isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif depth < 4 and isinstance(value, (list, tuple)):
+            stack.extend((v, depth + 1) for v in value)
+    return found
+
+
+def attach(model: Any, optimizer: Any = None, **kwargs: Any) -> Probe:
+    """Start probing this process's training: phases are marked and memory streamed.
+
+    Example (three lines in a training script)::
+
+        import gpumem_tui.probe
+        probe = gpumem_tui.probe.attach(model, optimizer, batch=8, seq=512, task="train")
+        ...  # train as usual; probe.close() at the end (also runs at exit)
+
+    Publishes once: the HF model config (``model.config.to_dict()``, or ``config=``), batch,
+    seq, dtype (default: the first floating parameter's), optimizer class and
+    hyperparameters, task, device, pid. Streams, as JSONL to
+    ``default_probe_dir()/<pid>.jsonl`` (or ``directory=``), samples at phase boundaries and
+    every ``interval`` seconds (default 0.1) in between: CUDA ``torch.cuda.memory_allocated``
+    / ``memory_reserved`` / ``max_memory_allocated``; CPU the live tensor bytes of a tracker
+    (``gpumem_tui.probe.tracker``; ``track_tensors=False`` turns it off), with the bytes
+    split into parameters, gradients, optimizer_states, activations (and temporaries, buffers).
+
+    Keyword arguments: batch, seq (ints), dtype, task ("train" or "inference"), config (dict),
+    directory, interval, min_step_interval (seconds), track_tensors, hooks (False: mark phases
+    only with ``probe.phase``/``probe.mark``), device, extra (more setup keys), max_file_bytes.
+
+    Raises:
+        ProbeError: not a Module/Optimizer, bad intervals, or a probe already attached in this
+            process (close it first).
+    """
+    global _active
+    with _active_lock:
+        if _active is not None and not _active.closed:
+            raise ProbeError("a probe is already attached in this process; call probe.close() first")
+        probe = Probe(model, optimizer, **kwargs)
+        _active = probe
+    return probe
+
+
+def _after_fork_in_child() -> None:
+    # The child inherits the parent's probe object but not its thread; it must not write.
+    probe = _active
+    if probe is not None:
+        probe._closed = True
+        if probe._tracker is not None:
+            probe._tracker.enabled = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+__all__ = ["Probe", "ProbeError", "attach"]

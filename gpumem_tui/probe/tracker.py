@@ -1,0 +1,139 @@
+"""Live tensor bytes of one device, counted from the outputs of every torch operation.
+
+torch only (imported by :mod:`gpumem_tui.probe.core` at attach time, never by the dashboard).
+
+How it counts: a ``TorchDispatchMode`` sees the result of every aten operation run on the thread
+that entered it (and on the autograd engine's threads, which inherit the mode). Each new tensor
+storage on the tracked device type is added once (views and in-place results share their
+storage and are not counted again) with a weak reference whose callback subtracts its bytes
+when the storage is freed. So ``live_bytes`` is the sum of ``UntypedStorage.nbytes()`` over
+live storages that were created since the tracker started, plus any tensors registered with
+:meth:`LiveTensorTracker.register` (the model's parameters, buffers, gradients and optimizer
+states that existed before). This is the same quantity ``torch.cuda.memory_allocated`` counts
+on CUDA, minus the caching allocator's rounding (API: torch.utils._python_dispatch,
+torch.UntypedStorage; the technique is the one torch's own
+``torch.distributed._tools.mem_tracker.MemTracker`` uses).
+
+Each storage is tagged with the training phase current when it was made, so the probe can
+say how many live bytes were made in forward (activations, logits, loss) and how many
+elsewhere (temporaries).
+
+Limits, stated: tensors made before the tracker started and not registered, or made on
+another thread (a data-loading thread), are not seen; storages resized in place
+(``resize_``) keep their first size; the mode is incompatible with ``torch.compile`` tracing.
+Cost: one Python call per aten op (measured by ``benchmarks/probe_overhead.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
+
+
+class LiveTensorTracker(TorchDispatchMode):
+    """Counts live tensor storage bytes on one device type (``"cpu"`` or ``"cuda"``).
+
+    Read ``live_bytes``, ``peak_bytes`` (max of live_bytes since :meth:`reset_peak`) and
+    :meth:`live_by_tag` from any thread. Set ``tag`` (a short string, e.g. the phase name) to
+    label storages created from now on. All figures are bytes.
+    """
+
+    def __init__(self, device_type: str = "cpu") -> None:
+        super().__init__()
+        self.device_type = device_type
+        self.tag = "init"
+        self.enabled = True
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self._by_tag: dict[str, int] = {}
+        # id(storage) -> (weakref, nbytes, tag); the weakref keeps the callback alive.
+        self._storages: dict[int, tuple[weakref.ref, int, str]] = {}
+        self._lock = threading.Lock()
+        self._thread: int | None = None
+
+    # -- counting --------------------------------------------------------------------------
+
+    def _freed(self, key: int, _ref: weakref.ref) -> None:
+        with self._lock:
+            entry = self._storages.get(key)
+            if entry is None or entry[0] is not _ref:
+                return
+            del self._storages[key]
+            self.live_bytes -= entry[1]
+            self._by_tag[entry[2]] -= entry[1]
+
+    def _add(self, tensor: torch.Tensor) -> None:
+        if tensor.device.type != self.device_type:
+            return
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # tensors without storage (sparse, ...)
+            return
+        key = id(storage)
+        if key in self._storages:
+            return
+        nbytes = storage.nbytes()
+        if nbytes == 0:
+            return
+        tag = self.tag
+        ref = weakref.ref(storage, lambda r, key=key: self._freed(key, r))
+        with self._lock:
+            if key in self._storages:
+                return
+            self._storages[key] = (ref, nbytes, tag)
+            self.live_bytes += nbytes
+            self._by_tag[tag] = self._by_tag.get(tag, 0) + nbytes
+            if self.live_bytes > self.peak_bytes:
+                self.peak_bytes = self.live_bytes
+
+    def register(self, tensors: Iterable[Any], tag: str | None = None) -> None:
+        """Count tensors that already exist (parameters, buffers, gradients, states)."""
+        previous = self.tag
+        if tag is not None:
+            self.tag = tag
+        try:
+            for tensor in tensors:
+                if isinstance(tensor, torch.Tensor):
+                    self._add(tensor)
+        finally:
+            self.tag = previous
+
+    def live_by_tag(self) -> dict[str, int]:
+        """Live bytes per creation tag (a copy)."""
+        with self._lock:
+            return {k: v for k, v in self._by_tag.items() if v}
+
+    def reset_peak(self) -> None:
+        """Start a new peak from the current live bytes."""
+        with self._lock:
+            self.peak_bytes = self.live_bytes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        out = func(*args, **(kwargs or {}))
+        if self.enabled:
+            if isinstance(out, torch.Tensor):
+                self._add(out)
+            elif isinstance(out, (tuple, list)):
+                for item in out:
+                    if isinstance(item, torch.Tensor):
+                        self._add(item)
+        return out
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Push the mode on this thread's dispatch stack (stays until :meth:`stop`)."""
+        self._thread = threading.get_ident()
+        self.__enter__()
+
+    def stop(self) -> None:
+        """Stop counting; pop the mode if this thread pushed it and it is on top."""
+        self.enabled = False
+        if self._thread == threading.get_ident() and _get_current_dispatch_mode() is self:
+            self.__exit__(None, None, None)
+            self._thread = None
