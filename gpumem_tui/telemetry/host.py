@@ -130,9 +130,10 @@ class HostEnricher:
             info = dict(looked_up[sample.pid])
             errors = tuple(dict.fromkeys(sample.field_errors + info.pop("errors")))
             out.append(dataclasses.replace(sample, field_errors=errors, **info))
-        for pid in list(self._missing):
-            if pid not in looked_up:
-                del self._missing[pid]
+        if from_nvml:  # NVML no longer lists it: forget how long it was invisible
+            for pid in list(self._missing):
+                if pid not in looked_up:
+                    del self._missing[pid]
         self._expire(now)
         return out
 
