@@ -77,7 +77,8 @@ def printable(text: str | bytes | None, limit: int = DEFAULT_LIMIT) -> str:
       Backslashes already in the text are left alone (this is for reading, not round-trips).
     - If the escaped text is longer than ``limit`` characters it is cut, and
       ``"… (N bytes)"`` is appended, N being the length of the original text in bytes;
-      the whole result is then at most ``limit`` characters (``limit`` >= 24 recommended).
+      the whole result is then at most ``limit`` characters. When the note would take more
+      than half of ``limit`` (narrow table cells) only ``"…"`` marks the cut.
     - Rich markup is left as is: render the result with ``rich.text.Text``, never as markup.
 
     Raises ``ValueError`` if ``limit`` < 1. Cost: O(min(len(text), limit)).
@@ -105,6 +106,8 @@ def printable(text: str | bytes | None, limit: int = DEFAULT_LIMIT) -> str:
     if not overflow:
         return "".join(pieces)
     note = f"… ({byte_length(text)} bytes)"
+    if len(note) * 2 > limit:  # a narrow cell: keep the text, mark the cut with "…" only
+        note = "…"
     room = max(limit - len(note), 0)
     kept: list[str] = []
     used = 0

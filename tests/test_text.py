@@ -82,6 +82,10 @@ def test_cap_applies_after_escaping():
     assert len(out) <= 50 and "(24 bytes)" in out
 
 
+def test_narrow_limit_uses_plain_ellipsis():
+    assert printable("[red]eve\x1b", limit=10) == "[red]eve…"
+
+
 def test_exact_fit_is_not_cut():
     assert printable("ab\ncd", limit=6) == "ab\\ncd"
 
@@ -111,7 +115,7 @@ def test_json_safe_replaces_surrogates_and_keeps_controls():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.characters(), max_size=300), st.integers(min_value=24, max_value=200))
+@given(st.text(alphabet=st.characters(), max_size=300), st.integers(min_value=1, max_value=200))
 def test_printable_never_emits_unsafe_characters(text, limit):
     out = printable(text, limit=limit)
     assert len(out) <= limit
