@@ -434,7 +434,7 @@ def _component_rows(
                 components=names,
                 predicted_bytes=sum(predicted.get(c, 0) for c in names),
                 measured_bytes=sum(measured_parts[c] for c in cats),
-                source=f"probe categor{plural} {cat_text} at the measured peak ({figure})",
+                source=f"probe categor{plural} {cat_text} at the measured peak",
             )
         )
         if len(names) > 1:

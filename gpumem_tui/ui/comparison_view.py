@@ -43,14 +43,21 @@ def _label(name: str) -> str:
     return " + ".join(_LABELS.get(part, part.replace("_", " ")) for part in name.split("+"))
 
 
-def _mib(n: int | None) -> str:
-    return "—" if n is None else format_bytes(n, unit="MiB", precision=1)
+_NUM_WIDTH = 12  # numbers are right-aligned by padding: DataTable cells do not justify
 
 
-def _signed_mib(n: int | None) -> str:
+def _num(text: str, style: str = "") -> Text:
+    return Text(text.rjust(_NUM_WIDTH), style=style)
+
+
+def _mib(n: int | None) -> Text:
+    return _num("—" if n is None else format_bytes(n, unit="MiB", precision=1))
+
+
+def _signed_mib(n: int | None) -> Text:
     if n is None:
-        return "—"
-    return ("+" if n > 0 else "") + format_bytes(n, unit="MiB", precision=1)
+        return _num("—")
+    return _num(("+" if n > 0 else "") + format_bytes(n, unit="MiB", precision=1))
 
 
 def format_error_percent(value: float | None) -> str:
@@ -98,7 +105,10 @@ class ComparisonView(Vertical):
     def compose(self) -> ComposeResult:
         yield Static("no comparison yet: select a probed process", id="cmp-figure", classes="-none")
         table: DataTable[Any] = DataTable(id="cmp-table", cursor_type="row", zebra_stripes=True)
-        table.add_columns(*_COLUMNS)
+        table.tooltip = "error = predicted - measured; % of measured; MiB = 2^20 bytes"
+        for name in _COLUMNS:
+            table.add_column(name.rjust(_NUM_WIDTH) if name in ("predicted", "measured", "error") else
+                             (name.rjust(8) if name == "error %" else name), key=name)
         yield table
         yield Static("", id="cmp-notes")
 
@@ -119,16 +129,19 @@ class ComparisonView(Vertical):
         figure.update(
             Text(
                 f"{where}{result.device}: per component, measured = {result.measured_figure} "
-                f"(probe categories at the measured peak, {result.sample_count} samples); "
+                f"(probe categories at the measured peak; {result.sample_count} sample"
+                f"{'' if result.sample_count == 1 else 's'}); "
                 "error = predicted - measured; MiB = 2^20 B"
             )
         )
         for row in result.components:
-            measured = _mib(row.measured_bytes) if row.measured_bytes is not None else "not measured"
+            measured = _mib(row.measured_bytes)
+            if row.measured_bytes is None:
+                measured = _num("not measured", style="dim italic")
             table.add_row(
-                _label(row.name),
+                Text(_label(row.name)),
                 _mib(row.predicted_bytes),
-                Text(measured, style="" if row.measured_bytes is not None else "dim italic"),
+                measured,
                 _signed_mib(row.error_bytes),
                 _styled_percent(row.error_percent),
                 Text(printable(row.source, limit=200), style="dim"),
@@ -147,19 +160,19 @@ class ComparisonView(Vertical):
         notes.update(Text(printable("\n".join(f"note: {n}" for n in result.notes), limit=2000)))
 
     def cell_texts(self) -> list[list[str]]:
-        """Every row's cells as plain text (for tests and copy-out)."""
+        """Every row's cells as plain text without the alignment padding (for tests and copy-out)."""
         table = self.query_one(DataTable)
         rows = []
         for row_key in table.rows:
-            rows.append([str(cell.plain if isinstance(cell, Text) else cell) for cell in table.get_row(row_key)])
+            rows.append([str(cell.plain if isinstance(cell, Text) else cell).strip() for cell in table.get_row(row_key)])
         return rows
 
 
 def _styled_percent(value: float | None) -> Text:
     text = format_error_percent(value)
     if value is None:
-        return Text(text, style="dim")
+        return Text(text.rjust(8), style="dim")
     magnitude = abs(value)
     # Thresholds follow the project's accuracy targets (issue 3): <= 5 % good, <= 10 % fair.
     style = "" if magnitude <= 5 else ("bold" if magnitude <= 10 else "bold reverse")
-    return Text(text, style=style)
+    return Text(text.rjust(8), style=style)

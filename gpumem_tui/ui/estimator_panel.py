@@ -222,6 +222,9 @@ class MemoryBar(Widget):
             total_cell = min(round(self._total / scale * width), width)
             for i in range(total_cell, edge):  # beyond the GPU: hatched
                 cells[i] = ("▒", cells[i][1])
+            if 0 < total_cell < edge:  # the GPU's last cell, marked where the bar overflows it
+                end = total_cell - 1
+                cells[end] = ("┃", f"bold {theme_colour(self, 'line-total')} on {cells[end][1]}")
         bar = Text()
         for char, colour in cells:
             bar.append(char, style=f"{colour} dim" if self._stale else colour)
@@ -248,6 +251,13 @@ class MemoryBar(Widget):
 
 # ---------------------------------------------------------------------------------------------
 
+#: field -> its on-screen label (messages name the field the way the form shows it)
+_FIELD_LABELS = {
+    "model": "model", "config": "config", "task": "task", "device": "kernels", "batch": "batch",
+    "seq": "seq", "dtype": "dtype", "mixed_precision": "mixed", "optimizer": "optim",
+    "grad_ckpt": "ckpt", "attention": "attn", "zero": "ZeRO", "dp": "dp", "tp": "tp", "pp": "pp",
+    "lora_rank": "LoRA r", "budget": "GPU mem",
+}  # fmt: skip
 _PROBE_KEY = "\x00probe"  # Select value of a probed model's config (never a catalogue name)
 _INT_FIELDS = ("batch", "seq", "dp", "tp", "pp", "lora_rank")
 _PLAIN_NUMBER = re.compile(r"^\s*[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?\s*$")
@@ -407,8 +417,8 @@ class EstimatorPanel(VerticalScroll):
             widget.tooltip = tip
             return widget
 
-        def label(name: str, text: str) -> Label:
-            return Label(text, id=f"est-{name}-label")
+        def label(name: str, text: str | None = None) -> Label:
+            return Label(text or _FIELD_LABELS[name], id=f"est-{name}-label")
 
         with Container(id="est-form"):
             yield label("model", "model")
@@ -632,15 +642,15 @@ class EstimatorPanel(VerticalScroll):
         if not text:
             return self._gpu_total
         if _PLAIN_NUMBER.match(text):
-            errors["budget"] = f"GPU memory {text!r} needs a unit: e.g. {text}GiB or {text}GB"
+            errors["budget"] = f"{text!r} needs a unit: e.g. {text}GiB or {text}GB"
             return None
         try:
             value = parse_bytes(text)
         except ValueError as exc:
-            errors["budget"] = f"GPU memory: {exc}"
+            errors["budget"] = str(exc)
             return None
         if value <= 0:
-            errors["budget"] = "GPU memory must be more than 0"
+            errors["budget"] = "must be more than 0"
             return None
         return value
 
@@ -771,7 +781,7 @@ class EstimatorPanel(VerticalScroll):
             name = wid.removeprefix("est-").removesuffix("-label")
             widget.set_class(name in errors, "-invalid")
         if errors:
-            lines = [f"{k.replace('_', ' ')}: {v}" if k else v for k, v in errors.items()]
+            lines = [f"{_FIELD_LABELS.get(k, k)}: {v}" if k else v for k, v in errors.items()]
             if self.estimate is not None:
                 lines.append("(showing the last valid estimate)")
             self._show_message("\n".join(lines))
@@ -780,7 +790,8 @@ class EstimatorPanel(VerticalScroll):
 
     def _show_message(self, text: str) -> None:
         message = self.query_one("#est-message", Static)
-        message.update(Text(printable(text, limit=2000)) if text else "")
+        safe = "\n".join(printable(line, limit=500) for line in text.splitlines())
+        message.update(Text(safe) if text else "")
         message.set_class(not text, "-empty")
 
     # ----- drawing ---------------------------------------------------------------------------
@@ -863,7 +874,7 @@ class EstimatorPanel(VerticalScroll):
         assumptions = getattr(est, "assumptions", None) or ()
         if assumptions:
             lines.append(f"{len(assumptions)} assumptions (hover the breakdown)")
-        return Text(printable("\n".join(lines), limit=2000))
+        return Text("\n".join(printable(line, limit=300) for line in lines))
 
     # ----- largest batch (in a worker: a solve is a few dozen estimates) --------------------
 
