@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import psutil
 import pytest
 
+from gpumem_tui.telemetry import host as host_module
 from gpumem_tui.telemetry.host import (
     NAMESPACE_MESSAGE,
     HostEnricher,
@@ -28,9 +30,10 @@ def _dead_pid() -> int:
     return pid
 
 
-def test_own_process_details_and_cpu_after_two_polls(spawn):
+@pytest.mark.parametrize("fast", [True, False])
+def test_own_process_details_and_cpu_after_two_polls(spawn, fast):
     child = spawn()
-    host = HostEnricher(in_container=False)
+    host = HostEnricher(in_container=False, fast=fast)
     (first,) = host.enrich([_gpu(child.pid)])
     assert first.status is ProcessStatus.OK
     assert first.user == psutil.Process().username()
@@ -72,9 +75,10 @@ def test_exited_between_listing_and_lookup(spawn):
     assert row.reason("command") == "exited" and row.rss_bytes is None
 
 
-def test_exited_after_being_cached(spawn):
+@pytest.mark.parametrize("fast", [True, False])
+def test_exited_after_being_cached(spawn, fast):
     child = spawn()
-    host = HostEnricher(in_container=False)
+    host = HostEnricher(in_container=False, fast=fast)
     host.enrich([_gpu(child.pid)])
     child.kill()
     child.wait()
@@ -82,13 +86,14 @@ def test_exited_after_being_cached(spawn):
     assert row.status is ProcessStatus.EXITED
 
 
-def test_real_zombie(spawn):
+@pytest.mark.parametrize("fast", [True, False])
+def test_real_zombie(spawn, fast):
     child = spawn()
     child.kill()
     deadline = time.time() + 5
     while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE and time.time() < deadline:
         time.sleep(0.01)
-    (row,) = HostEnricher(in_container=False).enrich([_gpu(child.pid)])
+    (row,) = HostEnricher(in_container=False, fast=fast).enrich([_gpu(child.pid)])
     assert row.status is ProcessStatus.ZOMBIE
 
 
@@ -99,20 +104,25 @@ def test_zombie_process_exception(monkeypatch, spawn):
         raise psutil.ZombieProcess(self.pid)
 
     monkeypatch.setattr(psutil.Process, "cpu_percent", boom)
-    (row,) = HostEnricher(in_container=False).enrich([_gpu(child.pid)])
+    (row,) = HostEnricher(in_container=False, fast=False).enrich([_gpu(child.pid)])
     assert row.status is ProcessStatus.ZOMBIE
 
 
-def test_access_denied_is_no_permission(monkeypatch, spawn):
+@pytest.mark.parametrize("fast", [True, False])
+def test_access_denied_is_no_permission(monkeypatch, spawn, fast):
     child = spawn()
 
     def denied(self, *a, **k):
         raise psutil.AccessDenied(self.pid)
 
+    def eperm(pid):
+        raise PermissionError(13, "Permission denied")
+
     denied.cache_activate = denied.cache_deactivate = lambda self: None  # oneshot() hooks
     monkeypatch.setattr(psutil.Process, "memory_info", denied)
+    monkeypatch.setattr(host_module, "_read_rss", eperm)
     monkeypatch.setattr(psutil.Process, "cmdline", denied)
-    (row,) = HostEnricher(in_container=False).enrich([_gpu(child.pid)])
+    (row,) = HostEnricher(in_container=False, fast=fast).enrich([_gpu(child.pid)])
     assert row.status is ProcessStatus.NO_PERMISSION
     assert row.rss_bytes is None and row.reason("rss_bytes") == "no permission"
     assert row.command is None and row.reason("command") == "no permission"
@@ -155,13 +165,16 @@ def test_host_rows_never_claim_namespace():
     assert row.status is ProcessStatus.EXITED
 
 
-def test_pid_reuse_gets_fresh_details(monkeypatch, spawn):
+@pytest.mark.parametrize("fast", [True, False])
+def test_pid_reuse_gets_fresh_details(monkeypatch, spawn, fast):
     child = spawn()
-    host = HostEnricher(in_container=False)
+    host = HostEnricher(in_container=False, fast=fast)
     host.enrich([_gpu(child.pid)])
     host.enrich([_gpu(child.pid)])
     real_create = psutil.Process.create_time
+    real_stat = host_module._read_stat
     monkeypatch.setattr(psutil.Process, "create_time", lambda self: real_create(self) + 1000.0)
+    monkeypatch.setattr(host_module, "_read_stat", lambda pid: (lambda s: (s[0], s[1], s[2] + 100_000))(real_stat(pid)))
     monkeypatch.setattr(psutil.Process, "cmdline", lambda self: ["new-owner", "--of-this-pid"])
     (row,) = host.enrich([_gpu(child.pid)])
     assert row.command == "new-owner --of-this-pid"
@@ -219,3 +232,31 @@ def test_host_processes_lists_own_processes_bounded(spawn):
     assert rss == sorted(rss, reverse=True)
     small = host.host_processes(limit=2, extra_pids=[other.pid])
     assert len(small) == 2 and small[0].pid == other.pid  # probed PIDs are always kept
+
+
+def test_fast_and_psutil_paths_agree(spawn):
+    busy = spawn(argv=[sys.executable, "-c", "import time\nend = time.time() + 3\nwhile time.time() < end: pass"])
+    fast, slow = HostEnricher(in_container=False, fast=True), HostEnricher(in_container=False, fast=False)
+    fast.enrich([_gpu(busy.pid)])
+    slow.enrich([_gpu(busy.pid)])
+    time.sleep(0.3)
+    (a,) = fast.enrich([_gpu(busy.pid)])
+    (b,) = slow.enrich([_gpu(busy.pid)])
+    assert a.command == b.command and a.user == b.user and a.start_time == b.start_time
+    assert a.rss_bytes == pytest.approx(b.rss_bytes, rel=0.2)
+    assert a.cpu_percent > 20 and b.cpu_percent > 20  # a busy loop shows up in both
+    assert abs(a.cpu_percent - b.cpu_percent) < 40
+
+
+def test_fast_path_survives_parentheses_in_process_name(spawn):
+    code = "open('/proc/self/comm', 'w').write('x) (R 1 2'); import time; time.sleep(30)"
+    child = spawn(argv=[sys.executable, "-c", code])
+    deadline = time.time() + 5
+    while psutil.Process(child.pid).name() != "x) (R 1 2" and time.time() < deadline:
+        time.sleep(0.01)
+    state, ticks, start = host_module._read_stat(child.pid)
+    assert state in "SR" and ticks >= 0
+    assert start / os.sysconf("SC_CLK_TCK") + psutil.boot_time() == pytest.approx(
+        psutil.Process(child.pid).create_time(), abs=0.05)
+    (row,) = HostEnricher(in_container=False, fast=True).enrich([_gpu(child.pid)])
+    assert row.status is ProcessStatus.OK and row.rss_bytes > 0

@@ -20,7 +20,6 @@ can exceed 100 for multi-threaded processes).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import time
@@ -85,6 +84,32 @@ def detect_container(proc_root: str = "/proc") -> bool:
     return any(marker in text for marker in _CONTAINER_MARKERS)
 
 
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+class _UseSlowPath(Exception):
+    """/proc could not be parsed: ask psutil instead."""
+
+
+def _read_stat(pid: int) -> tuple[str, int, int]:
+    """(state, utime + stime in clock ticks, start time in ticks since boot) from /proc/<pid>/stat.
+
+    The command name (field 2) may hold spaces and parentheses, so fields are counted from
+    the last ")" (proc(5)).
+    """
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        data = f.read()
+    rest = data[data.rindex(b")") + 2:].split()
+    return rest[0].decode(), int(rest[11]) + int(rest[12]), int(rest[19])
+
+
+def _read_rss(pid: int) -> int:
+    """Resident set size in bytes: /proc/<pid>/statm field 2 (pages) x page size."""
+    with open(f"/proc/{pid}/statm", "rb") as f:
+        return int(f.read().split()[1]) * _PAGE_SIZE
+
+
 @dataclass
 class _Entry:
     proc: psutil.Process
@@ -95,6 +120,10 @@ class _Entry:
     errors: list[tuple[str, str]]
     primed: bool = False  # cpu_percent has a previous reading
     last_seen: float = 0.0
+    errors_t: tuple[tuple[str, str], ...] = ()
+    status: ProcessStatus = ProcessStatus.OK
+    prev_ticks: int | None = None  # fast path: utime+stime (clock ticks) at prev_time
+    prev_time: float = 0.0
 
 
 class HostEnricher:
@@ -102,11 +131,20 @@ class HostEnricher:
 
     ``in_container``: None detects it (:func:`detect_container`); tests pass True/False.
     ``proc_root``: where per-PID cgroup files are read (tests point it elsewhere).
-    Not thread-safe: use from the poller thread.
+    ``fast``: on Linux, read ``/proc/<pid>/stat`` and ``statm`` directly each poll (two small
+    reads per PID instead of psutil's four; psutil still supplies user, command line and
+    start time once per process). None = when /proc is there. Not thread-safe: use from
+    the poller thread.
+
+    CPU % on the fast path is (utime + stime) ticks / SC_CLK_TCK over the wall time between
+    two polls, x 100 (proc(5), fields 14-15) -- the figure psutil's ``cpu_percent`` computes.
+    RSS is statm field 2 x page size (proc(5)).
     """
 
-    def __init__(self, *, in_container: bool | None = None, proc_root: str = "/proc") -> None:
+    def __init__(self, *, in_container: bool | None = None, proc_root: str = "/proc",
+                 fast: bool | None = None) -> None:
         self.proc_root = proc_root
+        self.fast = os.path.exists("/proc/self/stat") if fast is None else fast
         self.in_container = detect_container(proc_root) if in_container is None else in_container
         self._cache: dict[tuple[int, float], _Entry] = {}
         self._missing: dict[int, int] = {}  # pid -> consecutive polls NVML reported it but /proc did not
@@ -127,9 +165,15 @@ class HostEnricher:
         for sample in samples:
             if sample.pid not in looked_up:
                 looked_up[sample.pid] = self._lookup(sample.pid, now, from_nvml)
-            info = dict(looked_up[sample.pid])
-            errors = tuple(dict.fromkeys(sample.field_errors + info.pop("errors")))
-            out.append(dataclasses.replace(sample, field_errors=errors, **info))
+            info = looked_up[sample.pid]
+            errors = info["errors"]
+            if sample.field_errors:
+                errors = tuple(dict.fromkeys(sample.field_errors + errors))
+            # direct construction: ~4x cheaper than dataclasses.replace, and this runs per row
+            out.append(ProcessSample(sample.pid, sample.device_index, sample.type, sample.used_memory_bytes,
+                                     sample.sm_percent, info["user"], info["command"], info["cpu_percent"],
+                                     info["rss_bytes"], info["start_time"], info["status"], info["container"],
+                                     errors))
         if from_nvml:  # NVML no longer lists it: forget how long it was invisible
             for pid in list(self._missing):
                 if pid not in looked_up:
@@ -170,6 +214,63 @@ class HostEnricher:
 
     # ---- internals -----------------------------------------------------------------------
     def _lookup(self, pid: int, now: float, from_nvml: bool) -> dict:
+        if self.fast:
+            try:
+                return self._lookup_fast(pid, now, from_nvml)
+            except _UseSlowPath:
+                pass
+        return self._lookup_psutil(pid, now, from_nvml)
+
+    def _lookup_fast(self, pid: int, now: float, from_nvml: bool) -> dict:
+        try:
+            state, ticks, start = _read_stat(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            return self._vanished(pid, from_nvml)
+        except PermissionError:
+            return self._state(ProcessStatus.NO_PERMISSION, NO_PERMISSION)
+        except (OSError, ValueError, IndexError) as exc:
+            raise _UseSlowPath from exc
+        self._missing.pop(pid, None)
+        key = (pid, start)  # start ticks since boot: a reused PID has a new key
+        entry = self._cache.get(key)
+        if entry is None:
+            try:
+                proc = psutil.Process(pid)
+                entry = self._new_entry(proc, proc.create_time())
+            except psutil.ZombieProcess:
+                return self._state(ProcessStatus.ZOMBIE, ZOMBIE, pid)
+            except psutil.NoSuchProcess:
+                return self._vanished(pid, from_nvml)
+            except psutil.AccessDenied:
+                return self._state(ProcessStatus.NO_PERMISSION, NO_PERMISSION)
+            self._cache[key] = entry
+        entry.last_seen = now
+        errors = entry.errors_t
+        if state == "Z":
+            return {"user": entry.user, "command": entry.command, "cpu_percent": None, "rss_bytes": None,
+                    "start_time": entry.create_time, "status": ProcessStatus.ZOMBIE, "container": entry.container,
+                    "errors": errors + (("cpu_percent", ZOMBIE), ("rss_bytes", ZOMBIE))}
+        status = entry.status
+        cpu = None
+        if entry.prev_ticks is None or now <= entry.prev_time:
+            errors = errors + (("cpu_percent", FIRST_SAMPLE),)
+        else:
+            cpu = (ticks - entry.prev_ticks) / _CLK_TCK / (now - entry.prev_time) * 100.0
+        entry.prev_ticks, entry.prev_time = ticks, now
+        try:
+            rss = _read_rss(pid)
+        except PermissionError:
+            rss = None
+            errors = errors + (("rss_bytes", NO_PERMISSION),)
+            status = ProcessStatus.NO_PERMISSION
+        except (OSError, ValueError, IndexError):
+            rss = None
+            errors = errors + (("rss_bytes", EXITED),)
+        return {"user": entry.user, "command": entry.command, "cpu_percent": cpu, "rss_bytes": rss,
+                "start_time": entry.create_time, "status": status, "container": entry.container,
+                "errors": errors}
+
+    def _lookup_psutil(self, pid: int, now: float, from_nvml: bool) -> dict:
         try:
             proc = psutil.Process(pid)  # reads the create time: our PID-reuse guard
             key = (pid, proc.create_time())
@@ -251,7 +352,8 @@ class HostEnricher:
         except OSError:
             pass
         return _Entry(proc=proc, create_time=create_time, user=user, command=command,
-                      container=container, errors=errors)
+                      container=container, errors=errors, errors_t=tuple(errors),
+                      status=ProcessStatus.NO_PERMISSION if errors else ProcessStatus.OK)
 
     def _vanished(self, pid: int, from_nvml: bool) -> dict:
         if from_nvml:
