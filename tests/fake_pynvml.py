@@ -140,6 +140,28 @@ class _Friendly:
         return f"{type(self).__name__}({self.__dict__})"
 
 
+class _ProcessInfo:
+    """Like the friendly object built from c_nvmlProcessInfo_v2_t (slots: cheap to make)."""
+
+    __slots__ = ("pid", "usedGpuMemory", "gpuInstanceId", "computeInstanceId")
+
+    def __init__(self, pid, used):
+        self.pid = pid
+        self.usedGpuMemory = used
+        self.gpuInstanceId = 0xFFFFFFFF
+        self.computeInstanceId = 0xFFFFFFFF
+
+
+class _UtilSample:
+    """Like c_nvmlProcessUtilizationSample_t."""
+
+    __slots__ = ("pid", "timeStamp", "smUtil", "memUtil", "encUtil", "decUtil")
+
+    def __init__(self, pid, stamp, sm):
+        self.pid, self.timeStamp, self.smUtil = pid, stamp, sm
+        self.memUtil = self.encUtil = self.decUtil = 0
+
+
 @dataclass
 class FakeProcess:
     """A process on a fake GPU. ``used`` is bytes (``None``/ULLONG_MAX: not available)."""
@@ -279,15 +301,15 @@ class FakeNvml:
         self._check(func, handle)
         if version > self.process_api:
             raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
+        na_raw = version == 1 and self.raw_na_v1
         out = []
         for p in handle.gpu.processes:
             if p.kind != kind:
                 continue
             used = ULLONG_MAX if p.used is None else p.used
-            if used == ULLONG_MAX and not (version == 1 and self.raw_na_v1):
+            if used == ULLONG_MAX and not na_raw:
                 used = None
-            out.append(_Friendly(pid=p.pid, usedGpuMemory=used, gpuInstanceId=ULLONG_MAX & 0xFFFFFFFF,
-                                 computeInstanceId=ULLONG_MAX & 0xFFFFFFFF))
+            out.append(_ProcessInfo(p.pid, used))
         return out
 
     def _build_module(self) -> types.ModuleType:
@@ -382,7 +404,7 @@ class FakeNvml:
                     continue
                 ts = now if p.sample_time_us is None else p.sample_time_us
                 if ts > timeStamp:
-                    samples.append(_Friendly(pid=p.pid, timeStamp=ts, smUtil=p.sm, memUtil=0, encUtil=0, decUtil=0))
+                    samples.append(_UtilSample(p.pid, ts, p.sm))
             if not samples:
                 # the driver answers NOT_FOUND when no process ran since timeStamp
                 raise NVMLError(NVML_ERROR_NOT_FOUND)

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from gpumem_tui.telemetry.model import DeviceSample, ProcessSample, ProcessType
+from gpumem_tui.telemetry.model import DeviceSample, ProcessSample, ProcessStatus, ProcessType
 
 ULLONG_MAX = 2**64 - 1
 UINT_MAX = 2**32 - 1
@@ -327,10 +327,14 @@ class NvmlSource:
                     list_reason = list_reason or reason
                 continue
             for item in items:
-                pid = getattr(item, "pid", None)
+                try:
+                    pid, used = item.pid, item.usedGpuMemory
+                except AttributeError:
+                    continue
                 if not isinstance(pid, int):
                     continue
-                used = _ull(getattr(item, "usedGpuMemory", None))
+                if used is not None and (used.__class__ is not int or used >= ULLONG_MAX or used < 0):
+                    used = _ull(used)
                 prev = merged.get(pid)
                 if prev is None:
                     merged[pid] = (ptype, used)
@@ -340,15 +344,17 @@ class NvmlSource:
                     merged[pid] = (prev[0], max(known) if known else None)
         sm, sm_reason = self._sm_percent(dev, merged)
         out = []
+        append = out.append
+        sm_get = sm.get
+        sm_missing = (("sm_percent", sm_reason),) if sm_reason else ()
         for pid, (ptype, used) in merged.items():
-            errs: list[tuple[str, str]] = []
+            sm_value = sm_get(pid)
+            errs = sm_missing if sm_value is None else ()
             if used is None:
-                errs.append(("used_memory_bytes", NOT_AVAILABLE))
-            sm_value = sm.get(pid)
-            if sm_value is None and sm_reason:
-                errs.append(("sm_percent", sm_reason))
-            out.append(ProcessSample(pid=pid, device_index=index, type=ptype, used_memory_bytes=used,
-                                     sm_percent=sm_value, field_errors=tuple(errs)))
+                errs = (("used_memory_bytes", NOT_AVAILABLE), *errs)
+            # positional construction: this runs once per process row per poll
+            append(ProcessSample(pid, index, ptype, used, sm_value, None, None, None, None, None,
+                                 ProcessStatus.OK, None, errs))
         return out, list_reason
 
     def _sm_percent(self, dev: _Device, pids: dict[int, Any]) -> tuple[dict[int, float], str | None]:
@@ -376,22 +382,31 @@ class NvmlSource:
         except Exception as exc:
             return {}, f"{type(exc).__name__}: {exc}"
         newest: dict[int, tuple[int, int]] = {}
-        for s in samples or ():
-            pid, stamp, util = getattr(s, "pid", None), getattr(s, "timeStamp", 0), getattr(s, "smUtil", None)
-            if not isinstance(pid, int) or not isinstance(util, int) or util == UINT_MAX:
+        stamp_max = dev.util_stamp
+        for sample in samples or ():
+            try:
+                pid, stamp, util = sample.pid, sample.timeStamp, sample.smUtil
+            except AttributeError:
                 continue
-            if pid not in newest or stamp >= newest[pid][0]:
+            if util.__class__ is not int or util == UINT_MAX:
+                continue
+            prev = newest.get(pid)
+            if prev is None or stamp >= prev[0]:
                 newest[pid] = (stamp, util)
-            dev.util_stamp = max(dev.util_stamp, int(stamp))
+            if stamp > stamp_max:
+                stamp_max = int(stamp)
+        dev.util_stamp = stamp_max
+        sm_last = dev.sm_last
         for pid, (_, util) in newest.items():
-            dev.sm_last[pid] = (float(min(util, 100)), now)
+            sm_last[pid] = (float(util if util <= 100 else 100), now)
         out: dict[int, float] = {}
+        horizon = now - SM_HOLD_SECONDS
         for pid in pids:
-            last = dev.sm_last.get(pid)
-            out[pid] = last[0] if last and now - last[1] <= SM_HOLD_SECONDS else 0.0
-        for pid in list(dev.sm_last):
-            if pid not in pids:
-                del dev.sm_last[pid]
+            last = sm_last.get(pid)
+            out[pid] = last[0] if last is not None and last[1] >= horizon else 0.0
+        if len(sm_last) > len(out):
+            for pid in [p for p in sm_last if p not in out]:
+                del sm_last[pid]
         return out, None
 
 
