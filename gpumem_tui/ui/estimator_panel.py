@@ -324,7 +324,7 @@ class EstimatorPanel(VerticalScroll):
         margin-top: 1;
     }
     EstimatorPanel #est-fit {
-        height: auto;
+        height: 2;
         text-style: bold;
     }
     EstimatorPanel #est-fit.-fits {
@@ -337,7 +337,10 @@ class EstimatorPanel(VerticalScroll):
         color: $text-muted;
         text-style: none;
     }
-    EstimatorPanel #est-maxbatch, EstimatorPanel #est-breakdown, EstimatorPanel #est-notes {
+    EstimatorPanel #est-maxbatch {
+        height: 1;
+    }
+    EstimatorPanel #est-breakdown, EstimatorPanel #est-notes {
         height: auto;
     }
     """
@@ -791,7 +794,7 @@ class EstimatorPanel(VerticalScroll):
     def _show_message(self, text: str) -> None:
         message = self.query_one("#est-message", Static)
         safe = "\n".join(printable(line, limit=500) for line in text.splitlines())
-        message.update(Text(safe) if text else "")
+        _set_text(message, safe)
         message.set_class(not text, "-empty")
 
     # ----- drawing ---------------------------------------------------------------------------
@@ -804,38 +807,36 @@ class EstimatorPanel(VerticalScroll):
         notes = self.query_one("#est-notes", Static)
         if est is None:
             bar.set_data([], self.budget_bytes)
-            fit.update("")
-            breakdown.update("")
-            notes.update("")
+            _set_text(fit, "", fixed_height=True)
+            _set_text(breakdown, "")
+            _set_text(notes, "")
             return
         bar.set_data(_segment_bytes(est), self.budget_bytes, stale=stale)
         peak = _peak(est)
         budget = self.budget_bytes
         where = f" ({self._gpu_label})" if self._gpu_label and not self.query_one("#est-budget", Input).value.strip() else ""
-        fit.remove_class("-fits", "-nofit", "-nobudget")
         if budget is None:
-            fit.update(Text(f"peak {format_bytes(peak, precision=2)}: select a GPU or type a GPU memory to check the fit"))
-            fit.add_class("-nobudget")
+            state = "-nobudget"
+            text = f"peak {format_bytes(peak, precision=2)}: select a GPU or type a GPU memory to check the fit"
         elif peak <= budget:
+            state = "-fits"
             spare = budget - peak
-            fit.update(
-                Text(
-                    f"fits: peak {format_bytes(peak, precision=2)} of {format_bytes(budget, precision=2)}{where}, "
-                    f"{format_bytes(spare, precision=2)} ({100 * spare / budget:.0f}%) to spare"
-                )
+            text = (
+                f"fits: peak {format_bytes(peak, precision=2)} of {format_bytes(budget, precision=2)}{where}, "
+                f"{format_bytes(spare, precision=2)} ({100 * spare / budget:.0f}%) to spare"
             )
-            fit.add_class("-fits")
         else:
+            state = "-nofit"
             over = peak - budget
-            fit.update(
-                Text(
-                    f"does not fit: peak {format_bytes(peak, precision=2)} is {format_bytes(over, precision=2)} "
-                    f"({100 * over / budget:.0f}%) over {format_bytes(budget, precision=2)}{where}"
-                )
+            text = (
+                f"does not fit: peak {format_bytes(peak, precision=2)} is {format_bytes(over, precision=2)} "
+                f"({100 * over / budget:.0f}%) over {format_bytes(budget, precision=2)}{where}"
             )
-            fit.add_class("-nofit")
-        breakdown.update(self._breakdown_text(est))
-        notes.update(self._notes_text(est))
+        for name in ("-fits", "-nofit", "-nobudget"):
+            fit.set_class(name == state, name)
+        _set_text(fit, text, fixed_height=True)
+        _set_text(breakdown, self._breakdown_text(est))
+        _set_text(notes, self._notes_text(est))
         assumptions = getattr(est, "assumptions", None) or ()
         breakdown.tooltip = "\n".join(str(a) for a in assumptions) or None
 
@@ -883,13 +884,12 @@ class EstimatorPanel(VerticalScroll):
         label = self.query_one("#est-maxbatch", Static)
         arch, spec, budget = self.architecture, self.spec, self.budget_bytes
         if arch is None or spec is None:
-            label.update("")
+            _set_text(label, "", fixed_height=True)
             return
         if budget is None:
             self.max_batch_value = None
-            label.update(Text("largest micro-batch: needs a GPU or a typed GPU memory", style="dim"))
+            _set_text(label, Text("largest micro-batch: needs a GPU or a typed GPU memory", style="dim"), fixed_height=True)
             return
-        label.update(Text("largest micro-batch that fits: computing…", style="dim"))
         self._solve_max_batch(self._generation, arch, spec, budget)
 
     @work(thread=True, exclusive=True, group="estimator-max-batch", exit_on_error=False)
@@ -913,11 +913,29 @@ class EstimatorPanel(VerticalScroll):
         label = self.query_one("#est-maxbatch", Static)
         self.max_batch_value = message.value
         if message.error is not None:
-            label.update(Text(printable(f"largest micro-batch: could not solve ({message.error})", limit=300)))
+            text = Text(printable(f"largest micro-batch: could not solve ({message.error})", limit=300))
         elif message.value == 0:
-            label.update(Text("largest micro-batch that fits: none (batch 1 already does not fit)"))
+            text = Text("largest micro-batch that fits: none (batch 1 already does not fit)")
         else:
-            label.update(Text(f"largest micro-batch that fits: {message.value}"))
+            text = Text(f"largest micro-batch that fits: {message.value}")
+        _set_text(label, text, fixed_height=True)
+
+
+def _set_text(widget: Static, text: Text | str, *, fixed_height: bool = False) -> None:
+    """Update ``widget`` only when its text changes; skip the relayout when its height is fixed.
+
+    Every relayout repaints the whole screen, which is what makes a form change slow.
+    """
+    new = text if isinstance(text, Text) else Text(text)
+    old = getattr(widget, "_gpumem_text", None)
+    if old is not None and old == new:
+        return
+    widget._gpumem_text = new  # type: ignore[attr-defined]
+    if fixed_height:
+        widget.update(new, layout=False)
+    else:
+        lines_before = old.plain.count("\n") if old is not None else -1
+        widget.update(new, layout=lines_before != new.plain.count("\n"))
 
 
 def _setup_value(info: ProbeInfo, key: str) -> object:
