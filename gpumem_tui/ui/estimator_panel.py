@@ -439,7 +439,7 @@ class EstimatorPanel(VerticalScroll):
             yield model
             yield label("config", "config")
             config = Input(
-                placeholder="config.json path or parameter count (7e9): overrides model",
+                placeholder="path/to/config.json or a count (7e9)",
                 compact=True,
                 id="est-config",
                 classes="-wide",

@@ -1,0 +1,607 @@
+"""The dashboard app: device panel, process table, memory chart, estimator side pane.
+
+Data flow: a :class:`~gpumem_tui.ui.poller.Poller` thread polls any TelemetrySource and posts
+frozen Snapshots; the handlers here own every state change (history, phase marks, widgets)
+and re-arm the poller. Nothing in this module blocks on I/O except sending a signal, which is
+a single syscall after the user confirmed it.
+"""
+
+from __future__ import annotations
+
+import signal as _signal
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingsMap
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer, Input, Static
+from textual.worker import Worker, WorkerState
+
+from gpumem_tui.telemetry.model import (
+    PhaseMark,
+    ProbeInfo,
+    ProbeSample,
+    ProcessSample,
+    Snapshot,
+    TelemetrySource,
+)
+from gpumem_tui.text import printable
+from gpumem_tui.ui.device_panel import DevicePanel
+from gpumem_tui.ui.history import HistoryStore
+from gpumem_tui.ui.memory_chart import Band, CurveSpec, MemoryChart
+from gpumem_tui.ui.poller import Poller, PollFailed, SnapshotReady
+from gpumem_tui.ui.process_table import ProcessTable, row_key
+from gpumem_tui.ui.screens import ConfirmSignalScreen, HelpScreen, ProcessDetailScreen, signal_name
+from gpumem_tui.ui.themes import APP_VARIABLES, DEFAULT_THEME, FALLBACK_THEME, ThemeSet
+
+CHART_WINDOWS = (60.0, 300.0, 900.0, 3600.0, 6 * 3600.0)
+MAX_MARKS_PER_PID = 4096
+MAX_MARK_PIDS = 64
+
+SIGNAL_BINDINGS = (
+    Binding("I", "signal('SIGINT')", "SIGINT", id="signal_int", tooltip="Send SIGINT to the selected process (asks first)"),
+    Binding("T", "signal('SIGTERM')", "SIGTERM", id="signal_term", tooltip="Send SIGTERM to the selected process (asks first)"),
+    Binding("K", "signal('SIGKILL')", "SIGKILL", id="signal_kill", tooltip="Send SIGKILL to the selected process (asks first)"),
+)
+REPLAY_ACTIONS = {"replay_pause", "replay_seek", "replay_speed"}
+
+
+def is_replay(source: object) -> bool:
+    """True when the source can pause, seek and change speed (a replayed trace)."""
+    return all(callable(getattr(source, name, None)) for name in ("pause", "resume", "seek", "set_speed"))
+
+
+class GpuMemApp(App[None]):
+    """The gpumem-tui dashboard.
+
+    Args:
+        source: any TelemetrySource; closed when the app exits.
+        interval: seconds between polls (> 0).
+        theme: theme name to start with; an unusable one falls back to the default.
+        themes: themes loaded from files (``gpumem_tui.ui.themes.load_themes()``); their
+            problems are shown as notifications.
+        readonly: no signal keys at all.
+        select_pid: select this process when it first appears (e.g. the demo job).
+        notices: one-off messages to show at start (e.g. config file problems).
+        chart_window: seconds of history the chart shows.
+        keymap: binding id -> keys overrides (from the config file).
+        banner: extra text for the status line (e.g. "demo job PID 123").
+    """
+
+    CSS_PATH = "app.tcss"
+    TITLE = "gpumem-tui"
+
+    BINDINGS = [
+        Binding("q", "quit", "Quit", id="quit", tooltip="Quit gpumem-tui"),
+        Binding("question_mark", "help", "Help", id="help", tooltip="Show the key bindings"),
+        Binding("slash", "filter", "Filter", id="filter", tooltip="Filter processes: user:NAME gpu:N words"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, id="clear_filter",
+                tooltip="Clear the process filter"),
+        Binding("enter", "detail", "Detail", id="detail", tooltip="Show everything about the selected process"),
+        Binding("c", "chart_target", "Chart GPU/proc", id="chart_target",
+                tooltip="Chart the selected process or its GPU"),
+        Binding("b", "toggle_bands", "Bands", id="toggle_bands", tooltip="Show or hide the predicted bands"),
+        Binding("left_square_bracket", "window(-1)", "Zoom in", show=False, id="window_shorter",
+                tooltip="Show a shorter time window"),
+        Binding("right_square_bracket", "window(1)", "Zoom out", show=False, id="window_longer",
+                tooltip="Show a longer time window"),
+        Binding("e", "toggle_side", "Estimator", id="toggle_side", tooltip="Show or hide the estimator pane"),
+        Binding("space", "replay_pause", "Pause", id="replay_pause", priority=True, tooltip="Pause or resume the replay"),
+        Binding("left", "replay_seek(-10)", "-10 s", id="replay_back", priority=True, tooltip="Seek back 10 s"),
+        Binding("right", "replay_seek(10)", "+10 s", id="replay_forward", priority=True, tooltip="Seek forward 10 s"),
+        Binding("plus,equals_sign", "replay_speed(2)", "Faster", id="replay_faster", tooltip="Replay twice as fast"),
+        Binding("minus", "replay_speed(0.5)", "Slower", id="replay_slower", tooltip="Replay half as fast"),
+    ]
+
+    def __init__(
+        self,
+        source: TelemetrySource,
+        *,
+        interval: float = 1.0,
+        theme: str = DEFAULT_THEME,
+        themes: ThemeSet | None = None,
+        readonly: bool = False,
+        select_pid: int | None = None,
+        notices: Sequence[str] = (),
+        chart_window: float = 300.0,
+        keymap: Iterable[tuple[str, str]] = (),
+        banner: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.interval = interval
+        self.readonly = readonly
+        self.replay = is_replay(source)
+        self.requested_theme = theme
+        self.theme_set = themes if themes is not None else ThemeSet()
+        self.start_notices = list(notices)
+        self.banner = banner
+        self.select_pid = select_pid
+        self._selected_once = select_pid is None
+        self.snapshot: Snapshot | None = None
+        self.poll_error: str | None = None
+        self.history = HistoryStore()
+        self.phase_marks: OrderedDict[int, deque[PhaseMark]] = OrderedDict()
+        self._mark_keys: dict[int, set[tuple[float, str, int]]] = {}
+        self.probe_infos: dict[int, ProbeInfo] = {}
+        self.probe_devices: dict[int, str] = {}
+        self.chart_target: tuple[str, int] | None = None
+        self.chart_window = chart_window
+        self.bands: list[Band] = []
+        self.poller = Poller(self, source, interval)
+        self.has_side_pane = False
+        self._highlighted_key: str | None = None
+        # Widgets are kept as attributes: handlers also run while a modal screen is on top,
+        # where App.query would search that screen instead of the dashboard.
+        self.status_bar = Static(id="status")
+        self.replay_bar = Static(id="replay-status")
+        self.device_panel = DevicePanel(id="devices")
+        self.table = ProcessTable(id="processes")
+        self.filter_box = Input(placeholder="filter: user:NAME gpu:N words (Enter keeps, Esc clears)", id="filter")
+        self.chart = MemoryChart(id="chart")
+        self._keymap_pairs = dict(keymap)
+        if not readonly:
+            # Signal keys exist only when not read-only: not disabled, absent.
+            self._bindings = BindingsMap([*(b for _, b in self._bindings), *SIGNAL_BINDINGS])
+
+    # ---- theme ----------------------------------------------------------------------------
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(APP_VARIABLES)
+
+    def _apply_themes(self) -> None:
+        for theme in self.theme_set.themes.values():
+            self.register_theme(theme)
+        for problem in self.theme_set.problems:
+            self.notify(problem, title="Theme file error", severity="warning", timeout=10, markup=False)
+        wanted = self.requested_theme
+        if wanted not in self.available_themes:
+            fallback = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else FALLBACK_THEME
+            self.notify(
+                f"theme {wanted!r} could not be loaded; using {fallback!r}",
+                title="Theme", severity="warning", timeout=10, markup=False,
+            )
+            wanted = fallback
+        self.theme = wanted
+
+    # ---- layout ---------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield self.status_bar
+        yield self.replay_bar
+        yield self.device_panel
+        with Horizontal(id="main"):
+            with Vertical(id="left"):
+                yield self.table
+                yield self.filter_box
+                yield self.chart
+            side = self._side_pane()
+            self.has_side_pane = side is not None
+            if side is not None:
+                yield side
+        yield Footer()
+
+    def _side_pane(self) -> Any:
+        """The estimator/comparison pane when the panel widgets are installed, else None."""
+        from gpumem_tui.ui import side_pane
+
+        return side_pane.build()
+
+    def on_mount(self) -> None:
+        self._apply_themes()
+        if self._keymap_pairs:
+            self.set_keymap(self._keymap_pairs)
+        for notice in self.start_notices:
+            self.notify(notice, title="Config", severity="warning", timeout=10, markup=False)
+        self.replay_bar.display = self.replay
+        self.filter_box.display = False
+        self.chart.window = self.chart_window
+        self.table.focus()
+        self._update_status()
+        self.poller.start()
+
+    def on_unmount(self) -> None:
+        self.poller.stop()
+
+    # ---- data -----------------------------------------------------------------------------
+    @on(SnapshotReady)
+    def _on_snapshot(self, message: SnapshotReady) -> None:
+        try:
+            self.apply_snapshot(message.snapshot)
+        finally:
+            self.poller.rearm(message.poll_seconds)
+
+    @on(PollFailed)
+    def _on_poll_failed(self, message: PollFailed) -> None:
+        self.poll_error = message.error
+        self._update_status()
+        self.poller.rearm(message.poll_seconds)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        # The poll function catches everything; this covers a failure outside poll().
+        if event.worker.group == "poller" and event.state is WorkerState.ERROR:
+            self.poll_error = f"poller error: {event.worker.error!r}"
+            self._update_status()
+            self.poller.rearm(0.0)
+
+    def apply_snapshot(self, snap: Snapshot) -> None:
+        """Take one Snapshot: record history, update every widget."""
+        self.snapshot = snap
+        self.poll_error = None
+        self._record(snap)
+        for notice in snap.notices:
+            self.notify(printable(notice, 1024), severity="information", timeout=8, markup=False)
+        devices = self.device_panel
+        devices.display = bool(snap.devices)
+        devices.show(snap.devices)
+        table = self.table
+        keep = None
+        if not self._selected_once and self.select_pid is not None:
+            for p in snap.processes:
+                if p.pid == self.select_pid:
+                    keep = row_key(p)
+                    self._selected_once = True
+                    self.chart_target = ("proc", p.pid)
+                    break
+        table.show(snap.processes, snap.time, keep=keep)
+        if self.chart_target is None:
+            selected = table.selected
+            if selected is not None:
+                self.chart_target = ("proc", selected.pid)
+            elif snap.devices:
+                self.chart_target = ("gpu", snap.devices[0].index)
+        self._update_status()
+        self._update_chart()
+        self._update_side()
+
+    def _record(self, snap: Snapshot) -> None:
+        t = snap.time
+        for dev in snap.devices:
+            self.history.add(("gpu", dev.index), t, dev.memory_used_bytes)
+        per_pid: dict[int, int] = {}
+        for p in snap.processes:
+            if p.used_memory_bytes is not None:
+                per_pid[p.pid] = per_pid.get(p.pid, 0) + p.used_memory_bytes
+        for pid, used in per_pid.items():
+            self.history.add(("proc", pid), t, used)
+        for probe in snap.probes:
+            self._record_probe(probe)
+        for info in snap.probe_infos:
+            self.probe_infos[info.pid] = info
+        for mark in snap.phase_marks:
+            key = (mark.time, mark.phase.value, mark.step)
+            seen = self._mark_keys.setdefault(mark.pid, set())
+            if key in seen:
+                continue
+            marks = self.phase_marks.get(mark.pid)
+            if marks is None:
+                marks = self.phase_marks[mark.pid] = deque(maxlen=MAX_MARKS_PER_PID)
+                while len(self.phase_marks) > MAX_MARK_PIDS:
+                    old, _ = self.phase_marks.popitem(last=False)
+                    self._mark_keys.pop(old, None)
+            if len(marks) == marks.maxlen:
+                seen.discard((marks[0].time, marks[0].phase.value, marks[0].step))
+            marks.append(mark)
+            seen.add(key)
+
+    def _record_probe(self, probe: ProbeSample) -> None:
+        self.probe_devices[probe.pid] = probe.device
+        self.history.add(("probe", probe.pid, "allocated"), probe.time, probe.allocated_bytes)
+        self.history.add(("probe", probe.pid, "reserved"), probe.time, probe.reserved_bytes)
+
+    # ---- status ---------------------------------------------------------------------------
+    def status_text(self) -> Text:
+        """The one-line status: NVML state, counts, sort/filter, poll errors."""
+        snap = self.snapshot
+        text = Text()
+        text.append("gpumem-tui ", style="bold")
+        if snap is None:
+            text.append("waiting for the first sample…")
+        elif snap.nvml_error:
+            text.append("NVML not available: ", style="bold")
+            text.append(printable(snap.nvml_error, 300))
+            text.append(f" · showing {len(snap.processes)} host processes")
+        else:
+            text.append(f"{len(snap.devices)} GPU{'s' if len(snap.devices) != 1 else ''}")
+            if snap.driver_version:
+                text.append(f" · driver {printable(snap.driver_version, 32)}")
+            if snap.cuda_driver_version:
+                text.append(f" · CUDA {printable(snap.cuda_driver_version, 32)}")
+            text.append(f" · {len(snap.processes)} processes")
+        if self.banner:
+            text.append(f" · {self.banner}")
+        if self.is_mounted:
+            table = self.table
+            if table.filter.active:
+                text.append(f" · filter: {printable(self.filter_box.value, 80)}")
+            if table.filter.problems:
+                text.append(f" ({'; '.join(table.filter.problems)})")
+        if self.readonly:
+            text.append(" · read-only")
+        if self.poll_error:
+            text.append(" · poll failed: ", style="bold")
+            text.append(printable(self.poll_error, 300))
+            text.append(" (retrying)")
+        return text
+
+    def _update_status(self) -> None:
+        self.status_bar.update(self.status_text())
+        if self.replay:
+            self.replay_bar.update(self.replay_text())
+
+    def replay_text(self) -> Text:
+        src = self.source
+        paused = bool(getattr(src, "paused", False))
+        pos = getattr(src, "position", None)
+        dur = getattr(src, "duration", None)
+        speed = getattr(src, "speed", None)
+        text = Text("replay ", style="bold")
+        text.append("⏸ paused" if paused else "▶ playing")
+        if isinstance(pos, (int, float)):
+            text.append(f" · {pos:.1f} s")
+            if isinstance(dur, (int, float)):
+                text.append(f" / {dur:.1f} s")
+        if isinstance(speed, (int, float)):
+            text.append(f" · ×{speed:g}")
+        text.append(" · space pause · ←/→ seek 10 s · +/- speed")
+        return text
+
+    # ---- chart ----------------------------------------------------------------------------
+    def _device_total(self, index: int | None) -> int | None:
+        if self.snapshot is None or index is None:
+            return None
+        for dev in self.snapshot.devices:
+            if dev.index == index:
+                return dev.memory_total_bytes
+        return None
+
+    def selected_gpu(self) -> int | None:
+        """The GPU the chart/estimator refer to: the selected process's, else the panel's."""
+        table = self.table
+        proc = table.selected
+        if self.chart_target and self.chart_target[0] == "gpu":
+            return self.chart_target[1]
+        if proc is not None and proc.device_index is not None:
+            return proc.device_index
+        return self.device_panel.selected_index
+
+    def _update_chart(self) -> None:
+        chart = self.chart
+        snap = self.snapshot
+        target = self.chart_target
+        if snap is None or target is None:
+            chart.set_series([], None)
+            chart.set_message("no GPU or process selected")
+            chart.replot()
+            return
+        kind, ident = target
+        curves: list[CurveSpec] = []
+        marks: list[PhaseMark] = []
+        total: int | None = None
+        if kind == "gpu":
+            curves.append(CurveSpec("NVML used", self.history.points(("gpu", ident)), "curve-measured"))
+            total = self._device_total(ident)
+            chart.set_title(f"GPU {ident}: memory used (NVML)")
+        else:
+            proc = next((p for p in snap.processes if p.pid == ident), None)
+            device = self.probe_devices.get(ident)
+            probe_alloc = self.history.points(("probe", ident, "allocated"))
+            if probe_alloc:
+                label = "torch allocated" if device and device.startswith("cuda") else "live tensors (CPU tracker)"
+                curves.append(CurveSpec(label, probe_alloc, "curve-measured"))
+                reserved = self.history.points(("probe", ident, "reserved"))
+                if reserved:
+                    curves.append(CurveSpec("torch reserved", reserved, "curve-reserved"))
+            nvml = self.history.points(("proc", ident))
+            if nvml:
+                curves.append(CurveSpec("NVML used", nvml, "curve-measured" if not probe_alloc else "curve-nvml"))
+            if proc is not None:
+                total = self._device_total(proc.device_index)
+            marks = list(self.phase_marks.get(ident, ()))
+            name = printable((proc.command if proc else None) or "", 60)
+            where = f"GPU {proc.device_index}" if proc is not None and proc.device_index is not None else "host"
+            chart.set_title(f"PID {ident} ({where}) {name}".rstrip())
+            if not curves:
+                chart.set_message(f"PID {ident}: no memory figure to chart (NVML reports none for it)")
+        chart.set_series(curves, snap.time)
+        chart.set_total(total, "GPU total")
+        chart.set_phase_marks(marks)
+        chart.set_bands(self.bands)  # replots
+
+    def set_predicted_bands(self, bands: Sequence[Band]) -> None:
+        """Overlay the estimator's cumulative bands: (label, cumulative bytes, colour var)."""
+        self.bands = list(bands)
+        self.chart.set_bands(self.bands)
+
+    # ---- side pane (estimator / comparison) -------------------------------------------------
+    def _update_side(self) -> None:
+        from gpumem_tui.ui import side_pane
+
+        side_pane.on_snapshot(self)
+
+    # ---- selection ------------------------------------------------------------------------
+    @on(DataTable.RowHighlighted, "#processes")
+    def _process_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        # Rebuilding the table re-highlights the same row each poll: only a move counts.
+        # The event may be stale (posted mid-rebuild), so the table's current row decides.
+        key = self.table.selected_key
+        if key == self._highlighted_key:
+            return
+        self._highlighted_key = key
+        proc = self.table.selected
+        if proc is None:
+            return
+        if self.chart_target != ("proc", proc.pid):
+            self.chart_target = ("proc", proc.pid)
+            self._update_chart()
+            self._update_side()
+
+    @on(DataTable.RowHighlighted, "#devices")
+    def _device_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if not self.device_panel.has_focus:
+            return
+        index = self.device_panel.selected_index
+        if index is not None and self.chart_target != ("gpu", index):
+            self.chart_target = ("gpu", index)
+            self._update_chart()
+            self._update_side()
+
+    @on(DataTable.RowSelected, "#processes")
+    def _process_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_detail()
+
+    # ---- actions --------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in REPLAY_ACTIONS:
+            return self.replay
+        if action == "signal" and self.readonly:
+            return False
+        if action == "toggle_side":
+            return self.has_side_pane
+        return True
+
+    def help_rows(self) -> list[tuple[str, str, str]]:
+        """(keys, description, id) for every binding that is active here."""
+        rows: list[tuple[str, str, str]] = []
+        seen: set[object] = set()
+        bindings = [b for _, b in self._bindings] + list(ProcessTable.BINDINGS)  # type: ignore[arg-type]
+        for binding in bindings:
+            ident = binding.id or (binding.key, binding.action)
+            if not isinstance(binding, Binding) or ident in seen or binding.system:
+                continue
+            if binding.action.split("(")[0] in REPLAY_ACTIONS and not self.replay:
+                continue
+            seen.add(ident)
+            keys = self._keymap.get(binding.id, binding.key) if binding.id else binding.key
+            display = ", ".join(self.get_key_display(Binding(k.strip(), "")) for k in keys.split(","))
+            rows.append((display, binding.tooltip or binding.description, binding.id or ""))
+        return rows
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.help_rows()))
+
+    def action_filter(self) -> None:
+        box = self.filter_box
+        box.display = True
+        box.focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.filter_box
+        if box.value or box.display:
+            box.value = ""
+            box.display = False
+            self.table.set_filter("")
+            self.table.focus()
+            self._update_status()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.table.set_filter(event.value)
+        self._update_status()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        if not event.value.strip():
+            event.input.display = False
+        self.table.focus()
+
+    def action_detail(self) -> None:
+        proc = self.table.selected
+        if proc is None or self.snapshot is None:
+            return
+        self.push_screen(ProcessDetailScreen(proc, self.snapshot.time, self.probe_infos.get(proc.pid)))
+
+    def action_chart_target(self) -> None:
+        proc = self.table.selected
+        target = self.chart_target
+        if target and target[0] == "proc" and proc is not None and proc.device_index is not None:
+            self.chart_target = ("gpu", proc.device_index)
+        elif proc is not None:
+            self.chart_target = ("proc", proc.pid)
+        self._update_chart()
+        self._update_side()
+
+    def action_toggle_bands(self) -> None:
+        chart = self.chart
+        chart.show_bands = not chart.show_bands
+        self.notify(f"predicted bands {'shown' if chart.show_bands else 'hidden'}", timeout=2)
+
+    def action_window(self, step: int) -> None:
+        chart = self.chart
+        index = min(range(len(CHART_WINDOWS)), key=lambda i: abs(CHART_WINDOWS[i] - chart.window))
+        chart.window = CHART_WINDOWS[min(max(index + step, 0), len(CHART_WINDOWS) - 1)]
+        self.chart_window = chart.window
+
+    def action_toggle_side(self) -> None:
+        for side in self.screen_stack[0].query("#side"):
+            side.display = not side.display
+
+    # replay
+    def action_replay_pause(self) -> None:
+        src: Any = self.source
+        if getattr(src, "paused", False):
+            src.resume()
+        else:
+            src.pause()
+        self._update_status()
+
+    def action_replay_seek(self, delta: float) -> None:
+        src: Any = self.source
+        position = getattr(src, "position", 0.0) or 0.0
+        target = max(0.0, position + delta)
+        duration = getattr(src, "duration", None)
+        if isinstance(duration, (int, float)):
+            target = min(target, duration)
+        src.seek(target)
+        if delta < 0:
+            self.history = HistoryStore()  # time went backwards: start the curves again
+            self.phase_marks.clear()
+            self._mark_keys.clear()
+        self._update_status()
+        self.poller.poll_now()
+
+    def action_replay_speed(self, factor: float) -> None:
+        src: Any = self.source
+        speed = getattr(src, "speed", 1.0) or 1.0
+        src.set_speed(min(max(speed * factor, 0.125), 64.0))
+        self._update_status()
+
+    # signals
+    def action_signal(self, name: str) -> None:
+        if self.readonly:  # belt and braces: the keys do not exist in read-only mode
+            return
+        proc = self.table.selected
+        if proc is None:
+            self.notify("no process selected", severity="warning", markup=False)
+            return
+        sig = int(getattr(_signal, name))
+
+        def answered(confirm: bool | None) -> None:
+            if confirm:
+                self.send_signal(proc, sig)
+
+        self.push_screen(ConfirmSignalScreen(proc, sig), answered)
+
+    def send_signal(self, proc: ProcessSample, sig: int) -> None:
+        """Send ``sig`` via gpumem_tui.signals; refusals and errors become notifications."""
+        from gpumem_tui import signals
+
+        name = signal_name(sig)
+        try:
+            refusal = signals.send_signal(proc.pid, proc.start_time, sig)
+        except Exception as exc:  # noqa: BLE001 -- never let a signal error kill the dashboard
+            refusal = f"{type(exc).__name__}: {exc}"
+        if refusal:
+            self.notify(
+                f"{name} not sent to PID {proc.pid}: {printable(str(refusal), 300)}",
+                title="Signal refused", severity="error", timeout=8, markup=False,
+            )
+        else:
+            self.notify(f"{name} sent to PID {proc.pid} ({printable(proc.command or '', 80)})",
+                        title="Signal", timeout=5, markup=False)
+
+    async def action_quit(self) -> None:
+        self.poller.stop()
+        self.exit()

@@ -1,0 +1,147 @@
+"""Cell text for the device panel, the process table and the detail view.
+
+Every figure that is None shows its reason from the sample (``"N/A"``, ``"no permission"``,
+``"GPU is lost"``) rather than a blank or an invented number. Untrusted text (commands, user
+names, container ids) goes through :func:`gpumem_tui.text.printable` and into a
+``rich.text.Text`` -- never through markup parsing.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from gpumem_tui.telemetry.model import DeviceSample, ProcessSample, ProcessStatus
+from gpumem_tui.text import printable
+from gpumem_tui.units import MiB
+
+MISSING_STYLE = "dim"
+NAMESPACE_HINT = "not visible from this PID namespace; run the container with --pid=host"
+
+
+def safe(text: str | None, limit: int = 4096) -> Text:
+    """Untrusted text as a literal ``Text`` (no markup, no control characters)."""
+    return Text(printable(text or "", limit=limit))
+
+
+def missing(reason: str | None) -> Text:
+    """The visible stand-in for a value that could not be read."""
+    return Text(reason or "N/A", style=MISSING_STYLE)
+
+
+def mib(value: int | None, reason: str | None = None) -> Text:
+    """Bytes as whole MiB ("8123 MiB"), or the reason it is missing."""
+    if value is None:
+        return missing(reason)
+    return Text(f"{value / MiB:,.0f} MiB", justify="right")
+
+
+def percent(value: float | None, reason: str | None = None) -> Text:
+    """A percentage with no decimals, or the reason."""
+    if value is None:
+        return missing(reason)
+    return Text(f"{value:.0f}%", justify="right")
+
+
+def duration(seconds: float | None) -> str:
+    """Running time as ``D-HH:MM:SS`` / ``HH:MM:SS`` / ``MM:SS``."""
+    if seconds is None or seconds < 0:
+        return "N/A"
+    total = int(seconds)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours:
+        return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{minutes:02d}:{secs:02d}"
+
+
+def bar(fraction: float | None, width: int, used_style: str, free_style: str) -> Text:
+    """A horizontal usage bar ``width`` cells wide (eighth-block resolution)."""
+    if fraction is None or width <= 0:
+        return Text("?" * max(width, 0), style=MISSING_STYLE)
+    fraction = min(max(fraction, 0.0), 1.0)
+    eighths = round(fraction * width * 8)
+    full, part = divmod(eighths, 8)
+    text = Text("█" * full, style=used_style)
+    if part and full < width:
+        text.append(" ▏▎▍▌▋▊▉"[part], style=f"{used_style} on {free_style}" if free_style else used_style)
+        full += 1
+    text.append(" " * (width - full), style=f"on {free_style}" if free_style else "")
+    return text
+
+
+def device_memory(dev: DeviceSample) -> Text:
+    """"used / total MiB (pct%)" for a GPU, or why not."""
+    if dev.error:
+        return Text(dev.error, style="bold")
+    used, total = dev.memory_used_bytes, dev.memory_total_bytes
+    if used is None or total is None:
+        reason = dev.reason("memory_used_bytes") or dev.reason("memory_total_bytes")
+        left = f"{used / MiB:,.0f}" if used is not None else (reason or "N/A")
+        right = f"{total / MiB:,.0f}" if total is not None else (reason or "N/A")
+        return Text(f"{left} / {right} MiB", style=MISSING_STYLE)
+    pct = 100.0 * used / total if total else 0.0
+    return Text(f"{used / MiB:,.0f} / {total / MiB:,.0f} MiB ({pct:.0f}%)")
+
+
+def device_fraction(dev: DeviceSample) -> float | None:
+    """Used / total memory of a GPU, None when either is unknown."""
+    if dev.error or dev.memory_used_bytes is None or not dev.memory_total_bytes:
+        return None
+    return dev.memory_used_bytes / dev.memory_total_bytes
+
+
+def temperature(dev: DeviceSample) -> Text:
+    if dev.temperature_c is None:
+        return missing(dev.error and "-" or dev.reason("temperature_c"))
+    return Text(f"{dev.temperature_c:.0f}°C", justify="right")
+
+
+def power(dev: DeviceSample) -> Text:
+    """"draw / limit W", each side with its own reason when missing."""
+    if dev.error:
+        return missing("-")
+    draw = f"{dev.power_draw_w:.0f}" if dev.power_draw_w is not None else (dev.reason("power_draw_w") or "N/A")
+    limit = f"{dev.power_limit_w:.0f}" if dev.power_limit_w is not None else (dev.reason("power_limit_w") or "N/A")
+    style = MISSING_STYLE if dev.power_draw_w is None or dev.power_limit_w is None else ""
+    return Text(f"{draw} / {limit} W", style=style)
+
+
+def status_text(proc: ProcessSample) -> str | None:
+    """What to say about a process whose host details are missing, or None when fine."""
+    if proc.status is ProcessStatus.OK:
+        return None
+    if proc.status is ProcessStatus.NOT_IN_NAMESPACE:
+        return NAMESPACE_HINT
+    return proc.status.value
+
+
+def command(proc: ProcessSample, limit: int = 512) -> Text:
+    """The command line, literal, prefixed by the process state when it is not OK."""
+    state = status_text(proc)
+    text = Text()
+    if state is not None:
+        text.append(f"[{state}]", style="italic")
+        if proc.command:
+            text.append(" ")
+    if proc.command:
+        text.append_text(safe(proc.command, limit=limit))
+    elif state is None:
+        text.append_text(missing(proc.reason("command")))
+    return text
+
+
+def user(proc: ProcessSample) -> Text:
+    if proc.user is None:
+        return missing(proc.reason("user") or _status_reason(proc))
+    return safe(proc.user, limit=64)
+
+
+def _status_reason(proc: ProcessSample) -> str:
+    if proc.status is ProcessStatus.NO_PERMISSION:
+        return "no permission"
+    if proc.status in (ProcessStatus.EXITED, ProcessStatus.NOT_IN_NAMESPACE):
+        return "-"
+    return "N/A"

@@ -1,0 +1,275 @@
+"""Memory-over-time chart (plotext through textual-plotext) with the estimator overlay.
+
+What it draws, all in one unit (MiB, or GiB when the largest value is >= 2 GiB; the axis
+label says which), against time in seconds relative to the newest sample (0 = now):
+
+- the measured curves given to :meth:`MemoryChart.set_series` (e.g. NVML used memory of a GPU
+  or process, or the probe's torch allocated / reserved bytes; the label says which figure);
+- the GPU's total memory as a horizontal line (:meth:`set_total`);
+- the predicted bands (:meth:`set_bands`): cumulative horizontal lines (parameters;
+  + gradients; + optimizer states; ...), each in its theme colour, shown or hidden with
+  :attr:`show_bands`;
+- phase marks (:meth:`set_phase_marks`): the measured curve is coloured by the training phase
+  it was in (init / forward / backward / optimizer step), and when few marks are visible each
+  phase start also gets a vertical line; a legend line under the plot names the colours.
+
+Colours are theme variables (``band-*``, ``curve-*``, ``line-total``, ``phase-*``) resolved
+through the running app, so a theme restyles the chart.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.color import Color, ColorParseError
+from textual.containers import Vertical
+from textual.reactive import reactive
+from textual.widgets import Static
+from textual_plotext import PlotextPlot
+
+from gpumem_tui.telemetry.model import Phase, PhaseMark
+from gpumem_tui.units import GiB, MiB
+
+PHASE_VARS: dict[Phase, str] = {
+    Phase.INIT: "phase-init",
+    Phase.FORWARD: "phase-forward",
+    Phase.BACKWARD: "phase-backward",
+    Phase.OPTIMIZER_STEP: "phase-optimizer-step",
+}
+PHASE_LABELS: dict[Phase, str] = {
+    Phase.INIT: "init",
+    Phase.FORWARD: "forward",
+    Phase.BACKWARD: "backward",
+    Phase.OPTIMIZER_STEP: "optimizer step",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CurveSpec:
+    """One measured curve: legend label, points (epoch seconds, bytes), theme colour variable."""
+
+    label: str
+    points: Sequence[tuple[float, float]]
+    color_var: str = "curve-measured"
+
+
+Band = tuple[str, int, str]  # (label, cumulative bytes, theme colour variable)
+
+
+def choose_unit(max_bytes: float) -> tuple[str, int]:
+    """("GiB", 2**30) when the largest value is >= 2 GiB, else ("MiB", 2**20)."""
+    return ("GiB", GiB) if max_bytes >= 2 * GiB else ("MiB", MiB)
+
+
+def thin(points: Sequence[tuple[float, float]], buckets: int) -> list[tuple[float, float]]:
+    """Reduce to at most ~2*buckets points, keeping each bucket's first and max point.
+
+    The chart is at most a few hundred cells wide; plotting 3600 points costs CPU for nothing,
+    while dropping a bucket's maximum would hide a peak.
+    """
+    if len(points) <= 2 * buckets or buckets < 1:
+        return list(points)
+    t0, t1 = points[0][0], points[-1][0]
+    span = (t1 - t0) or 1.0
+    out: list[tuple[float, float]] = []
+    current = -1
+    first: tuple[float, float] | None = None
+    peak: tuple[float, float] | None = None
+    for p in points:
+        b = min(int((p[0] - t0) / span * buckets), buckets - 1)
+        if b != current:
+            if first is not None and peak is not None:
+                out.append(first)
+                if peak is not first:
+                    out.append(peak)
+            current, first, peak = b, p, p
+        elif peak is None or p[1] > peak[1]:
+            peak = p
+    if first is not None and peak is not None:
+        out.append(first)
+        if peak is not first:
+            out.append(peak)
+    out.sort()
+    return out
+
+
+class MemoryPlot(PlotextPlot):
+    """The plot area; the owning :class:`MemoryChart` fills it."""
+
+    DEFAULT_CSS = """
+    MemoryPlot { height: 1fr; width: 1fr; }
+    """
+
+
+class MemoryChart(Vertical):
+    """Chart of memory over time with bands, total line and phase marks (see module doc)."""
+
+    DEFAULT_CSS = """
+    MemoryChart { height: 1fr; }
+    MemoryChart > #chart-legend { height: auto; max-height: 2; padding: 0 1; color: $text-muted; }
+    """
+
+    show_bands: reactive[bool] = reactive(True)
+    window: reactive[float] = reactive(300.0)
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
+        super().__init__(id=id, classes=classes)
+        self.title = "memory"
+        self.curves: list[CurveSpec] = []
+        self.total_bytes: int | None = None
+        self.total_label = "GPU total"
+        self.bands: list[Band] = []
+        self.phase_marks: list[PhaseMark] = []
+        self.now: float | None = None
+        self.message: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield MemoryPlot(id="chart-plot")
+        yield Static(id="chart-legend")
+
+    # ---- inputs -------------------------------------------------------------------------
+    def set_title(self, title: str) -> None:
+        """Chart title (e.g. "GPU 0: NVML used memory")."""
+        self.title = title
+
+    def set_series(self, curves: Sequence[CurveSpec], now: float | None) -> None:
+        """The measured curves and the time that counts as 0 on the x axis (epoch seconds)."""
+        self.curves = list(curves)
+        self.now = now
+
+    def set_total(self, total_bytes: int | None, label: str = "GPU total") -> None:
+        """Total memory line in bytes (None hides it)."""
+        self.total_bytes = total_bytes
+        self.total_label = label
+
+    def set_bands(self, bands: Sequence[Band]) -> None:
+        """Predicted bands: (label, cumulative bytes, theme colour variable), bottom first."""
+        self.bands = [(str(label), int(value), str(var)) for label, value, var in bands]
+        self.replot()
+
+    def set_phase_marks(self, marks: Sequence[PhaseMark]) -> None:
+        """Phase marks of the charted process, any order."""
+        self.phase_marks = sorted(marks, key=lambda m: m.time)
+
+    def set_message(self, message: str | None) -> None:
+        """Text shown instead of the plot when there is nothing to chart."""
+        self.message = message
+
+    def watch_show_bands(self) -> None:
+        self.replot()
+
+    def watch_window(self) -> None:
+        self.replot()
+
+    # ---- drawing ------------------------------------------------------------------------
+    def _rgb(self, var: str) -> tuple[int, int, int] | str:
+        value = self.app.theme_variables.get(var)
+        if value is None:
+            return "default"
+        try:
+            return Color.parse(value).rgb
+        except ColorParseError:
+            return "default"
+
+    def visible_phase_marks(self) -> list[PhaseMark]:
+        if self.now is None:
+            return []
+        lo = self.now - self.window
+        return [m for m in self.phase_marks if lo <= m.time <= self.now]
+
+    def replot(self) -> None:
+        """Redraw from the current inputs."""
+        if not self.is_mounted:
+            return
+        try:
+            plot = self.query_one(MemoryPlot)
+            legend = self.query_one("#chart-legend", Static)
+        except Exception:  # noqa: BLE001 -- not composed yet
+            return
+        plt = plot.plt
+        plt.clear_data()
+        plt.clear_figure()
+        legend_text = Text()
+        now = self.now
+        lo = (now - self.window) if now is not None else 0.0
+        curves = [
+            CurveSpec(c.label, [p for p in c.points if p[0] >= lo], c.color_var) for c in self.curves
+        ]
+        curves = [c for c in curves if c.points]
+        if now is None or not curves:
+            plt.title(self.message or f"{self.title}: no samples yet")
+            plt.xlim(-self.window, 0)
+            plot.refresh()
+            legend.update(legend_text)
+            return
+        bands = self.bands if self.show_bands else []
+        peak = max(max(v for _, v in c.points) for c in curves)
+        if self.total_bytes:
+            peak = max(peak, self.total_bytes)
+        if bands:
+            peak = max(peak, max(b[1] for b in bands))
+        unit, factor = choose_unit(peak)
+        width = max(plot.size.width - 10, 10)
+        marks = self.visible_phase_marks()
+        x_lo = -self.window
+        x_hi = 0.0
+        # bands and the total first, so the measured curve is drawn over them
+        if bands:
+            for label, value, var in bands:
+                plt.plot([x_lo, x_hi], [value / factor] * 2, color=self._rgb(var), label=label, marker="─")
+        if self.total_bytes:
+            plt.plot([x_lo, x_hi], [self.total_bytes / factor] * 2, color=self._rgb("line-total"),
+                     label=self.total_label, marker="━")
+        if marks and len(marks) <= width // 4:
+            for m in marks:
+                var = PHASE_VARS.get(m.phase)
+                if var:
+                    plt.vline(m.time - now, color=self._rgb(var))
+        for index, curve in enumerate(curves):
+            pts = thin(curve.points, width)
+            if index == 0 and marks:
+                self._plot_by_phase(plt, pts, now, factor, curve.label)
+            else:
+                xs = [t - now for t, _ in pts]
+                ys = [v / factor for _, v in pts]
+                plt.plot(xs, ys, color=self._rgb(curve.color_var), label=curve.label, marker="braille")
+        plt.title(self.title)
+        plt.xlabel("time (s, 0 = latest sample)")
+        plt.ylabel(f"memory ({unit})")
+        plt.xlim(x_lo, x_hi)
+        plt.ylim(0, peak / factor * 1.08)
+        if marks:
+            for phase, var in PHASE_VARS.items():
+                legend_text.append("━━ ", style=self.app.theme_variables.get(var, ""))
+                legend_text.append(f"{PHASE_LABELS[phase]}  ")
+        plot.refresh()
+        legend.update(legend_text)
+
+    def _plot_by_phase(self, plt, pts, now, factor, label) -> None:  # noqa: ANN001
+        """Plot one curve in segments coloured by the phase each sample fell in."""
+        times = [m.time for m in self.phase_marks]
+        segments: list[tuple[str, list[tuple[float, float]]]] = []
+        for t, v in pts:
+            i = bisect_right(times, t) - 1
+            phase = self.phase_marks[i].phase if i >= 0 else None
+            var = PHASE_VARS.get(phase, "curve-measured") if phase is not None else "curve-measured"
+            if segments and segments[-1][0] == var:
+                segments[-1][1].append((t, v))
+            else:
+                if segments:
+                    segments[-1][1].append((t, v))  # join segments without a gap
+                segments.append((var, [(t, v)]))
+        labelled = False
+        for var, seg in segments:
+            plt.plot(
+                [t - now for t, _ in seg], [v / factor for _, v in seg],
+                color=self._rgb(var), marker="braille", label=None if labelled else label,
+            )
+            labelled = True
+
+    def on_resize(self) -> None:
+        self.replot()

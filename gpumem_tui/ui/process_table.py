@@ -1,0 +1,247 @@
+"""The process table: one row per (process, GPU), sortable by any column, filterable.
+
+Sorting: ``s`` / ``S`` move the sort to the next / previous column, ``r`` reverses it, and a
+click on a column header sorts by that column (a second click reverses). Unknown values
+(None) always sort last. Filtering: a query of space-separated terms; ``user:NAME`` and
+``gpu:N`` (repeatable, OR within a kind) narrow by user and GPU index, any other word must
+appear (case-insensitive) in the command, user, PID or container.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.widgets import DataTable
+
+from gpumem_tui.telemetry.model import ProcessSample
+from gpumem_tui.ui import cells
+
+
+@dataclass(frozen=True)
+class Column:
+    """A process table column: key, header, sort key (None = unknown) and cell renderer."""
+
+    key: str
+    label: str
+    sort_key: Callable[[ProcessSample, float], Any]
+    render: Callable[[ProcessSample, float], Text | str]
+    numeric: bool = False  # first sort is descending for numbers
+
+
+def _running(p: ProcessSample, now: float) -> float | None:
+    return None if p.start_time is None else now - p.start_time
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("gpu", "GPU", lambda p, _: p.device_index,
+           lambda p, _: Text("-" if p.device_index is None else str(p.device_index), justify="right")),
+    Column("pid", "PID", lambda p, _: p.pid, lambda p, _: Text(str(p.pid), justify="right"), True),
+    Column("user", "USER", lambda p, _: p.user, lambda p, _: cells.user(p)),
+    Column("type", "TYPE", lambda p, _: p.type.value, lambda p, _: p.type.value),
+    Column("mem", "GPU MEM", lambda p, _: p.used_memory_bytes,
+           lambda p, _: cells.mib(p.used_memory_bytes, p.reason("used_memory_bytes")), True),
+    Column("sm", "SM%", lambda p, _: p.sm_percent,
+           lambda p, _: cells.percent(p.sm_percent, p.reason("sm_percent")), True),
+    Column("cpu", "CPU%", lambda p, _: p.cpu_percent,
+           lambda p, _: cells.percent(p.cpu_percent, p.reason("cpu_percent")), True),
+    Column("rss", "RSS", lambda p, _: p.rss_bytes, lambda p, _: cells.mib(p.rss_bytes, p.reason("rss_bytes")), True),
+    Column("time", "TIME", _running, lambda p, now: Text(cells.duration(_running(p, now)), justify="right"), True),
+    Column("container", "CONTAINER", lambda p, _: p.container,
+           lambda p, _: cells.safe(p.container, limit=24) if p.container else Text("-", style="dim")),
+    Column("command", "COMMAND", lambda p, _: p.command, lambda p, _: cells.command(p)),
+)
+COLUMN_KEYS = tuple(c.key for c in COLUMNS)
+_BY_KEY = {c.key: c for c in COLUMNS}
+
+
+def row_key(p: ProcessSample) -> str:
+    """Stable row identity: the same process on two GPUs is two rows."""
+    return f"{p.pid}:{'-' if p.device_index is None else p.device_index}"
+
+
+@dataclass(frozen=True)
+class ProcessFilter:
+    """A parsed filter query (see the module docstring)."""
+
+    users: frozenset[str] = frozenset()
+    gpus: frozenset[int] = frozenset()
+    words: tuple[str, ...] = ()
+    problems: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def parse(cls, query: str) -> ProcessFilter:
+        """Parse ``query``; a malformed ``gpu:`` term is reported in ``problems`` and ignored."""
+        users: set[str] = set()
+        gpus: set[int] = set()
+        words: list[str] = []
+        problems: list[str] = []
+        for term in query.split():
+            low = term.lower()
+            if low.startswith("user:") and len(term) > 5:
+                users.add(term[5:])
+            elif low.startswith("gpu:"):
+                try:
+                    gpus.add(int(term[4:]))
+                except ValueError:
+                    problems.append(f"gpu:{term[4:]!s} is not a GPU index")
+            else:
+                words.append(low)
+        return cls(frozenset(users), frozenset(gpus), tuple(words), tuple(problems))
+
+    @property
+    def active(self) -> bool:
+        return bool(self.users or self.gpus or self.words)
+
+    def matches(self, p: ProcessSample) -> bool:
+        if self.users and p.user not in self.users:
+            return False
+        if self.gpus and p.device_index not in self.gpus:
+            return False
+        if self.words:
+            haystack = " ".join(
+                s for s in (p.command, p.user, str(p.pid), p.container) if s
+            ).lower()
+            return all(w in haystack for w in self.words)
+        return True
+
+
+def sort_processes(
+    processes: Iterable[ProcessSample], column: str, reverse: bool, now: float
+) -> list[ProcessSample]:
+    """Sort by ``column`` (a key of COLUMNS); None last in both directions; ties by PID."""
+    col = _BY_KEY[column]
+    known, unknown = [], []
+    for p in processes:
+        (unknown if col.sort_key(p, now) is None else known).append(p)
+    known.sort(key=lambda p: (p.pid, p.device_index if p.device_index is not None else -1))
+    known.sort(key=lambda p: col.sort_key(p, now), reverse=reverse)
+    unknown.sort(key=lambda p: p.pid)
+    return known + unknown
+
+
+class ProcessTable(DataTable):
+    """DataTable of processes; the app feeds it with :meth:`show`."""
+
+    BINDINGS = [
+        Binding("s", "sort_next", "Sort", id="sort_next", tooltip="Sort by the next column"),
+        Binding("S", "sort_prev", "Sort back", show=False, id="sort_prev",
+                tooltip="Sort by the previous column"),
+        Binding("r", "sort_reverse", "Reverse", show=False, id="sort_reverse",
+                tooltip="Reverse the sort order"),
+    ]
+
+    DEFAULT_CSS = """
+    ProcessTable { height: 1fr; }
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        self.sort_column = "mem"
+        self.sort_reverse = True
+        self.filter = ProcessFilter()
+        self._processes: tuple[ProcessSample, ...] = ()
+        self._now = 0.0
+        self.shown: list[ProcessSample] = []
+
+    def on_mount(self) -> None:
+        for col in COLUMNS:
+            self.add_column(self._header(col), key=col.key)
+
+    def _header(self, col: Column) -> Text:
+        label = col.label
+        if col.key == self.sort_column:
+            label += " ▼" if self.sort_reverse else " ▲"
+        return Text(label, style="bold")
+
+    @property
+    def selected_key(self) -> str | None:
+        """Row key of the row under the cursor, or None when the table is empty."""
+        if not self.row_count:
+            return None
+        try:
+            key = self.coordinate_to_cell_key((self.cursor_row, 0)).row_key
+        except Exception:  # noqa: BLE001 -- cursor outside after a shrink
+            return None
+        return key.value
+
+    @property
+    def selected(self) -> ProcessSample | None:
+        """The process under the cursor."""
+        key = self.selected_key
+        for p in self.shown:
+            if row_key(p) == key:
+                return p
+        return None
+
+    def show(self, processes: tuple[ProcessSample, ...], now: float, keep: str | None = None) -> None:
+        """Replace the rows; keep the cursor on row ``keep`` (or the current row) if present."""
+        self._processes = processes
+        self._now = now
+        self._rebuild(keep if keep is not None else self.selected_key)
+
+    def select_pid(self, pid: int) -> bool:
+        """Move the cursor to the first row of ``pid``; False if it is not shown."""
+        for index, p in enumerate(self.shown):
+            if p.pid == pid:
+                self.move_cursor(row=index)
+                return True
+        return False
+
+    def set_filter(self, query: str) -> ProcessFilter:
+        self.filter = ProcessFilter.parse(query)
+        self._rebuild(self.selected_key)
+        return self.filter
+
+    def set_sort(self, column: str, reverse: bool | None = None) -> None:
+        if column not in _BY_KEY:
+            raise ValueError(f"unknown column {column!r}")
+        if reverse is None:
+            reverse = (not self.sort_reverse) if column == self.sort_column else _BY_KEY[column].numeric
+        self.sort_column, self.sort_reverse = column, reverse
+        for col in COLUMNS:
+            self.columns[self._column_key(col.key)].label = self._header(col)
+        self._rebuild(self.selected_key)
+
+    def _column_key(self, key: str) -> Any:
+        for column_key in self.columns:
+            if column_key.value == key:
+                return column_key
+        raise KeyError(key)
+
+    def _rebuild(self, keep: str | None) -> None:
+        rows = [p for p in self._processes if self.filter.matches(p)]
+        self.shown = sort_processes(rows, self.sort_column, self.sort_reverse, self._now)
+        scroll_y = self.scroll_y
+        self.clear()
+        target = 0
+        for index, p in enumerate(self.shown):
+            key = row_key(p)
+            if key == keep:
+                target = index
+            self.add_row(*(col.render(p, self._now) for col in COLUMNS), key=key)
+        if self.shown:
+            self.move_cursor(row=target, animate=False, scroll=False)
+            self.scroll_to(y=scroll_y, animate=False, immediate=True)
+            if not (scroll_y <= target < scroll_y + max(self.size.height - 2, 1)):
+                self.move_cursor(row=target, animate=False, scroll=True)
+
+    def action_sort_next(self) -> None:
+        index = COLUMN_KEYS.index(self.sort_column)
+        key = COLUMN_KEYS[(index + 1) % len(COLUMN_KEYS)]
+        self.set_sort(key, reverse=_BY_KEY[key].numeric)
+
+    def action_sort_prev(self) -> None:
+        index = COLUMN_KEYS.index(self.sort_column)
+        key = COLUMN_KEYS[(index - 1) % len(COLUMN_KEYS)]
+        self.set_sort(key, reverse=_BY_KEY[key].numeric)
+
+    def action_sort_reverse(self) -> None:
+        self.set_sort(self.sort_column, reverse=not self.sort_reverse)
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        event.stop()
+        self.set_sort(str(event.column_key.value))

@@ -1,0 +1,345 @@
+"""Dashboard behaviour through App.run_test / Pilot, against a deterministic fake source."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from ui_fakes import HOSTILE, FakeSource  # noqa: E402
+
+from gpumem_tui.ui.app import GpuMemApp  # noqa: E402
+from gpumem_tui.ui.device_panel import DevicePanel  # noqa: E402
+from gpumem_tui.ui.memory_chart import MemoryChart  # noqa: E402
+from gpumem_tui.ui.process_table import ProcessFilter, ProcessTable, sort_processes  # noqa: E402
+from gpumem_tui.ui.screens import ConfirmSignalScreen, HelpScreen, ProcessDetailScreen  # noqa: E402
+from gpumem_tui.ui.themes import load_themes  # noqa: E402
+from gpumem_tui.units import GiB  # noqa: E402
+
+SIZE = (160, 48)
+
+
+@pytest.fixture(autouse=True)
+def _no_user_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUMEM_TUI_CONFIG_DIR", str(tmp_path / "cfg"))
+
+
+def make_app(source=None, **kwargs) -> GpuMemApp:
+    kwargs.setdefault("interval", 0.2)
+    kwargs.setdefault("themes", load_themes())
+    return GpuMemApp(source or FakeSource(), **kwargs)
+
+
+async def wait_for(pilot, cond, timeout: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError("condition not met in time")
+        await pilot.pause(0.02)
+
+
+def pids(app: GpuMemApp) -> list[int]:
+    return [p.pid for p in app.query_one(ProcessTable).shown]
+
+
+def table_text(app: GpuMemApp) -> str:
+    table = app.query_one(ProcessTable)
+    lines = []
+    for r in range(table.row_count):
+        lines.append(" | ".join(str(getattr(c, "plain", c)) for c in table.get_row_at(r)))
+    return "\n".join(lines)
+
+
+async def test_rows_devices_and_marked_errors():
+    app = make_app(FakeSource(steps=1))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        assert sorted(pids(app)) == [1001, 1002, 1003, 1004, 1005, 1006]
+        panel = app.query_one(DevicePanel)
+        rows = [" | ".join(getattr(c, "plain", str(c)) for c in panel.get_row_at(r)) for r in range(panel.row_count)]
+        assert "10,240 / 40,960 MiB (25%)" in rows[0]
+        assert "no permission / 400 W" in rows[1] and "N/A" in rows[1]
+        assert "GPU is lost" in rows[2]
+        text = table_text(app)
+        assert "[no permission]" in text
+        assert "[zombie] python eval.py" in text
+        assert "not visible from this PID namespace; run the container with --pid=host" in text
+        assert "01:02:05" in text  # 3725 s running time, from the snapshot's own clock
+        assert "docker:4f2a9c1b" in text
+
+
+async def test_sorting_keys_and_header_click():
+    app = make_app(FakeSource(steps=1))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        table = app.query_one(ProcessTable)
+        # default: GPU memory, largest first, unknown last
+        assert pids(app) == [1001, 1002, 1005, 1003, 1006, 1004]
+        await pilot.press("r")
+        assert pids(app)[:5] == [1006, 1003, 1005, 1002, 1001] and pids(app)[-1] == 1004
+        await pilot.press("s")  # next column after mem: SM%, descending
+        assert table.sort_column == "sm"
+        assert pids(app)[:3] == [1001, 1002, 1006]
+        # click the USER header: ascending by user name, unknown users last
+        user_x = 1 + sum(c.get_render_width(table) for c in list(table.columns.values())[:2])
+        await pilot.click(ProcessTable, offset=(user_x, 0))
+        await pilot.pause()
+        assert table.sort_column == "user" and not table.sort_reverse
+        users = [p.user for p in table.shown]
+        assert users[:4] == ["alice", "alice", "bob", "carol"] and users[4:] == [None, None]
+        await pilot.click(ProcessTable, offset=(user_x, 0))
+        await pilot.pause()
+        assert table.sort_reverse and [p.user for p in table.shown][:2] == ["carol", "bob"]
+        header = str(table.columns[table._column_key("user")].label)
+        assert header.endswith("▼")
+
+
+async def test_filter_by_user_gpu_and_text():
+    app = make_app(FakeSource(steps=1))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.press("slash")
+        assert app.focused.id == "filter"
+        await pilot.press(*"user:alice")
+        assert sorted(pids(app)) == [1001, 1006]
+        await pilot.press("space", *"gpu:1")
+        assert pids(app) == [1006]
+        await pilot.press("enter")
+        assert isinstance(app.focused, ProcessTable)
+        assert "filter: user:alice gpu:1" in str(app.query_one("#status").render())
+        await pilot.press("escape")
+        assert len(pids(app)) == 6
+        await pilot.press("slash", *"SERVE")
+        assert pids(app) == [1002]
+
+
+def test_filter_and_sort_logic():
+    from ui_fakes import processes
+
+    procs = processes(0)
+    f = ProcessFilter.parse("gpu:x user:bob")
+    assert f.problems and f.users == {"bob"} and not f.gpus
+    assert [p.pid for p in procs if f.matches(p)] == [1002]
+    assert [p.pid for p in procs if ProcessFilter.parse("1003").matches(p)] == [1003]
+    by_time = sort_processes(procs, "time", False, 1_700_000_000.0)
+    assert [p.pid for p in by_time] == [1003, 1002, 1001, 1006, 1004, 1005]
+
+
+async def test_selection_drives_chart_and_survives_updates():
+    app = make_app(FakeSource())
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.press("down")
+        table = app.query_one(ProcessTable)
+        assert table.selected.pid == 1002
+        assert app.chart_target == ("proc", 1002)
+        start = app.snapshot.time
+        await wait_for(pilot, lambda: app.snapshot.time >= start + 3)
+        assert table.selected.pid == 1002  # the cursor follows the process, not the row index
+        chart = app.query_one(MemoryChart)
+        assert chart.curves and chart.curves[0].label == "NVML used"
+        assert len(chart.curves[0].points) >= 3
+        assert chart.total_bytes == 40 * GiB
+        await pilot.press("c")
+        assert app.chart_target == ("gpu", 0)
+        assert chart.title.startswith("GPU 0")
+
+
+async def test_select_pid_and_probe_curves_with_phases():
+    app = make_app(FakeSource(), select_pid=1001)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None and app.snapshot.time > 1_700_000_003)
+        assert app.query_one(ProcessTable).selected.pid == 1001
+        chart = app.query_one(MemoryChart)
+        labels = [c.label for c in chart.curves]
+        assert labels == ["torch allocated", "torch reserved", "NVML used"]
+        assert len(chart.phase_marks) >= 3
+        assert {m.phase.value for m in chart.phase_marks} >= {"forward", "backward"}
+
+
+async def test_bands_overlay_and_toggle():
+    app = make_app(FakeSource(steps=2))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        bands = [("parameters", 2 * GiB, "band-parameters"), ("+ gradients", 4 * GiB, "band-gradients")]
+        app.set_predicted_bands(bands)
+        chart = app.query_one(MemoryChart)
+        assert chart.bands == bands
+        await pilot.pause()
+        assert "parameters" in chart.query_one("#chart-plot").plt.build()
+        await pilot.press("b")
+        assert chart.show_bands is False
+        await pilot.pause()
+        assert "parameters" not in chart.query_one("#chart-plot").plt.build()
+
+
+async def test_help_lists_bindings_and_q_quits():
+    app = make_app(FakeSource(steps=1))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        ids = {row[2] for row in app.screen.rows}
+        assert {"quit", "help", "filter", "sort_next", "toggle_bands", "signal_kill"} <= ids
+        assert all(desc for _, desc, _ in app.screen.rows)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_code == 0 or app.return_code is None
+    assert not app.is_running
+
+
+def test_every_binding_has_id_and_description():
+    from gpumem_tui.ui.app import SIGNAL_BINDINGS
+    from gpumem_tui.ui.screens import ConfirmSignalScreen as C, HelpScreen as H, ProcessDetailScreen as D
+
+    for binding in [*GpuMemApp.BINDINGS, *SIGNAL_BINDINGS, *ProcessTable.BINDINGS, *H.BINDINGS, *D.BINDINGS, *C.BINDINGS]:
+        assert binding.id and binding.description, binding
+
+
+async def test_readonly_removes_signal_keys(monkeypatch):
+    sent = []
+    import gpumem_tui.ui.app as app_mod
+
+    app = make_app(FakeSource(steps=1), readonly=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        keys = {b.key for _, b in app._bindings}
+        assert not {"I", "T", "K"} & keys
+        assert not any(b.binding.action.startswith("signal") for b in app.screen.active_bindings.values())
+        await pilot.press("K")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmSignalScreen)
+        assert "read-only" in str(app.query_one("#status").render())
+    assert not sent and app_mod.SIGNAL_BINDINGS
+
+
+async def test_signal_confirmation_names_process_and_refusal_is_notified(monkeypatch):
+    calls = []
+
+    class FakeSignals:
+        @staticmethod
+        def send_signal(pid, create_time, sig):
+            calls.append((pid, create_time, sig))
+            return "PID 1001 belongs to alice; you can signal only your own processes"
+
+    monkeypatch.setitem(sys.modules, "gpumem_tui.signals", FakeSignals)
+    import gpumem_tui
+
+    monkeypatch.setattr(gpumem_tui, "signals", FakeSignals, raising=False)
+    app = make_app(FakeSource(steps=1))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.press("T")
+        assert isinstance(app.screen, ConfirmSignalScreen)
+        question = app.screen.question().plain
+        assert "SIGTERM" in question and "PID 1001" in question and "alice" in question
+        assert "python train.py --bs 32" in question
+        await pilot.press("n")
+        assert not calls and not isinstance(app.screen, ConfirmSignalScreen)
+        await pilot.press("K", "y")
+        await pilot.pause()
+        assert calls == [(1001, 1_700_000_000.0 - 3725, signal.SIGKILL)]
+        notes = [str(n.message) for n in app._notifications]
+        assert any("SIGKILL not sent to PID 1001" in n and "only your own" in n for n in notes)
+
+
+async def test_hostile_command_renders_literally():
+    app = make_app(FakeSource(steps=1))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        text = table_text(app)
+        assert "[bold red]pwn[/]" in text and "[link=http://x]click[/link]" in text
+        assert "\x1b" not in text and "\\x1b[31m" in text
+        app.query_one(ProcessTable).select_pid(1003)
+        await pilot.press("enter")
+        assert isinstance(app.screen, ProcessDetailScreen)
+        rendered = app.screen.query_one("#detail-table").content
+        from rich.console import Console
+
+        console = Console(width=200, record=True, color_system=None)
+        console.print(rendered)
+        out = console.export_text()
+        assert "[bold red]pwn[/]" in out and "\x1b" not in out
+        await pilot.press("escape")
+        await pilot.press("T")
+        assert "[link=http://x]click[/link]" in app.screen.question().plain
+
+
+async def test_nvml_unavailable_line():
+    source = FakeSource(steps=1, nvml_error="NVML Shared Library Not Found")
+    app = make_app(source)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        status = str(app.query_one("#status").render())
+        assert "NVML not available: NVML Shared Library Not Found" in status
+        assert "showing 3 host processes" in status
+        assert not app.query_one(DevicePanel).display
+        assert len(pids(app)) == 3
+
+
+async def test_poller_keeps_running_when_poll_raises():
+    source = FakeSource()
+    app = make_app(source)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        source.fail_with = RuntimeError("driver went away\nsecond line")
+        before = source.polls
+        await wait_for(pilot, lambda: app.poll_error is not None)
+        status = str(app.query_one("#status").render())
+        assert "poll failed: RuntimeError: driver went away second line" in status
+        await wait_for(pilot, lambda: source.polls >= before + 3)  # still polling
+        assert pids(app)  # last data stays on screen
+        source.fail_with = None
+        await wait_for(pilot, lambda: app.poll_error is None)
+        assert "poll failed" not in str(app.query_one("#status").render())
+    assert source.closed is False  # closing is run_dashboard's job
+
+
+async def test_polls_do_not_overlap():
+    import threading
+    import time
+
+    class Slow(FakeSource):
+        def __init__(self):
+            super().__init__()
+            self.active = 0
+            self.max_active = 0
+            self.guard = threading.Lock()
+
+        def poll(self):
+            with self.guard:
+                self.active += 1
+                self.max_active = max(self.max_active, self.active)
+            time.sleep(0.03)
+            try:
+                return super().poll()
+            finally:
+                with self.guard:
+                    self.active -= 1
+
+    source = Slow()
+    app = make_app(source, interval=0.001)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: source.polls >= 5)
+    assert source.max_active == 1
+
+
+async def test_bad_theme_file_falls_back_with_file_and_line(tmp_path):
+    from gpumem_tui.ui.themes import bundled_theme_dir, load_themes as load
+
+    (tmp_path / "broken.toml").write_text('primary = "#112233"\ndark = true\nbackground = "notacolour"\n')
+    themes = load([bundled_theme_dir(), tmp_path])
+    app = make_app(FakeSource(steps=1), themes=themes, theme="broken")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        assert app.theme == "dark"
+        notes = [str(n.message) for n in app._notifications]
+        assert any(f"{tmp_path / 'broken.toml'}:3:" in n and "notacolour" in n for n in notes)
+        assert any("theme 'broken' could not be loaded; using 'dark'" in n for n in notes)
