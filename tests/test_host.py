@@ -149,8 +149,16 @@ def test_namespace_verdict_in_container():
     assert host.take_notices() == []  # said once
 
 
+def test_exited_process_lingering_in_nvml_is_not_a_namespace_case():
+    host = HostEnricher(in_container=False)  # default grace: 2 s
+    pid = _dead_pid()
+    for _ in range(3):
+        assert host.enrich([_gpu(pid)])[0].status is ProcessStatus.EXITED
+    assert host.take_notices() == []
+
+
 def test_namespace_verdict_from_persistence_outside_container():
-    host = HostEnricher(in_container=False)
+    host = HostEnricher(in_container=False, namespace_grace=0.0)
     pid = _dead_pid()
     assert host.enrich([_gpu(pid)])[0].status is ProcessStatus.EXITED  # could be a race
     assert host.enrich([_gpu(pid)])[0].status is ProcessStatus.NOT_IN_NAMESPACE  # NVML insists

@@ -136,18 +136,24 @@ class HostEnricher:
     start time once per process). None = when /proc is there. Not thread-safe: use from
     the poller thread.
 
+    ``namespace_grace``: outside a detected container, a PID NVML lists is judged to be in
+    another PID namespace only once /proc has lacked it for 2+ polls and this many seconds
+    (an exited process can linger in NVML's list for a moment).
+
     CPU % on the fast path is (utime + stime) ticks / SC_CLK_TCK over the wall time between
     two polls, x 100 (proc(5), fields 14-15) -- the figure psutil's ``cpu_percent`` computes.
     RSS is statm field 2 x page size (proc(5)).
     """
 
     def __init__(self, *, in_container: bool | None = None, proc_root: str = "/proc",
-                 fast: bool | None = None) -> None:
+                 fast: bool | None = None, namespace_grace: float = 2.0) -> None:
         self.proc_root = proc_root
         self.fast = os.path.exists("/proc/self/stat") if fast is None else fast
         self.in_container = detect_container(proc_root) if in_container is None else in_container
         self._cache: dict[tuple[int, float], _Entry] = {}
-        self._missing: dict[int, int] = {}  # pid -> consecutive polls NVML reported it but /proc did not
+        self.namespace_grace = namespace_grace
+        # pid -> (consecutive polls NVML reported it but /proc did not, monotonic time of the first)
+        self._missing: dict[int, tuple[int, float]] = {}
         self._notices: list[str] = []
         self._namespace_noticed = False
 
@@ -225,7 +231,7 @@ class HostEnricher:
         try:
             state, ticks, start = _read_stat(pid)
         except (FileNotFoundError, ProcessLookupError):
-            return self._vanished(pid, from_nvml)
+            return self._vanished(pid, from_nvml, now)
         except PermissionError:
             return self._state(ProcessStatus.NO_PERMISSION, NO_PERMISSION)
         except (OSError, ValueError, IndexError) as exc:
@@ -240,7 +246,7 @@ class HostEnricher:
             except psutil.ZombieProcess:
                 return self._state(ProcessStatus.ZOMBIE, ZOMBIE, pid)
             except psutil.NoSuchProcess:
-                return self._vanished(pid, from_nvml)
+                return self._vanished(pid, from_nvml, now)
             except psutil.AccessDenied:
                 return self._state(ProcessStatus.NO_PERMISSION, NO_PERMISSION)
             self._cache[key] = entry
@@ -277,7 +283,7 @@ class HostEnricher:
         except psutil.ZombieProcess:
             return self._state(ProcessStatus.ZOMBIE, ZOMBIE, pid)
         except psutil.NoSuchProcess:
-            return self._vanished(pid, from_nvml)
+            return self._vanished(pid, from_nvml, now)
         except psutil.AccessDenied:
             return self._state(ProcessStatus.NO_PERMISSION, NO_PERMISSION)
         except Exception as exc:  # pragma: no cover - psutil on an exotic platform
@@ -355,12 +361,13 @@ class HostEnricher:
                       container=container, errors=errors, errors_t=tuple(errors),
                       status=ProcessStatus.NO_PERMISSION if errors else ProcessStatus.OK)
 
-    def _vanished(self, pid: int, from_nvml: bool) -> dict:
+    def _vanished(self, pid: int, from_nvml: bool, now: float) -> dict:
         if from_nvml:
-            polls = self._missing[pid] = self._missing.get(pid, 0) + 1
-            # An exited process drops out of NVML's list by the next poll; one that stays is
+            polls, first = self._missing.get(pid, (0, now))
+            self._missing[pid] = (polls + 1, first)
+            # An exited process drops out of NVML's list within a moment; one that stays is
             # alive in a PID namespace we cannot see.
-            if self.in_container or polls >= 2:
+            if self.in_container or (polls + 1 >= 2 and now - first >= self.namespace_grace):
                 if not self._namespace_noticed:
                     self._namespace_noticed = True
                     self._notices.append(f"GPU processes are {NAMESPACE_MESSAGE}")
