@@ -1,0 +1,259 @@
+"""The built-in demo training job: a small GPT-2-style causal LM trained on random tokens.
+
+Run as a child process (torch is imported here, never in the dashboard)::
+
+    python -m gpumem_tui.demo_job --steps 20 --probe-dir DIR
+
+It builds ``transformers.GPT2LMHeadModel`` from a small ``GPT2Config`` (random init, no
+downloads; ``--model builtin`` or a missing transformers uses an equivalent hand-written
+GPT-2 block stack with the same parameter count), trains it with AdamW on random tokens on
+CUDA when there is a GPU and on the CPU otherwise, and is instrumented by
+``gpumem_tui.probe`` so the dashboard shows its memory and phases. The default size takes
+about 0.2-0.5 s per step on two CPU cores and peaks at about 200 MiB of live tensors
+(fp32, b=4, s=128, 4 layers, h=256, V=8192: 5.3 M parameters).
+
+SIGTERM / SIGINT end the job after the current step, closing the probe cleanly.
+Exit codes: 0 done, 1 runtime failure, 2 bad arguments (one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+DEFAULTS = {"vocab": 8192, "layers": 4, "hidden": 256, "heads": 4, "batch": 4, "seq": 128}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _BadInput(message)
+
+
+class _BadInput(Exception):
+    pass
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m gpumem_tui.demo_job", description="Built-in demo training job.")
+    parser.add_argument("--steps", type=int, default=0, help="training steps (0: until stopped) [0]")
+    parser.add_argument("--probe-dir", default=None, help="where the probe writes (default: the probe default)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--model", choices=("auto", "hf", "builtin"), default="auto",
+                        help="hf: transformers GPT2LMHeadModel; builtin: the hand-written equivalent")
+    parser.add_argument("--batch", type=_positive_int, default=DEFAULTS["batch"])
+    parser.add_argument("--seq", type=_positive_int, default=DEFAULTS["seq"])
+    parser.add_argument("--layers", type=_positive_int, default=DEFAULTS["layers"])
+    parser.add_argument("--hidden", type=_positive_int, default=DEFAULTS["hidden"])
+    parser.add_argument("--heads", type=_positive_int, default=DEFAULTS["heads"])
+    parser.add_argument("--vocab", type=_positive_int, default=DEFAULTS["vocab"])
+    parser.add_argument("--pause", type=_seconds, default=0.0, help="idle seconds between steps [0]")
+    parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads")
+    parser.add_argument("--nice", type=int, default=0, help="niceness increment (lower CPU priority)")
+    parser.add_argument("--parent-pid", type=int, default=None,
+                        help="stop when this process is no longer the parent (the dashboard died)")
+    parser.add_argument("--no-probe", action="store_true", help="run without the probe (benchmarks)")
+    parser.add_argument("--quiet", action="store_true", help="no per-step line on stdout")
+    return parser
+
+
+def gpt2_config_dict(args: argparse.Namespace) -> dict[str, Any]:
+    """The GPT-2 config of the demo model (the fields ``transformers.GPT2Config`` takes)."""
+    return {
+        "model_type": "gpt2",
+        "vocab_size": args.vocab,
+        "n_positions": max(args.seq, 1),
+        "n_embd": args.hidden,
+        "n_layer": args.layers,
+        "n_head": args.heads,
+        "bos_token_id": 0,
+        "eos_token_id": 0,
+        "tie_word_embeddings": True,
+    }
+
+
+def _build_hf(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(**{k: v for k, v in gpt2_config_dict(args).items() if k != "model_type"})
+    return GPT2LMHeadModel(config), config.to_dict()
+
+
+def _build_builtin(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        """A GPT-2 block: pre-LayerNorm attention and a 4h GELU MLP (same parameters as HF)."""
+
+        def __init__(self, h: int, heads: int) -> None:
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(h)
+            self.attn = nn.Linear(h, 3 * h)
+            self.proj = nn.Linear(h, h)
+            self.ln_2 = nn.LayerNorm(h)
+            self.fc = nn.Linear(h, 4 * h)
+            self.out = nn.Linear(4 * h, h)
+            self.heads = heads
+            self.drop = nn.Dropout(0.1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            b, s, h = x.shape
+            q, k, v = self.attn(self.ln_1(x)).split(h, dim=2)
+            q, k, v = (t.view(b, s, self.heads, h // self.heads).transpose(1, 2) for t in (q, k, v))
+            y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=0.1 if self.training else 0.0)
+            x = x + self.drop(self.proj(y.transpose(1, 2).reshape(b, s, h)))
+            return x + self.drop(self.out(nn.functional.gelu(self.fc(self.ln_2(x)), approximate="tanh")))
+
+    class TinyGPT(nn.Module):
+        def __init__(self, cfg: dict[str, Any]) -> None:
+            super().__init__()
+            h = cfg["n_embd"]
+            self.wte = nn.Embedding(cfg["vocab_size"], h)
+            self.wpe = nn.Embedding(cfg["n_positions"], h)
+            self.drop = nn.Dropout(0.1)
+            self.blocks = nn.ModuleList(Block(h, cfg["n_head"]) for _ in range(cfg["n_layer"]))
+            self.ln_f = nn.LayerNorm(h)
+
+        def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> Any:
+            pos = torch.arange(input_ids.shape[1], device=input_ids.device)
+            x = self.drop(self.wte(input_ids) + self.wpe(pos))
+            for block in self.blocks:
+                x = block(x)
+            logits = self.ln_f(x) @ self.wte.weight.t()  # tied LM head, as GPT-2
+            if labels is None:
+                return logits
+            loss = nn.functional.cross_entropy(
+                logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1)
+            )
+            return {"loss": loss, "logits": logits}
+
+    cfg = gpt2_config_dict(args)
+    return TinyGPT(cfg), cfg
+
+
+def _pick_device(choice: str) -> str:
+    import torch
+
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda: torch sees no CUDA device")
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return choice
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train until ``args.steps`` steps are done (or forever) or a stop signal arrives."""
+    stop = {"now": False}
+
+    def _request_stop(signum: int, frame: Any) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, _request_stop)
+    signal.signal(signal.SIGINT, _request_stop)
+
+    if args.nice > 0:
+        try:
+            os.nice(args.nice)
+        except OSError:
+            pass
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    device = _pick_device(args.device)
+    use_hf = args.model == "hf"
+    if args.model == "auto":
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            use_hf = False
+        else:
+            use_hf = True
+    model, config = _build_hf(args) if use_hf else _build_builtin(args)
+    model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    probe = None
+    if not args.no_probe:
+        import gpumem_tui.probe
+
+        probe = gpumem_tui.probe.attach(
+            model, optimizer, batch=args.batch, seq=args.seq, task="train",
+            config=config, directory=args.probe_dir,
+            extra={"model_name": "gpumem-tui demo GPT-2", "demo_model": "hf" if use_hf else "builtin"},
+        )
+    step = 0
+    try:
+        while not stop["now"] and (args.steps <= 0 or step < args.steps):
+            if args.parent_pid is not None and os.getppid() != args.parent_pid:
+                break  # the dashboard that started us is gone: do not train on as an orphan
+            started = time.perf_counter()
+            tokens = torch.randint(0, args.vocab, (args.batch, args.seq), device=device)
+            out = model(input_ids=tokens, labels=tokens)
+            loss = out["loss"] if isinstance(out, dict) else out.loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            del out, loss, tokens
+            step += 1
+            if not args.quiet:
+                print(f"step {step} {time.perf_counter() - started:.3f}s", flush=True)
+            if args.pause and not stop["now"]:
+                time.sleep(args.pause)
+    finally:
+        if probe is not None:
+            probe.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit code."""
+    try:
+        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    except _BadInput as exc:
+        print(f"demo_job: {exc}", file=sys.stderr)
+        return 2
+    if args.hidden % args.heads:
+        print(f"demo_job: --hidden {args.hidden} is not divisible by --heads {args.heads}", file=sys.stderr)
+        return 2
+    try:
+        return run(args)
+    except ImportError as exc:
+        print(f"demo_job: needs torch ({exc}); install gpumem-tui[torch]", file=sys.stderr)
+        return 1
+    except RuntimeError as exc:
+        print(f"demo_job: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

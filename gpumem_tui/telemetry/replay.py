@@ -1,0 +1,363 @@
+"""Trace files: record Snapshots as JSONL, read them back, replay them as a TelemetrySource.
+
+Headless (no Textual, no torch).
+
+Format (UTF-8 JSON Lines, ASCII-escaped): the first line is a header
+``{"format": "gpumem-tui-trace", "version": 1, "created": <epoch s>, ...}``; every further line
+is one Snapshot as written by :func:`gpumem_tui.telemetry.serialize.snapshot_to_dict`.
+Readers ignore fields they do not know. The recorder writes each line with a single
+``os.write`` on an ``O_APPEND`` file (optionally ``fsync``'ed), so a recorder killed with
+SIGKILL leaves every line it finished intact and at most its last line torn; the reader
+replays up to a torn last line and says so in a notice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpumem_tui.telemetry.model import Snapshot
+from gpumem_tui.telemetry.serialize import SerializeError, snapshot_from_dict, snapshot_to_dict
+
+TRACE_FORMAT = "gpumem-tui-trace"
+TRACE_VERSION = 1
+
+
+class TraceError(ValueError):
+    """A file that cannot be replayed at all: empty, not JSON, not a gpumem-tui trace, or no
+    snapshots. The message is one line that names the file."""
+
+
+def _encode(obj: dict[str, Any]) -> bytes:
+    # ensure_ascii keeps lone surrogates (undecodable command lines) round-trippable.
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii") + b"\n"
+
+
+class TraceRecorder:
+    """Appends Snapshots to a trace file, one flushed line each.
+
+    Args:
+        path: the trace file; created, or truncated if it exists.
+        fsync: also ``os.fsync`` after every line (survives a power cut, costs a disk flush).
+        header: extra header fields (e.g. ``{"interval": 1.0}``); ``format``/``version`` win.
+
+    Raises:
+        OSError: the file cannot be created.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False, header: dict[str, Any] | None = None) -> None:
+        self.path = Path(path)
+        self._fsync = fsync
+        self._lock = threading.Lock()
+        self.lines = 0  # snapshots written
+        head: dict[str, Any] = dict(header or {})
+        from gpumem_tui import __version__
+
+        head.update({"format": TRACE_FORMAT, "version": TRACE_VERSION, "created": time.time(),
+                     "writer": f"gpumem-tui {__version__}"})
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        try:
+            self._write_line(_encode(head))
+        except BaseException:
+            self.close()
+            raise
+
+    def _write_line(self, data: bytes) -> None:
+        assert self._fd is not None
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view):]
+        if self._fsync:
+            os.fsync(self._fd)
+
+    def write(self, snapshot: Snapshot) -> None:
+        """Append one snapshot as one line.
+
+        Raises:
+            ValueError: the recorder is closed.
+            OSError: the write failed (disk full, ...).
+        """
+        data = _encode(snapshot_to_dict(snapshot))
+        with self._lock:
+            if self._fd is None:
+                raise ValueError(f"trace recorder for {self.path} is closed")
+            self._write_line(data)
+            self.lines += 1
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        with self._lock:
+            fd, self._fd = self._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __enter__(self) -> TraceRecorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_trace_header(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The header of a trace file.
+
+    Raises:
+        TraceError: empty, not JSON, or not a gpumem-tui trace. OSError: unreadable.
+    """
+    with open(path, "rb") as handle:
+        first = handle.readline(1 << 20)
+    return _parse_header(Path(path), first)
+
+
+def _parse_header(path: Path, line: bytes) -> dict[str, Any]:
+    if not line.strip():
+        raise TraceError(f"{path}: empty trace file")
+    try:
+        header = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        raise TraceError(f"{path}: not a gpumem-tui trace (the first line is not JSON)") from None
+    if not isinstance(header, dict) or header.get("format") != TRACE_FORMAT:
+        raise TraceError(f"{path}: not a gpumem-tui trace (the first line has no \"format\": \"{TRACE_FORMAT}\")")
+    version = header.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise TraceError(f"{path}: trace version {version!r} is not a positive integer")
+    return header
+
+
+def read_trace(path: str | os.PathLike[str]) -> tuple[list[Snapshot], list[str]]:
+    """All snapshots of a trace, in file order, and notices about what was skipped.
+
+    A torn last line (no newline, not valid JSON: the recorder was killed mid-write) ends the
+    replay with a notice; other unreadable lines are skipped and counted in one notice;
+    unknown fields are ignored; a trace from a newer writer is read with a notice.
+
+    Returns:
+        (snapshots, notices): snapshots non-empty.
+
+    Raises:
+        TraceError: empty file, first line not JSON or not a trace header, or no snapshots.
+        OSError: the file cannot be read (missing, permissions).
+    """
+    path = Path(path)
+    snapshots: list[Snapshot] = []
+    notices: list[str] = []
+    bad: list[int] = []
+    torn = 0
+    with open(path, "rb") as handle:
+        header = _parse_header(path, handle.readline())
+        if header["version"] > TRACE_VERSION:
+            notices.append(
+                f"{path.name}: trace version {header['version']} is newer than this reader "
+                f"({TRACE_VERSION}); fields it does not know are ignored"
+            )
+        number = 1
+        for line in handle:
+            number += 1
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                snapshots.append(snapshot_from_dict(record))
+            except (ValueError, UnicodeDecodeError, RecursionError, SerializeError):
+                if not line.endswith(b"\n"):
+                    torn = len(line)
+                else:
+                    bad.append(number)
+    if bad:
+        notices.append(
+            f"{path.name}: {len(bad)} unreadable line{'s' if len(bad) > 1 else ''} skipped "
+            f"(first: line {bad[0]})"
+        )
+    if torn:
+        notices.append(f"{path.name}: the last line is torn ({torn} bytes, recorder stopped mid-write); replayed up to it")
+    if not snapshots:
+        raise TraceError(f"{path}: the trace holds no snapshots")
+    return snapshots, notices
+
+
+class ReplaySource:
+    """Plays a trace back as a TelemetrySource, in (scaled) real time.
+
+    ``poll()`` advances the play position by the wall time since the previous poll times
+    ``speed`` (not while paused) and returns the state at the position: devices, processes
+    and probe infos of the last record reached, and the probe samples, phase marks and
+    notices of *every* record passed since the previous poll (so none is lost when polls are
+    slower than the recording). When nothing new was reached (paused, or between records),
+    it returns the current record again with no probes, marks or notices. Snapshot times are
+    the recorded epoch times. The trace's own notices (torn line, skipped lines) arrive with
+    the first poll; reaching the end adds one "replay finished" notice.
+
+    Position and duration are seconds from the first record. Safe to control (pause, seek,
+    speed) from another thread than the one polling.
+
+    Args:
+        path: the trace file.
+        speed: playback speed factor (> 0).
+        clock: monotonic seconds (tests inject one).
+
+    Raises:
+        TraceError, OSError: see :func:`read_trace`. ValueError: bad speed.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, speed: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = Path(path)
+        self.header = read_trace_header(self.path)
+        self._snapshots, notices = read_trace(self.path)
+        self._pending_notices = list(notices)
+        start = self._snapshots[0].time
+        offsets, last = [], 0.0
+        for snap in self._snapshots:
+            last = max(last, snap.time - start)  # a clock step back in the recording: hold
+            offsets.append(last)
+        self._offsets = offsets
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._speed = 1.0
+        self.set_speed(speed)
+        self._paused = False
+        self._position = 0.0
+        self._last_clock: float | None = None
+        self._emitted = -1  # index of the last record whose samples were returned
+        self._finished_reported = False
+
+    # -- controls --------------------------------------------------------------------------
+
+    @property
+    def duration(self) -> float:
+        """Seconds from the first to the last record."""
+        return self._offsets[-1]
+
+    @property
+    def position(self) -> float:
+        """Seconds from the first record to the play position."""
+        with self._lock:
+            return self._position
+
+    @property
+    def paused(self) -> bool:
+        """True while paused."""
+        return self._paused
+
+    @property
+    def speed(self) -> float:
+        """Playback speed factor."""
+        return self._speed
+
+    @property
+    def finished(self) -> bool:
+        """True once the position reached the last record."""
+        with self._lock:
+            return self._position >= self.duration and self._emitted >= len(self._snapshots) - 1
+
+    @property
+    def snapshot_count(self) -> int:
+        """Records in the trace."""
+        return len(self._snapshots)
+
+    def pause(self) -> None:
+        """Stop advancing (poll keeps answering with the current state)."""
+        with self._lock:
+            self._advance()
+            self._paused = True
+
+    def resume(self) -> None:
+        """Advance again from where it paused."""
+        with self._lock:
+            self._last_clock = self._clock()
+            self._paused = False
+
+    def toggle_pause(self) -> None:
+        """Pause if playing, resume if paused."""
+        if self._paused:
+            self.resume()
+        else:
+            self.pause()
+
+    def set_speed(self, speed: float) -> None:
+        """Set the playback speed factor.
+
+        Raises:
+            ValueError: not a finite number > 0.
+        """
+        speed = float(speed)
+        if not math.isfinite(speed) or speed <= 0:
+            raise ValueError(f"replay speed must be a number > 0, got {speed!r}")
+        with self._lock:
+            self._advance()
+            self._speed = speed
+
+    def seek(self, seconds: float) -> None:
+        """Jump to ``seconds`` from the start (clamped to [0, duration]). The next poll returns
+        the record at that position with its samples, and a notice saying where it is."""
+        if not math.isfinite(seconds):
+            raise ValueError(f"seek position must be a finite number, got {seconds!r}")
+        with self._lock:
+            self._position = min(max(0.0, float(seconds)), self.duration)
+            self._last_clock = self._clock()
+            self._emitted = self._index_at(self._position) - 1
+            self._finished_reported = False
+            self._pending_notices.append(f"replay at {self._position:.1f} s of {self.duration:.1f} s")
+
+    def seek_relative(self, seconds: float) -> None:
+        """Jump by ``seconds`` (negative: back)."""
+        self.seek(self.position + seconds)
+
+    # -- TelemetrySource -------------------------------------------------------------------
+
+    def _advance(self) -> None:
+        now = self._clock()
+        if self._last_clock is not None and not self._paused:
+            self._position = min(self.duration, self._position + (now - self._last_clock) * self._speed)
+        self._last_clock = now
+
+    def _index_at(self, position: float) -> int:
+        """Index of the last record at or before ``position`` (0 at the least)."""
+        lo, hi = 0, len(self._offsets) - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._offsets[mid] <= position + 1e-9:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def poll(self) -> Snapshot:
+        """The state at the play position (see the class docstring). Never raises."""
+        with self._lock:
+            self._advance()
+            index = self._index_at(self._position)
+            current = self._snapshots[index]
+            passed = self._snapshots[self._emitted + 1 : index + 1]
+            self._emitted = max(self._emitted, index)
+            notices = self._pending_notices
+            self._pending_notices = []
+            for snap in passed:
+                notices.extend(snap.notices)
+            if (index == len(self._snapshots) - 1 and self._position >= self.duration
+                    and not self._finished_reported):
+                self._finished_reported = True
+                notices.append(f"replay finished ({self.duration:.1f} s, {len(self._snapshots)} records)")
+        return dataclasses.replace(
+            current,
+            probes=tuple(p for snap in passed for p in snap.probes),
+            phase_marks=tuple(m for snap in passed for m in snap.phase_marks),
+            notices=tuple(notices),
+        )
+
+    def snapshots(self) -> tuple[Snapshot, ...]:
+        """Every record of the trace (for headless use such as ``compare``)."""
+        return tuple(self._snapshots)
+
+    def close(self) -> None:
+        """Nothing to release (the trace was read at open)."""

@@ -1,0 +1,239 @@
+"""``gpumem-tui record | replay | compare``: traces from the command line.
+
+    gpumem-tui record -o trace.jsonl [--interval S] [--duration S]   # headless recorder
+    gpumem-tui replay trace.jsonl [--speed X]                        # dashboard on a trace
+    gpumem-tui compare trace.jsonl [--json] [--pid N]                # predicted vs measured
+
+``main`` receives the subcommand name first (see ``gpumem_tui.cli``). Exit codes: 0 ok,
+1 runtime failure, 2 bad input (one line on stderr: bad flags, empty or non-JSON trace,
+nothing to compare). Textual is imported only by ``replay``; torch never.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _BadInput(message)
+
+
+class _BadInput(Exception):
+    pass
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
+    return value
+
+
+def _speed(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--speed must be a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"--speed must be > 0, got {text!r}")
+    return value
+
+
+def _parser(name: str) -> argparse.ArgumentParser:
+    parser = _Parser(prog=f"gpumem-tui {name}")
+    if name == "record":
+        parser.description = "Record samples and phase marks to a JSONL trace, without the UI."
+        parser.add_argument("-o", "--output", type=Path, required=True, metavar="TRACE", help="trace file to write")
+        parser.add_argument("--interval", type=_positive_seconds, default=1.0, metavar="SECONDS",
+                            help="seconds between samples [1.0]")
+        parser.add_argument("--duration", type=_positive_seconds, default=None, metavar="SECONDS",
+                            help="stop after this long (default: until Ctrl-C / SIGTERM)")
+        parser.add_argument("--probe-dir", type=Path, default=None, help="probe stream directory (default: the usual)")
+        parser.add_argument("--fsync", action="store_true", help="fsync every line (survives a power cut)")
+        parser.add_argument("--quiet", action="store_true", help="no summary line")
+    elif name == "replay":
+        parser.description = "Open the dashboard on a recorded trace (pause, seek, speed keys)."
+        parser.add_argument("trace", type=Path)
+        parser.add_argument("--speed", type=_speed, default=1.0, help="playback speed factor [1.0]")
+        parser.add_argument("--interval", type=_positive_seconds, default=0.5, metavar="SECONDS",
+                            help="seconds between screen updates [0.5]")
+        parser.add_argument("--theme", default="dark", metavar="NAME")
+    else:
+        parser.description = "Predicted vs measured memory of the probed job in a trace."
+        parser.add_argument("trace", type=Path)
+        parser.add_argument("--json", action="store_true", help="print JSON (bytes as integers)")
+        parser.add_argument("--pid", type=int, default=None, help="the probed process (if the trace has several)")
+    return parser
+
+
+def main(argv: Sequence[str]) -> int:
+    """``argv[0]`` is the subcommand (record, replay, compare); returns the exit code."""
+    args_list = list(argv)
+    if not args_list or args_list[0] not in ("record", "replay", "compare"):
+        print("gpumem-tui: trace subcommand must be record, replay or compare", file=sys.stderr)
+        return 2
+    name = args_list.pop(0)
+    try:
+        args = _parser(name).parse_args(args_list)
+    except _BadInput as exc:
+        print(f"gpumem-tui {name}: {exc}", file=sys.stderr)
+        return 2
+    if name == "record":
+        return _record(args)
+    if name == "replay":
+        return _replay(args)
+    return _compare(args)
+
+
+# -- record --------------------------------------------------------------------------------
+
+
+def record(source: Any, output: Path, *, interval: float, duration: float | None = None,
+           stop: threading.Event | None = None, fsync: bool = False) -> int:
+    """Poll ``source`` every ``interval`` seconds and append each Snapshot to ``output``
+    until ``duration`` seconds passed or ``stop`` is set. Returns the number of snapshots.
+
+    Raises:
+        OSError: the trace cannot be created or written.
+    """
+    from gpumem_tui.telemetry.replay import TraceRecorder
+
+    stop = stop or threading.Event()
+    started = time.monotonic()
+    with TraceRecorder(output, fsync=fsync, header={"interval": interval, "source": type(source).__name__}) as rec:
+        next_at = started
+        while not stop.is_set():
+            rec.write(source.poll())
+            if duration is not None and time.monotonic() - started >= duration:
+                break
+            next_at += interval
+            stop.wait(max(0.0, next_at - time.monotonic()))
+        return rec.lines
+
+
+def _record(args: argparse.Namespace) -> int:
+    if args.output.is_dir():
+        print(f"gpumem-tui record: {args.output} is a directory", file=sys.stderr)
+        return 2
+    from gpumem_tui.telemetry.live import LiveSource
+
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    source = LiveSource(args.probe_dir)
+    try:
+        if not args.quiet and not source.nvml_available:
+            print(f"gpumem-tui record: no NVML ({source.nvml_error}); recording host processes and probes",
+                  file=sys.stderr)
+        lines = record(source, args.output, interval=args.interval, duration=args.duration, stop=stop,
+                       fsync=args.fsync)
+    except OSError as exc:
+        print(f"gpumem-tui record: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    finally:
+        source.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not args.quiet:
+        print(f"trace: {args.output.resolve()} ({lines} snapshots)")
+    return 0
+
+
+# -- replay --------------------------------------------------------------------------------
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from gpumem_tui.telemetry.replay import ReplaySource, TraceError
+
+    try:
+        source = ReplaySource(args.trace, speed=args.speed)
+    except TraceError as exc:
+        print(f"gpumem-tui replay: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"gpumem-tui replay: cannot read {args.trace}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    from gpumem_tui.ui.launch import run_dashboard
+
+    try:
+        run_dashboard(
+            source=source,
+            interval=args.interval,
+            theme=args.theme,
+            readonly=True,  # a replayed PID is not a process to signal
+            banner=f"replay of {args.trace.name} ({source.duration:.0f} s, x{args.speed:g})",
+        )
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+# -- compare -------------------------------------------------------------------------------
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from gpumem_tui.comparison import ComparisonError, compare_trace
+    from gpumem_tui.telemetry.replay import TraceError
+
+    try:
+        result = compare_trace(args.trace, pid=args.pid)
+    except (TraceError, ComparisonError) as exc:
+        print(f"gpumem-tui compare: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"gpumem-tui compare: cannot read {args.trace}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:  # a partial installation: say what is missing, no traceback
+        print(f"gpumem-tui compare: the estimator is not available ({exc})", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_comparison(result))
+    return 0
+
+
+def format_comparison(result: dict[str, Any]) -> str:
+    """The comparison as a plain-text table (MiB, binary units; error signed, % of measured)."""
+    from gpumem_tui.text import printable
+    from gpumem_tui.units import format_bytes
+
+    def format_mib(n: Any) -> str:
+        return format_bytes(n, "MiB")
+
+    lines = [
+        f"pid {result.get('pid')} on {result.get('device')}: measured figure {result.get('measured_figure')}",
+        f"{'component':<36} {'predicted':>12} {'measured':>12} {'error %':>9}",
+    ]
+    measured = result.get("measured", {})
+    errors = result.get("error_percent", {})
+    for name, predicted in result.get("predicted", {}).items():
+        value = measured.get(name)
+        err = errors.get(name)
+        lines.append(
+            f"{printable(str(name), limit=36):<36} {format_mib(predicted):>12} "
+            f"{format_mib(value) if value is not None else 'n/a':>12} "
+            f"{f'{err:+.1f}' if err is not None else 'n/a':>9}"
+        )
+    peak_m = result.get("peak_measured_bytes")
+    peak_err = result.get("peak_error_percent")
+    lines.append(
+        f"{'peak':<36} {format_mib(result.get('peak_predicted_bytes')):>12} "
+        f"{format_mib(peak_m) if peak_m is not None else 'n/a':>12} "
+        f"{f'{peak_err:+.1f}' if peak_err is not None else 'n/a':>9}"
+    )
+    for note in [*result.get("notes", []), *result.get("trace_notices", [])]:
+        lines.append(f"note: {printable(str(note))}")
+    return "\n".join(lines)
