@@ -129,6 +129,8 @@ class GpuMemApp(App[None]):
         self._mark_keys: dict[int, set[tuple[float, str, int]]] = {}
         self.probe_infos: dict[int, ProbeInfo] = {}
         self.probe_devices: dict[int, str] = {}
+        self.probe_samples: OrderedDict[int, deque[ProbeSample]] = OrderedDict()
+        self._side_toggled = False
         self.chart_target: tuple[str, int] | None = None
         self.chart_window = chart_window
         self.bands: list[Band] = []
@@ -288,6 +290,13 @@ class GpuMemApp(App[None]):
 
     def _record_probe(self, probe: ProbeSample) -> None:
         self.probe_devices[probe.pid] = probe.device
+        samples = self.probe_samples.get(probe.pid)
+        if samples is None:
+            samples = self.probe_samples[probe.pid] = deque(maxlen=MAX_MARKS_PER_PID)
+            while len(self.probe_samples) > MAX_MARK_PIDS:
+                self.probe_samples.popitem(last=False)
+        if not samples or probe.time > samples[-1].time:
+            samples.append(probe)
         self.history.add(("probe", probe.pid, "allocated"), probe.time, probe.allocated_bytes)
         self.history.add(("probe", probe.pid, "reserved"), probe.time, probe.reserved_bytes)
 
@@ -349,13 +358,30 @@ class GpuMemApp(App[None]):
         return text
 
     # ---- chart ----------------------------------------------------------------------------
-    def _device_total(self, index: int | None) -> int | None:
+    def device_total(self, index: int | None) -> int | None:
+        """Total memory (bytes) of GPU ``index`` in the latest snapshot, or None."""
         if self.snapshot is None or index is None:
             return None
         for dev in self.snapshot.devices:
             if dev.index == index:
                 return dev.memory_total_bytes
         return None
+
+    def device_name(self, index: int | None) -> str | None:
+        """Printable name of GPU ``index``, or None."""
+        if self.snapshot is None or index is None:
+            return None
+        for dev in self.snapshot.devices:
+            if dev.index == index and dev.name:
+                return printable(dev.name, 40)
+        return None
+
+    def chart_pid(self) -> int | None:
+        """PID the chart shows, else the selected process's PID."""
+        if self.chart_target and self.chart_target[0] == "proc":
+            return self.chart_target[1]
+        proc = self.table.selected
+        return proc.pid if proc is not None else None
 
     def selected_gpu(self) -> int | None:
         """The GPU the chart/estimator refer to: the selected process's, else the panel's."""
@@ -382,7 +408,7 @@ class GpuMemApp(App[None]):
         total: int | None = None
         if kind == "gpu":
             curves.append(CurveSpec("NVML used", self.history.points(("gpu", ident)), "curve-measured"))
-            total = self._device_total(ident)
+            total = self.device_total(ident)
             chart.set_title(f"GPU {ident}: memory used (NVML)")
         else:
             proc = next((p for p in snap.processes if p.pid == ident), None)
@@ -398,7 +424,7 @@ class GpuMemApp(App[None]):
             if nvml:
                 curves.append(CurveSpec("NVML used", nvml, "curve-measured" if not probe_alloc else "curve-nvml"))
             if proc is not None:
-                total = self._device_total(proc.device_index)
+                total = self.device_total(proc.device_index)
             marks = list(self.phase_marks.get(ident, ()))
             name = printable((proc.command if proc else None) or "", 60)
             where = f"GPU {proc.device_index}" if proc is not None and proc.device_index is not None else "host"
@@ -416,6 +442,17 @@ class GpuMemApp(App[None]):
         self.chart.set_bands(self.bands)
 
     # ---- side pane (estimator / comparison) -------------------------------------------------
+    def on_estimator_panel_estimate_changed(self, message: Any) -> None:
+        """The estimator panel's new estimate becomes the chart's bands and the comparison."""
+        self.set_predicted_bands(message.bands)
+        self._update_side()
+
+    def on_resize(self, event: Any) -> None:
+        # Narrow terminals give the whole width to the table and chart; `e` still opens the pane.
+        if self.has_side_pane and not self._side_toggled:
+            for side in self.screen_stack[0].query("#side"):
+                side.display = event.size.width >= 130
+
     def _update_side(self) -> None:
         from gpumem_tui.ui import side_pane
 
@@ -535,6 +572,7 @@ class GpuMemApp(App[None]):
         self.chart_window = chart.window
 
     def action_toggle_side(self) -> None:
+        self._side_toggled = True
         for side in self.screen_stack[0].query("#side"):
             side.display = not side.display
 

@@ -215,7 +215,10 @@ class MemoryChart(Vertical):
         unit, factor = choose_unit(peak)
         width = max(plot.size.width - 10, 10)
         marks = self.visible_phase_marks()
-        x_lo = -self.window
+        # Until the history fills the window, span only what there is (at least 30 s), so a
+        # fresh start does not squeeze the curve against the right edge.
+        oldest = min(c.points[0][0] for c in curves)
+        x_lo = -min(self.window, max(now - oldest, 30.0))
         x_hi = 0.0
         # bands and the total first, so the measured curve is drawn over them
         if bands:
