@@ -166,6 +166,14 @@ def main(argv: list[str]) -> int:
     if args.on not in ("meta", "cpu"):
         print(f"gpumem-tui measure: --on must be meta or cpu, got {args.on!r}", file=sys.stderr)
         return 2
+    from gpumem_tui.measure.runner import MeasureError, run, validate
+
+    try:
+        req = request_from_spec(arch, spec, on=args.on, steps=args.steps)
+        validate(req)
+    except MeasureError as exc:
+        print(f"gpumem-tui measure: {exc}", file=sys.stderr)
+        return 2
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -175,10 +183,7 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    from gpumem_tui.measure.runner import MeasureError, run
-
     try:
-        req = request_from_spec(arch, spec, on=args.on, steps=args.steps)
         result = run(req)
     except MeasureError as exc:
         print(f"gpumem-tui measure: {exc}", file=sys.stderr)

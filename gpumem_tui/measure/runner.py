@@ -28,6 +28,7 @@ torch "reserved" nor NVML "used"; no CUDA context, no allocator reserve).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import math
 from dataclasses import dataclass, field
@@ -340,6 +341,8 @@ def run(req: MeasureRequest) -> Measurement:
         f"model class {type(model).__name__}"
         + (" (masked-LM head, labels on every position)" if type(model).__name__.endswith("ForMaskedLM") else ""),
     ]
+    if req.task != "inference":
+        assumptions.append("training forward with use_cache=False (no KV cache kept in training)")
     if req.on == "meta" and req.attention == "sdpa":
         assumptions.append("WARNING: " + META_SDPA_WARNING)
     n_wrapped = 0
@@ -360,7 +363,7 @@ def run(req: MeasureRequest) -> Measurement:
     b, s = req.batch, req.seq
     inference = req.task == "inference"
     logits_rows = max(1, b * (s - 1)) if not inference else b
-    tracker = PhaseMemTracker(vocab_size=vocab, logits_rows=logits_rows if not inference else 10**18)
+    tracker = PhaseMemTracker(vocab_size=vocab, logits_rows=logits_rows)
     compute_dtype = _torch_dtype(torch, req.dtype)
     autocast = (
         torch.autocast("cpu", dtype=compute_dtype) if req.mixed_precision else contextlib.nullcontext()
@@ -382,9 +385,9 @@ def run(req: MeasureRequest) -> Measurement:
                 step_name = "step1"
                 phase("step1.prefill")
                 kwargs: dict[str, Any] = {"use_cache": True}
-                if "logits_to_keep" in model.forward.__code__.co_varnames:
+                if "logits_to_keep" in inspect.signature(model.forward).parameters:
                     kwargs["logits_to_keep"] = 1
-                with autocast:
+                with autocast, _meta_patches(req.on):
                     out = model(input_ids=ids, **kwargs)
                 cache = getattr(out, "past_key_values", None)
                 if cache is None:
@@ -393,21 +396,25 @@ def run(req: MeasureRequest) -> Measurement:
                 nxt = out.logits[:, -1:].argmax(-1)
                 del out
                 phase("step1.decode")
-                with autocast:
+                tracker.reset_mod_stats()  # a second root forward
+                with autocast, _meta_patches(req.on):
                     out = model(input_ids=nxt, past_key_values=cache, **kwargs)
                 tracker.tag_tensors(_cache_tensors(out.past_key_values), "kv_cache")
                 del out, nxt
             measured_phases = ["step1.prefill", "step1.decode"]
         else:
             model.train()
+            # use_cache=False: a training forward otherwise fills a DynamicCache that pins each
+            # layer's post-rotary K/V (transformers defaults use_cache from config.use_cache).
+            train_kwargs = {} if type(model).__name__.endswith("ForMaskedLM") else {"use_cache": False}
             for step in range(1, req.steps + 1):
                 step_name = f"step{step}"
                 if step > 1:
                     tracker.reset_mod_stats()  # MemTracker refuses a second root forward otherwise
                 phase(f"{step_name}.forward")
                 ids = torch.randint(0, vocab_cfg, (b, s), device=req.on)
-                with autocast:
-                    out = model(input_ids=ids, labels=ids)
+                with autocast, _meta_patches(req.on):
+                    out = model(input_ids=ids, labels=ids, **train_kwargs)
                 loss = out.loss
                 del out
                 phase(f"{step_name}.backward")
@@ -479,6 +486,31 @@ def run(req: MeasureRequest) -> Measurement:
         top_tensors=top_tensors,
         assumptions=assumptions,
     )
+
+
+@contextlib.contextmanager
+def _meta_patches(on: str) -> Any:
+    """On meta, skip transformers' packed-sequence check (it calls ``.item()``, which meta
+    tensors cannot answer). On the CPU the check returns None for our unpacked (b, s) inputs,
+    so the meta run follows the same path; its (b, s) int64 temporaries are transient.
+    """
+    if on != "meta":
+        yield
+        return
+    try:
+        from transformers import masking_utils
+    except ImportError:
+        yield
+        return
+    original = getattr(masking_utils, "find_packed_sequence_indices", None)
+    if original is None:
+        yield
+        return
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = original
 
 
 def _cache_tensors(cache: Any) -> list[Any]:

@@ -65,6 +65,13 @@ def check_supported() -> None:
         )
 
 
+class _NoHandle:
+    """Stands in for a hook handle on a frozen parameter (nothing to remove)."""
+
+    def remove(self) -> None:
+        return None
+
+
 class PhaseMemTracker(_mt.MemTracker):
     """MemTracker with named phases, per-phase peaks and tensor tags (see module docstring).
 
@@ -130,6 +137,15 @@ class PhaseMemTracker(_mt.MemTracker):
                 LiveEntry(w, int(w.mem_consumed), str(getattr(w.reftype, "value", w.reftype)))
                 for w in self._live.values()
             ]
+
+    def _track_module_params_and_buffers(self, module, install_grad_hooks=True):  # type: ignore[no-untyped-def]
+        # MemTracker registers a gradient hook on every parameter, which torch refuses for frozen
+        # ones (LoRA); a placeholder handle makes it skip them.
+        if install_grad_hooks:
+            for param in module.parameters():
+                if not param.requires_grad and self._param_to_grad_hook_handles.get(param, None) is None:
+                    self._param_to_grad_hook_handles[param] = (_NoHandle(), _NoHandle())
+        return super()._track_module_params_and_buffers(module, install_grad_hooks=install_grad_hooks)
 
     # --- public helpers ------------------------------------------------------------------------
     def current_bytes(self) -> int:

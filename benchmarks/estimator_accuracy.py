@@ -1,0 +1,183 @@
+"""Estimator accuracy against measured ground truth (issue 3, "Accuracy"). Prints its figures.
+
+For every case in ``benchmarks/data/measured_cpu.json`` (written by
+``benchmarks/collect_ground_truth.py``: torch MemTracker, live tensor storage bytes, i.e. torch
+"allocated"), run ``estimate(arch, spec)`` with ``--device cpu`` and print predicted vs measured
+peak, the error in %, and the per-component errors at the peak; then the median |error| and the
+worst case (targets: median <= 2 %, worst <= 5 %).
+
+    .venv/bin/python benchmarks/estimator_accuracy.py              # no torch needed
+    .venv/bin/python benchmarks/estimator_accuracy.py --live       # re-measure every case first (torch)
+    .venv/bin/python benchmarks/estimator_accuracy.py --components # per-component table per case
+    .venv/bin/python benchmarks/estimator_accuracy.py --json       # machine-readable
+
+Component errors compare the estimator's breakdown at its peak phase with the measured
+breakdown at the measured peak; when the two peaks fall in different phases the component rows
+compare different moments (flagged with "phase differs").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DATA = ROOT / "benchmarks" / "data" / "measured_cpu.json"
+
+COMPONENTS = (
+    "parameters",
+    "gradients",
+    "optimizer_states",
+    "optimizer_intermediates",
+    "activations",
+    "logits_and_loss",
+    "kv_cache",
+)
+
+MEDIAN_TARGET = 2.0
+WORST_TARGET = 5.0
+
+
+def _spec(fields: dict[str, Any]) -> Any:
+    from gpumem_tui.estimator.spec import TrainingSpec
+
+    kw = dict(fields)
+    if "lora_targets" in kw:
+        kw["lora_targets"] = tuple(kw["lora_targets"])
+    kw["device"] = "cpu"
+    return TrainingSpec(**kw)
+
+
+def predict(case: dict[str, Any]) -> dict[str, Any]:
+    """The estimator's JSON for one ground-truth case (device cpu)."""
+    from gpumem_tui.estimator.architecture import load_architecture
+    from gpumem_tui.estimator.estimate import estimate
+
+    arch = load_architecture(str(ROOT / case["config"]))
+    result = estimate(arch, _spec(case["spec"]))
+    return result.to_json() if hasattr(result, "to_json") else dict(result)
+
+
+def compare(case: dict[str, Any], pred: dict[str, Any]) -> dict[str, Any]:
+    """Errors of one case: peak error % and per-component (predicted - measured) in bytes and %."""
+    meas = case["measured"]
+    peak_m, peak_p = int(meas["peak_bytes"]), int(pred["peak_bytes"])
+    rows = {}
+    for comp in COMPONENTS:
+        m = int(meas["components_bytes"].get(comp, 0))
+        p = int(pred.get("components_bytes", {}).get(comp, 0))
+        rows[comp] = {
+            "measured": m,
+            "predicted": p,
+            "diff": p - m,
+            "error_pct": (100.0 * (p - m) / m) if m else (0.0 if p == 0 else None),
+        }
+    return {
+        "id": case["id"],
+        "on": case["on"],
+        "attention": case["spec"].get("attention"),
+        "measured_peak": peak_m,
+        "predicted_peak": peak_p,
+        "error_pct": 100.0 * (peak_p - peak_m) / peak_m,
+        "measured_phase": meas.get("peak_phase"),
+        "predicted_phase": pred.get("peak_phase"),
+        "components": rows,
+        "measured_phases": meas.get("phases", []),
+        "predicted_phases": pred.get("phases", []),
+    }
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:,.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="estimator accuracy vs measured ground truth")
+    parser.add_argument("--data", type=Path, default=DATA, help="ground-truth JSON (default benchmarks/data/measured_cpu.json)")
+    parser.add_argument("--live", action="store_true", help="re-measure every case with torch before comparing")
+    parser.add_argument("--only", default=None, help="cases whose id contains this text")
+    parser.add_argument("--components", action="store_true", help="print the per-component table of every case")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    args = parser.parse_args(argv)
+
+    try:
+        data = json.loads(args.data.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"estimator_accuracy: cannot read {args.data}: {exc}", file=sys.stderr)
+        return 2
+    cases = [c for c in data["cases"] if args.only is None or args.only in c["id"]]
+    if args.live:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import collect_ground_truth as cgt  # noqa: E402
+
+        by_id = {c[0]: c for c in cgt.CASES}
+        cases = [cgt.measure_case(by_id[c["id"]]) if c["id"] in by_id else c for c in cases]
+
+    results = []
+    failures = []
+    for case in cases:
+        try:
+            pred = predict(case)
+        except Exception as exc:  # a benchmark reports every case, even one the estimator rejects
+            failures.append((case["id"], f"{type(exc).__name__}: {exc}"))
+            continue
+        results.append(compare(case, pred))
+
+    errors = [abs(r["error_pct"]) for r in results]
+    summary = {
+        "cases": len(results),
+        "families": sorted({c["model"].split("-")[0].split(".")[0] for c in cases}),
+        "median_abs_error_pct": statistics.median(errors) if errors else None,
+        "worst_abs_error_pct": max(errors) if errors else None,
+        "worst_case": max(results, key=lambda r: abs(r["error_pct"]))["id"] if results else None,
+        "targets": {"median_pct": MEDIAN_TARGET, "worst_pct": WORST_TARGET},
+        "failures": failures,
+    }
+    if args.json:
+        print(json.dumps({"summary": summary, "results": results}, indent=1))
+        return 0
+
+    print(f"ground truth: {args.data.relative_to(ROOT) if args.data.is_relative_to(ROOT) else args.data} "
+          f"(torch {data.get('torch')}, transformers {data.get('transformers')}); figures in MiB (2^20 B), "
+          "comparable to torch allocated; estimator with --device cpu")
+    print()
+    head = f"{'case':<42}{'on':<6}{'measured':>11}{'predicted':>11}{'error':>9}  peak phase (measured / predicted)"
+    print(head)
+    print("-" * len(head))
+    for r in results:
+        flag = "" if r["measured_phase"] == r["predicted_phase"] else "  phase differs"
+        print(f"{r['id']:<42}{r['on']:<6}{_mib(r['measured_peak']):>11}{_mib(r['predicted_peak']):>11}"
+              f"{r['error_pct']:>+8.2f}%  {r['measured_phase']} / {r['predicted_phase']}{flag}")
+        if args.components:
+            for comp, row in r["components"].items():
+                if row["measured"] == 0 and row["predicted"] == 0:
+                    continue
+                pct = "n/a" if row["error_pct"] is None else f"{row['error_pct']:+.1f}%"
+                print(f"    {comp:<26}{_mib(row['measured']):>11}{_mib(row['predicted']):>11}{pct:>9}"
+                      f"  diff {row['diff']:+,} B")
+    for case_id, msg in failures:
+        print(f"{case_id:<42}estimator failed: {msg}")
+    print()
+    if errors:
+        med, worst = summary["median_abs_error_pct"], summary["worst_abs_error_pct"]
+        print(f"cases: {len(results)} from {len(summary['families'])} families ({', '.join(summary['families'])})")
+        print(f"median |error| of peak_bytes: {med:.2f} %  (target <= {MEDIAN_TARGET} %: {'met' if med <= MEDIAN_TARGET else 'NOT met'})")
+        print(f"worst  |error| of peak_bytes: {worst:.2f} %  ({summary['worst_case']}; target <= {WORST_TARGET} %: "
+              f"{'met' if worst <= WORST_TARGET else 'NOT met'})")
+        # per-component summary: median |error| over cases where the component was measured > 0
+        print("per-component median |error| (cases where measured > 0):")
+        for comp in COMPONENTS:
+            errs = [abs(r["components"][comp]["error_pct"]) for r in results
+                    if r["components"][comp]["measured"] > 0 and r["measured_phase"] == r["predicted_phase"]]
+            if errs:
+                print(f"    {comp:<26}{statistics.median(errs):8.2f} %  over {len(errs)} cases (same peak phase)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
