@@ -230,13 +230,40 @@ class ModelArchitecture:
 
     @property
     def largest_param_elements(self) -> int:
-        """Elements of the largest single parameter tensor (sizes per-tensor temporaries)."""
+        """Elements of the largest single parameter tensor (sizes per-tensor temporaries).
+
+        Mixture-of-experts weights count as one tensor per projection: ``transformers``
+        stores all experts of a layer in one 3-D parameter (``MixtralExperts``).
+        """
         if self.params_override is not None:
             return max(1, self.params_override // max(1, 12 * self.num_layers))
         sizes = [self.vocab_size * self.hidden_size]
         for lin in self.layer_linears():
-            sizes.append(lin.d_in * lin.d_out)
+            sizes.append(lin.count * lin.d_in * lin.d_out)
         return max(sizes)
+
+    @property
+    def param_tensor_count(self) -> int:
+        """Number of parameter tensors (each gets its own optimizer ``step`` counter)."""
+        if self.params_override is not None:
+            return 2 + 8 * self.num_layers
+        norm_tensors = 2 if self.norm == "layernorm" else 1
+        emb = 1 + (1 if self.learned_positions else 0) + (1 if self.type_vocab_size else 0)
+        if self.model_type == "bert":
+            emb += norm_tensors
+        per_layer = self.norms_per_layer * norm_tensors
+        for lin in self.layer_linears():
+            per_layer += 2 if lin.bias else 1
+        final = 0 if self.model_type == "bert" else norm_tensors
+        if self.head == "lm":
+            head = 0 if self.tie_word_embeddings else 1
+        elif self.head == "mlm":
+            head = 2 + 2 + 1 + (0 if self.tie_word_embeddings else 1)
+        elif self.head == "classification":
+            head = 4
+        else:
+            head = 2 if self.model_type == "bert" else 0
+        return emb + per_layer * self.num_layers + final + head
 
     def with_head(self, head: str, num_labels: int = 2) -> ModelArchitecture:
         """Copy with another head kind (see :data:`HEADS`)."""
@@ -437,7 +464,7 @@ def _read_llama_like(cfg: dict[str, Any], name: str, mt: str) -> ModelArchitectu
         head_dim=hd, intermediate_size=f, vocab_size=V, max_position_embeddings=P, tie_word_embeddings=tie,
         gated_mlp=True, activation=act, norm="rmsnorm", norms_per_layer=4 if mt == "gemma2" else 2,
         qkv_bias=attn_bias, out_bias=out_bias, mlp_bias=mlp_bias, fused_qkv=mt == "phi3",
-        fused_gate_up=mt == "phi3", learned_positions=0, type_vocab_size=0, num_experts=experts,
+        fused_gate_up=mt in ("phi3", "mixtral"), learned_positions=0, type_vocab_size=0, num_experts=experts,
         experts_per_token=per_tok, sliding_window=window, sliding_layers=sliding_layers,
         attention_dropout=drop_attn, hidden_dropout=resid, embedding_dropout=embd,
         final_logit_softcapping=_optional_softcap(cfg, mt, "final_logit_softcapping") if mt == "gemma2" else None,

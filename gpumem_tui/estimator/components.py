@@ -1,0 +1,631 @@
+"""One function per memory term, in bytes. Each docstring gives the term's source.
+
+Notation (ESTIMATOR.md): ``N`` parameters, ``b`` micro-batch, ``s`` sequence length, ``h``
+hidden size, ``a`` heads, ``k`` KV heads, ``d`` head dim, ``f`` MLP width, ``L`` layers,
+``V`` vocabulary, ``t``/``p``/``dp`` tensor / pipeline / data parallel degrees, ``e`` bytes
+per compute element.
+
+Activation terms are *saved-for-backward* tensors of the Hugging Face ``transformers``
+implementation of each model type, counted tensor by tensor (the way Korthikanti et al. 2022,
+arXiv 2205.05198, Sec. 4.1 derive ``sbh(34 + 5as/h)`` for a GPT layer) and then checked
+against torch's ``MemTracker``. The constant 34 is not reused: it assumes GELU 4h MLPs,
+LayerNorm, dropout and 16-bit masks; each family here gets its own count, and the device
+profile decides kernel details (a CPU dropout keeps a noise tensor in the compute dtype, a
+CUDA dropout a 1-byte mask; CPU SDPA with dropout falls back to the math path).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpumem_tui.estimator.architecture import ModelArchitecture
+from gpumem_tui.estimator.spec import DTYPE_BYTES, TrainingSpec
+
+MiB = 1 << 20
+
+#: CUDA context per process with lazy module loading (CUDA >= 11.7): ESTIMATOR.md gives
+#: 300-500 MiB; NVIDIA "CUDA C++ Programming Guide", Lazy Loading. The upper end is used.
+CUDA_CONTEXT_BYTES = 500 * MiB
+
+
+# ----- shared helpers ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Precision:
+    """Bytes per element of each tensor kind for a spec.
+
+    ``param``: stored weights; ``grad``: gradients; ``state``: optimizer states; ``master``:
+    fp32 master copy (0 when none); ``compute``: activations.
+    """
+
+    param: int
+    grad: int
+    state: int
+    master: int
+    compute: int
+    amp: bool  # torch autocast: fp32 weights, 16-bit compute, per-forward weight casts
+
+
+def precision(spec: TrainingSpec) -> Precision:
+    """Element sizes for the spec.
+
+    Without ``--mixed-precision`` everything is in ``dtype`` (what ``model.to(dtype)`` and a
+    plain ``torch.optim`` give). With it, and ZeRO 0, it is torch AMP (``torch.autocast``:
+    fp32 weights, gradients and states, 16-bit compute; PyTorch "Automatic Mixed Precision"
+    docs). With ZeRO >= 1 it is DeepSpeed's mixed precision: 16-bit weights and gradients,
+    fp32 master weights + states, i.e. the ZeRO paper's (2 + 2 + K)Psi with K = 12
+    (Rajbhandari et al. 2020, arXiv 1910.02054, Sec. 3.1).
+    """
+    e = DTYPE_BYTES[spec.dtype]
+    if not spec.mixed_precision:
+        return Precision(param=e, grad=e, state=e, master=0, compute=e, amp=False)
+    if spec.zero == 0:
+        return Precision(param=4, grad=4, state=4, master=0, compute=e, amp=True)
+    return Precision(param=e, grad=e, state=4, master=4, compute=e, amp=False)
+
+
+def trainable_params(arch: ModelArchitecture, spec: TrainingSpec) -> int:
+    """Trainable parameter elements: all for full training, the LoRA adapters for LoRA/QLoRA
+    (Hu et al. 2021, arXiv 2106.09685: ``r (d_in + d_out)`` per adapted Linear), 0 for inference."""
+    if spec.task == "inference":
+        return 0
+    if spec.task in ("lora", "qlora"):
+        return lora_params(arch, spec)
+    return arch.total_params
+
+
+def _targets(arch: ModelArchitecture, spec: TrainingSpec) -> list:
+    wanted = set(spec.lora_targets)
+    fused = {"qkv": {"q", "k", "v"}, "gate_up": {"gate", "up"}}
+    out = []
+    for lin in arch.layer_linears():
+        roles = fused.get(lin.role, {lin.role})
+        if roles & wanted:
+            out.append(lin)
+    return out
+
+
+def lora_params(arch: ModelArchitecture, spec: TrainingSpec) -> int:
+    """LoRA adapter elements: ``L * sum(r (d_in + d_out))`` over targeted Linears (fused
+    projections such as GPT-2's ``c_attn`` are adapted as one Linear, as PEFT does); experts
+    each get their own adapter. Source: Hu et al. 2021, arXiv 2106.09685, Sec. 4.1."""
+    r = spec.lora_rank or 0
+    return arch.num_layers * sum(lin.count * r * (lin.d_in + lin.d_out) for lin in _targets(arch, spec))
+
+
+# ----- model states ------------------------------------------------------------------------
+
+
+def parameter_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
+    """Bytes of the stored weights on one device.
+
+    - dtype bytes x N; LoRA adds the adapters in the same dtype.
+    - QLoRA (``--task qlora``) or ``--quant nf4``: the layers' Linear weights in NF4, 4 bits
+      + blocksize-64 fp32... quantization constants with double quantization = 0.127 bit/param
+      (Dettmers et al. 2023, arXiv 2305.14314, Sec. 2); embeddings, head and norms stay 16-bit.
+    - ``--quant int8``: LLM.int8() Linear weights 1 byte + one fp32 scale per row
+      (Dettmers et al. 2022, arXiv 2208.07339).
+    - ZeRO-3 divides by ``dp`` (Rajbhandari et al. 2020, Sec. 5.3); tensor parallelism divides
+      the layer weights by ``t`` (Megatron, Shoeybi et al. 2019, arXiv 1909.08053), pipeline
+      parallelism the layers by ``p`` (the embedding stays on the first stage).
+    """
+    prec = precision(spec)
+    n = arch.total_params
+    lin = arch.linear_weight_params
+    other = n - lin
+    quant = "nf4" if spec.task == "qlora" else spec.quant
+    if quant == "nf4":
+        lin_bytes = lin * (4 + 0.127) / 8
+    elif quant == "int8":
+        rows = arch.num_layers * sum(l.count * l.d_out for l in arch.layer_linears())
+        lin_bytes = lin + 4 * rows
+    else:
+        lin_bytes = lin * prec.param
+    other_bytes = other * (prec.param if quant == "none" else DTYPE_BYTES[spec.dtype])
+    layers_share = arch.param_breakdown()["layers"] / max(1, n)
+    total = (lin_bytes + other_bytes)
+    # tensor / pipeline parallel split of the layer weights
+    layer_bytes = total * layers_share
+    total = total - layer_bytes + layer_bytes / (spec.tp * spec.pp)
+    if spec.task in ("lora", "qlora"):
+        total += lora_params(arch, spec) * prec.param / (spec.tp * spec.pp)
+    if spec.zero == 3:
+        total /= spec.dp
+    return int(math.ceil(total))
+
+
+def gradient_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
+    """Bytes of all gradients after backward: one per trainable parameter in the gradient
+    dtype; divided by ``dp`` from ZeRO-2 on (Rajbhandari et al. 2020, Sec. 5.2) and by
+    ``t * p`` for model parallelism. ``zero_grad(set_to_none=True)`` frees them, so they are
+    absent during the next forward (PyTorch ``Optimizer.zero_grad`` docs)."""
+    if spec.task == "inference":
+        return 0
+    g = trainable_params(arch, spec) * precision(spec).grad / (spec.tp * spec.pp)
+    if spec.zero >= 2:
+        g /= spec.dp
+    return int(math.ceil(g))
+
+
+def _adafactor_state_elements(arch: ModelArchitecture, spec: TrainingSpec) -> int:
+    """torch.optim.Adafactor: 2-D weights keep a row (d_out) and a column (d_in) second-moment
+    factor; 1-D tensors a full one (Shazeer & Stern 2018, arXiv 1804.04235, Alg. 4; PyTorch
+    ``torch.optim.Adafactor`` docs)."""
+    if spec.task in ("lora", "qlora"):
+        r = spec.lora_rank or 0
+        return arch.num_layers * sum(l.count * (r + l.d_in + l.d_out + r) for l in _targets(arch, spec))
+    if arch.coarse:
+        return 2 * int(math.sqrt(max(1, arch.total_params))) * (8 * arch.num_layers + 2)
+    h, V = arch.hidden_size, arch.vocab_size
+    elems = V + h  # token embedding
+    if arch.learned_positions:
+        elems += arch.learned_positions + h
+    if arch.type_vocab_size:
+        elems += arch.type_vocab_size + h
+    per_layer = 0
+    for lin in arch.layer_linears():
+        if lin.count > 1:  # a 3-D expert tensor: factors over its last two dims per expert
+            per_layer += lin.count * (lin.d_out + lin.d_in)
+        else:
+            per_layer += lin.d_out + lin.d_in
+        if lin.bias:
+            per_layer += lin.d_out * lin.count
+    norm_1d = (2 if arch.norm == "layernorm" else 1) * h
+    per_layer += arch.norms_per_layer * norm_1d
+    head = arch.param_breakdown()["head"]
+    head_elems = 0 if head == 0 else (V + h if arch.head == "lm" else head)
+    return elems + arch.num_layers * per_layer + norm_1d + head_elems
+
+
+def optimizer_state_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
+    """Optimizer states per device, in bytes.
+
+    - AdamW / Adam: ``exp_avg`` and ``exp_avg_sq`` per trainable parameter (Loshchilov &
+      Hutter 2019; PyTorch ``torch.optim.AdamW``), in the parameter dtype, or fp32 with a
+      4-byte master copy under DeepSpeed mixed precision: (2+2+K)Psi, K=12 (ZeRO paper Sec 3.1).
+    - SGD with momentum: one ``momentum_buffer``; plain SGD: none.
+    - Adafactor: factored second moment (see ``_adafactor_state_elements``).
+    - 8-bit AdamW (bitsandbytes): 2 bytes/param plus one fp32 absmax per 256-element block for
+      each of the two states, tensors under 4096 elements stay 32-bit (Dettmers et al. 2022,
+      arXiv 2110.02861, Sec. 2; bitsandbytes ``min_8bit_size``).
+    - ``--device cpu``: torch keeps each parameter's ``step`` as a 0-d fp32 tensor (4 B; on
+      CUDA it lives on the host unless ``capturable``/``fused``).
+    ZeRO-1+ divides by ``dp``; model parallelism by ``t * p``.
+    """
+    if spec.task == "inference":
+        return 0
+    prec = precision(spec)
+    n = trainable_params(arch, spec)
+    opt = spec.optimizer
+    tensors = _trainable_tensor_count(arch, spec)
+    if opt in ("adamw", "adam"):
+        states = 2 * n * prec.state
+    elif opt == "sgd-momentum":
+        states = n * prec.state
+    elif opt == "sgd":
+        states = 0
+    elif opt == "adafactor":
+        states = _adafactor_state_elements(arch, spec) * prec.state
+    else:  # adamw-8bit
+        states = 2 * n + 2 * 4 * math.ceil(n / 256)
+    states += n * prec.master
+    if spec.device == "cpu" and opt != "sgd" and opt != "sgd-momentum":
+        states += 4 * tensors
+    states /= spec.tp * spec.pp
+    if spec.zero >= 1:
+        states /= spec.dp
+    return int(math.ceil(states))
+
+
+def _trainable_tensor_count(arch: ModelArchitecture, spec: TrainingSpec) -> int:
+    if spec.task in ("lora", "qlora"):
+        return 2 * arch.num_layers * sum(1 for _ in _targets(arch, spec))
+    return arch.param_tensor_count
+
+
+def optimizer_intermediate_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
+    """Temporaries allocated inside ``optimizer.step()``.
+
+    torch's single-tensor AdamW (the CPU default) computes
+    ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`` per parameter: two
+    parameter-sized temporaries, so 2 x the largest tensor. The ``foreach`` implementation
+    (the CUDA default) calls ``torch._foreach_sqrt`` on the whole list: one state-sized copy of
+    every trainable parameter (PyTorch ``torch/optim/adamw.py``, ``_single_tensor_adamw`` and
+    ``_multi_tensor_adamw``). SGD updates in place (no temporaries); Adafactor builds the
+    full-size variance estimate and update (2 x the largest tensor, or the whole list with
+    foreach); bitsandbytes 8-bit AdamW runs a fused kernel (no temporaries).
+    """
+    if spec.task == "inference":
+        return 0
+    prec = precision(spec)
+    opt = spec.optimizer
+    if opt in ("sgd", "sgd-momentum", "adamw-8bit"):
+        return 0
+    if spec.task in ("lora", "qlora"):
+        largest = max(((spec.lora_rank or 0) * max(l.d_in, l.d_out) for l in _targets(arch, spec)), default=0)
+    else:
+        largest = arch.largest_param_elements
+    n = trainable_params(arch, spec) / (spec.tp * spec.pp)
+    if spec.zero >= 1:
+        n /= spec.dp
+    if spec.device == "cpu":
+        return int(2 * min(largest, n) * prec.state)
+    return int(n * prec.state)
+
+
+# ----- activations -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LayerActivations:
+    """Saved-for-backward bytes of one transformer layer for one micro-batch.
+
+    ``replicated``: tensors outside the tensor-parallel regions (norm inputs/outputs,
+    residual dropout masks) -- divided by ``t`` only with sequence parallelism;
+    ``parallel``: tensors inside attention and MLP (divided by ``t``);
+    ``quadratic``: the part of ``parallel`` that grows with ``s^2`` (scores, softmax,
+    attention dropout), the part selective recomputation drops.
+    """
+
+    replicated: int
+    parallel: int
+    quadratic: int
+
+    @property
+    def total(self) -> int:
+        return self.replicated + self.parallel
+
+
+def _dropout_mask_bytes(spec: TrainingSpec, e: int) -> int:
+    # CUDA's fused dropout keeps a bool mask; the CPU path keeps a scaled noise tensor in the
+    # input dtype (ATen Dropout.cpp: _dropout_impl vs native_dropout).
+    return 1 if spec.device == "cuda" else e
+
+
+def _fused_sdpa(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
+    """Whether attention runs a fused kernel that keeps output + log-sum-exp, not s x s.
+
+    Eager never does. SDPA on the CPU falls back to the math path when dropout is on
+    (PyTorch ``sdp_utils_cpp``: the CPU flash kernel is chosen only without dropout);
+    transformers has no SDPA path for Gemma 2 (it falls back to eager).
+    """
+    if spec.attention == "eager" or arch.model_type == "gemma2" and spec.attention == "sdpa":
+        return False
+    if spec.device == "cpu" and arch.attention_dropout > 0:
+        return False
+    return True
+
+
+def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> LayerActivations:
+    """Saved activations of one layer (bytes), per ``transformers`` implementation.
+
+    Derivation (each item one saved tensor; Korthikanti et al. 2022, Sec. 4.1 method):
+
+    - LayerNorm (GPT-2, BERT): input ``bsh e`` + mean/rstd ``2 bs x 4``; its output is saved
+      by the next Linear. RMSNorm (Llama family): fp32 upcast ``bsh x 4``, normalized
+      ``bsh e`` (saved by the weight multiply), output ``bsh e``, rsqrt ``bs x 4``; Gemma 2's
+      ``(1 + w)`` RMSNorm keeps its normalized product in fp32 and the fp32 ``1 + w``.
+    - Eager attention: q, k, v as matmul operands (``bsq e`` each; GQA keys/values are
+      repeated to ``a`` heads by ``repeat_kv``), softmax output (fp32 in the Llama family,
+      then cast), dropout mask + output when attention dropout is on, output projection
+      input. GPT-2 with ``b = 1``: the batched matmul folds q/v as views of the fused
+      ``c_attn`` output, which then stays alive whole (+2 bsh measured).
+    - Fused SDPA / FlashAttention (Dao et al. 2022, arXiv 2205.14135): q, k, v (k, v at ``k``
+      heads), output and the fp32 log-sum-exp ``b a s x 4`` instead of the ``s x s`` terms.
+    - MLP: GELU (``gelu_new`` keeps 4 intermediates of its tanh formula + output; exact and
+      tanh ``F.gelu`` keep input + output), gated SwiGLU/GeGLU keeps gate, act(gate), up and
+      their product (``4 bsf e``). Residual dropout keeps a mask per sub-block.
+    - LoRA / QLoRA: frozen Linears keep no input, adapted ones keep their input and
+      ``x A^T`` (``bs r e``); frozen norm weights keep no normalized copy.
+
+    Raises nothing; ``arch.coarse`` models use the GPT formula of Korthikanti eq. (1)
+    re-expressed for the dtype.
+    """
+    prec = precision(spec)
+    e = prec.compute
+    h, f = arch.hidden_size, arch.intermediate_size
+    a, d = arch.num_heads, arch.head_dim
+    q, kv = arch.q_dim, arch.kv_dim
+    bs = b * s
+    if arch.coarse:
+        # Korthikanti eq. (1) (16-bit, with dropout): sbh(34 + 5as/h) bytes -> scale by e/2
+        quad = 5 * a * s * s * b * e // 2
+        return LayerActivations(replicated=bs * h * 10 * e // 2, parallel=bs * h * 24 * e // 2 + quad, quadratic=quad)
+    lora = spec.task in ("lora", "qlora")
+    targets = {l.role for l in _targets(arch, spec)} if lora else set()
+    r = spec.lora_rank or 0
+
+    def linear_saves_input(role: str) -> bool:
+        return not lora or role in targets
+
+    def lora_extra(role: str) -> int:
+        return bs * r * e if lora and role in targets else 0
+
+    train_mode_dropout = spec.task != "inference"
+    mask_b = _dropout_mask_bytes(spec, e)
+    p_attn = arch.attention_dropout > 0 and train_mode_dropout
+    p_hid = arch.hidden_dropout > 0 and train_mode_dropout
+    fused = _fused_sdpa(arch, spec)
+    quad = 0
+    rep = 0
+    par = 0
+    if arch.norm == "layernorm":
+        # two LayerNorms per layer: input + stats; output saved by the following Linear(s)
+        ln_in = bs * h * e + 2 * bs * 4
+        rep += 2 * ln_in
+        first_roles = ("qkv",) if arch.fused_qkv else ("q", "k", "v")
+        if any(linear_saves_input(role) for role in first_roles) or arch.model_type == "bert":
+            # BERT: the attention-block input is the previous layer's LayerNorm output, saved once
+            rep += bs * h * e
+        if linear_saves_input("up"):
+            rep += bs * h * e
+        if p_hid:
+            rep += 2 * bs * h * mask_b
+    else:
+        gemma = arch.model_type == "gemma2"
+        norms = arch.norms_per_layer
+        for i in range(norms):
+            feeds_linear = i in (0, 1) if not gemma else i in (0, 2)
+            if gemma:
+                rep += 2 * bs * h * 4 + bs * 4 + h * 4
+            else:
+                rep += bs * h * 4 + bs * 4
+                if not lora:
+                    rep += bs * h * e  # normalized, saved by the (trainable) weight multiply
+            if feeds_linear:
+                roles = (("qkv",) if arch.fused_qkv else ("q", "k", "v")) if i == 0 else (
+                    ("gate_up",) if arch.fused_gate_up else ("gate", "up"))
+                if any(linear_saves_input(role) for role in roles):
+                    rep += bs * h * e
+    # attention core
+    if fused:
+        par += bs * (q + 2 * kv) * e  # q, k, v (views of a fused projection: its whole output)
+        if arch.fused_qkv and not arch.learned_positions:
+            par += bs * (q + kv) * e  # rotary q, k are new tensors; v still pins the fused output
+        par += bs * q * e + b * a * s * 4  # output (also the o-projection input) + log-sum-exp
+    else:
+        if arch.model_type in ("gpt2", "gpt_bigcode"):
+            par += bs * (q + 2 * kv) * e  # q, k^T, v copies made by batched matmul
+            if b == 1 and arch.model_type == "gpt2":
+                par += 2 * bs * h * e
+        elif arch.model_type == "bert":
+            par += 3 * bs * q * e
+        else:
+            par += 3 * bs * q * e  # q, repeat_kv(k), repeat_kv(v) at a heads
+        if arch.model_type in ("gpt2", "gpt_bigcode", "bert"):
+            quad += b * a * s * s * e  # softmax output
+        else:
+            quad += b * a * s * s * 4  # softmax in fp32
+            if e != 4:
+                quad += b * a * s * s * e  # cast back to the compute dtype
+            if arch.attn_logit_softcapping:
+                quad += b * a * s * s * e  # tanh output of the soft-capping
+        if p_attn:
+            quad += b * a * s * s * (mask_b + e)
+        if linear_saves_input("o"):
+            par += bs * q * e
+    if p_hid and arch.norm != "layernorm":
+        rep += 2 * bs * h * mask_b
+    # MLP
+    n_tok_mult = arch.experts_per_token if arch.num_experts else 1
+    if arch.gated_mlp:
+        mlp = 3 * bs * f * e  # act input (gate), act output, up
+        if linear_saves_input("down"):
+            mlp += bs * f * e
+        mlp *= n_tok_mult
+        if arch.num_experts:
+            mlp += bs * arch.num_experts * 4 + 2 * bs * h * e * arch.experts_per_token
+    else:
+        if arch.activation == "gelu_new":
+            mlp = 4 * bs * f * e
+        else:
+            mlp = bs * f * e
+        if linear_saves_input("down"):
+            mlp += bs * f * e
+    par += mlp
+    for role in ("q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up"):
+        par += lora_extra(role) * (arch.num_experts or 1 if role in ("gate", "up", "down", "gate_up") else 1)
+    par += quad
+    return LayerActivations(replicated=int(rep), parallel=int(par), quadratic=int(quad))
+
+
+def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
+    """Saved activations outside the layers (bytes): token ids and shifted labels (int64),
+    position ids, embedding LayerNorm/dropout, final norm and the LM-head input, BERT's MLM
+    transform; rotary cos/sin tables. Logits and log-probabilities are in
+    :func:`logits_loss_bytes`. Source: the ``transformers`` modules, counted as in
+    :func:`layer_activations`."""
+    prec = precision(spec)
+    e = prec.compute
+    h = arch.hidden_size
+    bs = b * s
+    mask_b = _dropout_mask_bytes(spec, e)
+    out = bs * 8  # input ids, saved by the embedding backward
+    if arch.coarse:
+        return out + 2 * bs * h * e
+    if arch.kind == "decoder":
+        out += bs * 8 + 4  # shifted labels saved by nll_loss, the loss scalar
+    else:
+        out += 2 * s * 8 + e  # position / token-type id slices, loss in compute dtype
+    if arch.learned_positions and arch.model_type != "bert":
+        out += s * 8  # position ids
+    if arch.model_type == "bert":
+        out += bs * h * e + 2 * bs * 4  # embedding LayerNorm input + stats
+        if arch.embedding_dropout > 0:
+            out += bs * h * mask_b
+        if arch.head == "mlm":
+            # transform: dense input (last layer output), GELU input, LayerNorm input + stats,
+            # decoder input
+            out += 4 * bs * h * e + 2 * bs * 4
+        elif arch.head == "classification":
+            out += 2 * b * h * e + b * h * mask_b
+        return int(out)
+    if arch.embedding_dropout > 0:
+        out += bs * h * mask_b
+    if arch.norm == "layernorm":
+        out += 2 * bs * h * e + 2 * bs * 4  # final LayerNorm input + stats, LM-head input
+    elif arch.model_type == "gemma2":
+        out += 2 * bs * h * 4 + bs * 4 + h * 4 + bs * h * e + e  # + embedding scale factor
+    else:
+        out += bs * h * 4 + bs * 4 + 2 * bs * h * e
+    if arch.learned_positions == 0:
+        out += 2 * s * arch.head_dim * e  # rotary cos and sin
+    return int(out)
+
+
+@dataclass(frozen=True, slots=True)
+class LogitsLoss:
+    """Bytes of the logits / loss tensors (shape ``(..., V)``) at each moment of a step.
+
+    ``saved``: kept from forward to backward (log-probs, soft-capping tanh);
+    ``forward_peak``: live at the end of the forward (logits, fp32 upcast, log-probs);
+    ``backward_peak``: live while ``log_softmax`` runs backward (saved + grad of log-probs +
+    grad of logits); ``head_grad``: the logits gradient while the LM head runs backward.
+    """
+
+    saved: int
+    forward_peak: int
+    backward_peak: int
+    head_grad: int
+
+
+def logits_loss_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> LogitsLoss:
+    """Logits and loss buffers (bytes).
+
+    Causal LMs in ``transformers`` (``ForCausalLMLoss``) upcast the ``b x s x V`` logits to
+    fp32, take ``log_softmax`` (fp32, saved) and ``nll_loss``; backward materialises the
+    gradient of the log-probs and of the logits (fp32) while the log-probs are alive:
+    3 x 4bsV, then the 16-bit logits gradient. Measured on a tiny GPT-2: logits + log-probs
+    = 2 x 4bsV (ESTIMATOR.md). BERT's MLM loss runs in the compute dtype without upcast.
+    Gemma 2's final soft-capping (``tanh(x / c) * c``) keeps the tanh output.
+    """
+    e = precision(spec).compute
+    V = arch.vocab_size
+    n = b * s * V
+    if arch.head in ("classification", "none"):
+        small = b * max(1, arch.num_labels) * 4
+        return LogitsLoss(saved=small, forward_peak=2 * small, backward_peak=3 * small, head_grad=small)
+    if arch.kind == "encoder":
+        return LogitsLoss(saved=n * e, forward_peak=2 * n * e, backward_peak=3 * n * e, head_grad=n * e)
+    lp = 4 * n
+    saved = lp
+    fwd = lp + n * e + (4 * n if e != 4 else 0)
+    if arch.final_logit_softcapping:
+        saved += n * e
+        fwd += 2 * n * e  # tanh output (saved) + capped logits; the fp32 copy is above
+    bwd = saved + 8 * n
+    return LogitsLoss(saved=saved, forward_peak=fwd, backward_peak=bwd, head_grad=n * e)
+
+
+def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
+    """Transient bytes while one layer runs backward, above its saved activations (bytes).
+
+    The largest moment is the MLP's elementwise backward (gradients of gate, up and their
+    product alive together: ``3 bsf e`` less the freed product) or, with eager attention, the
+    softmax backward (gradient of the probabilities and of the scores, fp32 in the Llama
+    family). Derived from the autograd order of the ``transformers`` layer; an approximation
+    where the exact order varies.
+    """
+    e = precision(spec).compute
+    bs = b * s
+    f, h = arch.intermediate_size, arch.hidden_size
+    mult = arch.experts_per_token if arch.num_experts else 1
+    mlp = (2 * bs * f * e if arch.gated_mlp else 2 * bs * f * e) * mult + bs * h * e
+    if _fused_sdpa(arch, spec):
+        attn = 3 * bs * arch.q_dim * e
+    else:
+        sq = b * arch.num_heads * s * s
+        attn = sq * (e + (4 if arch.norm == "rmsnorm" else e)) + bs * arch.q_dim * e
+    return int(max(mlp, attn))
+
+
+def activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
+    """All saved activations at the end of the forward (bytes), excluding logits/loss.
+
+    No checkpointing: ``L`` layers (:func:`layer_activations`) + the fixed part. Full
+    checkpointing keeps each layer's input (``bsh e``) only (HF gradient checkpointing wraps
+    whole layers; Chen et al. 2016, arXiv 1604.06174). Selective recomputation drops the
+    ``s^2`` attention terms (Korthikanti et al. 2022, Sec. 5). Tensor parallelism with
+    sequence parallelism divides every layer term by ``t`` (Korthikanti eq. (5)); pipeline
+    parallelism (1F1B) keeps ``p`` micro-batches of ``L/p`` layers on the first stage = ``L``
+    layers' worth (Korthikanti Sec. 4.2.3).
+    """
+    layer = layer_activations(arch, spec, b, s)
+    per = layer.total
+    if spec.grad_ckpt == "selective":
+        per -= layer.quadratic
+    if spec.grad_ckpt == "full":
+        per = b * s * arch.hidden_size * precision(spec).compute
+    per = per / spec.tp
+    return int(per * arch.num_layers + fixed_activation_bytes(arch, spec, b, s))
+
+
+# ----- inference -----------------------------------------------------------------------------
+
+
+def kv_cache_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
+    """KV cache: ``2 L k d s b`` elements in the KV dtype; sliding-window layers keep
+    ``min(window, s)`` positions (Mistral / Gemma 2 reports; transformers' sliding-window
+    cache layers). Check: Llama-3.1-8B at 1K tokens in bf16 = 0.125 GiB (HF Llama 3.1 post).
+    Tensor parallelism splits the heads: divided by ``t`` (at least one head per device)."""
+    if arch.kind != "decoder":
+        return 0
+    kv_heads = max(1, arch.num_kv_heads // spec.tp) if arch.num_kv_heads >= spec.tp else 1
+    per_pos = 2 * kv_heads * arch.head_dim * spec.kv_bytes * b
+    full = arch.num_layers - arch.sliding_layers
+    slide = arch.sliding_layers
+    window = min(s, arch.sliding_window) if arch.sliding_window else s
+    return int(per_pos * (full * s + slide * window) / spec.pp)
+
+
+def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
+    """Peak transient activations of one layer in a no-grad prefill (bytes): the residual
+    stream, the norm output, q/k/v, the attention scores (eager: ``b a s^2`` in the compute
+    dtype plus the fp32 softmax; fused kernels: none), and the MLP's gate, up and product
+    (``3 bsf e``). Only one layer's temporaries live at a time without autograd."""
+    e = precision(spec).compute
+    bs = b * s
+    h, f = arch.hidden_size, arch.intermediate_size
+    base = 2 * bs * h * e + bs * h * 4 * (arch.norm == "rmsnorm")
+    attn = bs * (arch.q_dim + 2 * arch.kv_dim) * e + bs * arch.q_dim * e
+    if not _fused_sdpa(arch, spec):
+        sq = b * arch.num_heads * s * s
+        attn += sq * e + (sq * 4 if arch.norm == "rmsnorm" else sq * e)
+    mult = arch.experts_per_token if arch.num_experts else 1
+    mlp = (3 if arch.gated_mlp else 2) * bs * f * e * mult
+    return int(base + max(attn, mlp) / spec.tp)
+
+
+def inference_logits_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int) -> int:
+    """Logits of the last position only (``generate()`` passes ``logits_to_keep=1``), plus
+    its fp32 copy: ``b V (e + 4)``."""
+    e = precision(spec).compute
+    if arch.kind != "decoder":
+        return 0
+    return int(b * arch.vocab_size * (e + 4))
+
+
+# ----- device-level terms --------------------------------------------------------------------
+
+
+def cuda_context_bytes(spec: TrainingSpec) -> int:
+    """CUDA context + kernels loaded by torch: :data:`CUDA_CONTEXT_BYTES` on ``--device
+    cuda``, 0 on the CPU. In every NVML per-process figure, in no torch figure
+    (PyTorch "CUDA semantics", memory management notes)."""
+    return CUDA_CONTEXT_BYTES if spec.device == "cuda" else 0
+
+
+def allocator_reserve_bytes(spec: TrainingSpec, peak_allocated: int, transient: int) -> int:
+    """Caching-allocator reserve (reserved - allocated) at the peak, bytes.
+
+    The PyTorch CUDA caching allocator rounds requests (512 B blocks; requests > 1 MiB to
+    2 MiB multiples within 20 MiB / larger segments) and keeps freed blocks for reuse, so
+    ``memory_reserved`` exceeds ``memory_allocated`` (PyTorch "CUDA semantics: memory
+    management"). Modelled as the transient buffers freed before the peak that cannot be
+    reused exactly (half of the largest transient) plus 2% rounding of the peak; 0 on the CPU.
+    """
+    if spec.device != "cuda":
+        return 0
+    return int(0.02 * peak_allocated + 0.5 * transient)

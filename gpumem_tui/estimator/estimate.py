@@ -1,0 +1,241 @@
+"""Phases of one step -> live bytes per phase -> peak and its breakdown.
+
+Training (steady state, i.e. the second step: optimizer states exist, gradients were freed by
+``zero_grad(set_to_none=True)``): forward, backward (the largest of several moments: the loss
+backward, the LM head, the first and last layer, the embedding), optimizer step.
+Inference: prefill and decode. Each moment is a sum of component terms from
+:mod:`gpumem_tui.estimator.components`; the peak is the largest moment and its breakdown is the
+``components_bytes`` of the result.
+
+Figures: ``peak_bytes`` on ``--device cuda`` includes the CUDA context and the allocator
+reserve (comparable to NVML "used" of the process); ``figures`` in the JSON also gives the
+allocated peak (comparable to ``torch.cuda.max_memory_allocated``) and the reserved peak
+(``torch.cuda.max_memory_reserved``). On ``--device cpu`` all three are the live tensor bytes
+(what torch's ``MemTracker`` reports).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpumem_tui.estimator import components as C
+from gpumem_tui.estimator.architecture import ModelArchitecture
+from gpumem_tui.estimator.spec import TrainingSpec, check_spec_for
+
+COMPONENT_KEYS = (
+    "parameters",
+    "gradients",
+    "optimizer_states",
+    "optimizer_intermediates",
+    "activations",
+    "logits_and_loss",
+    "kv_cache",
+    "cuda_context",
+    "allocator_reserve",
+)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase's peak: ``live_bytes`` (same figure as ``Estimate.peak_bytes``) and its
+    breakdown by component (bytes)."""
+
+    name: str
+    live_bytes: int
+    components: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Predicted memory of one step on one device (bytes everywhere).
+
+    ``components_bytes`` is the breakdown at the peak phase (keys: :data:`COMPONENT_KEYS`),
+    summing to ``peak_bytes``. ``allocated_peak_bytes`` excludes context and reserve.
+    """
+
+    model: str
+    total_params: int
+    trainable_params: int
+    components_bytes: dict[str, int]
+    peak_bytes: int
+    peak_phase: str
+    phases: tuple[Phase, ...]
+    assumptions: tuple[str, ...]
+    allocated_peak_bytes: int
+    device: str
+    method: str = "detailed"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON shape of issue 3 (bytes as ints), plus ``model``, ``method`` and
+        ``figures`` (which torch / NVML figure each total compares to)."""
+        reserved = self.allocated_peak_bytes + self.components_bytes.get("allocator_reserve", 0)
+        return {
+            "model": self.model,
+            "method": self.method,
+            "total_params": self.total_params,
+            "trainable_params": self.trainable_params,
+            "components_bytes": {k: int(self.components_bytes.get(k, 0)) for k in COMPONENT_KEYS},
+            "peak_bytes": int(self.peak_bytes),
+            "peak_phase": self.peak_phase,
+            "phases": [{"name": p.name, "live_bytes": int(p.live_bytes)} for p in self.phases],
+            "assumptions": list(self.assumptions),
+            "figures": {
+                "allocated": int(self.allocated_peak_bytes),
+                "reserved": int(reserved),
+                "nvml_used": int(self.peak_bytes) if self.device == "cuda" else None,
+                "peak_bytes_is": "nvml_used" if self.device == "cuda" else "live tensor bytes (MemTracker)",
+            },
+        }
+
+
+def _moment(**parts: int) -> dict[str, int]:
+    out = dict.fromkeys(COMPONENT_KEYS, 0)
+    for key, value in parts.items():
+        out[key] += int(max(0, value))
+    return out
+
+
+def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple[str, str, dict[str, int]]]:
+    b, s = spec.batch, spec.seq
+    prec = C.precision(spec)
+    e = prec.compute
+    h = arch.hidden_size
+    P = C.parameter_bytes(arch, spec)
+    O = C.optimizer_state_bytes(arch, spec)
+    G = C.gradient_bytes(arch, spec)
+    T = C.optimizer_intermediate_bytes(arch, spec)
+    A = C.activation_bytes(arch, spec, b, s)
+    ids = 8 * b * s  # input ids stay alive through the step
+    LL = C.logits_loss_bytes(arch, spec, b, s)
+    layer = C.layer_activations(arch, spec, b, s)
+    per_layer = layer.total / spec.tp
+    if spec.grad_ckpt == "selective":
+        per_layer -= layer.quadratic / spec.tp
+    X = C.layer_backward_excess(arch, spec, b, s) / spec.tp
+    recompute = 0
+    if spec.grad_ckpt == "full":
+        recompute = per_layer  # one layer re-run in backward
+        per_saved = b * s * h * e / spec.tp
+    else:
+        per_saved = per_layer
+    # weight casts held by autocast from forward to backward (torch AMP only)
+    amp_casts = arch.linear_weight_params * e / (spec.tp * spec.pp) if prec.amp else 0
+    full_training = spec.task == "train"
+    shard_g = (spec.tp * spec.pp) * (spec.dp if spec.zero >= 2 else 1)
+    head_w = arch.vocab_size * h * prec.grad / shard_g if full_training and arch.head in ("lm", "mlm") else 0
+    tied_extra = head_w if arch.tie_word_embeddings and full_training and arch.head in ("lm", "mlm") else 0
+    emb_g = arch.param_breakdown()["embeddings"] * prec.grad / shard_g if full_training else 0
+    grad_hidden = b * s * h * e
+    fixed = A - per_saved * arch.num_layers
+
+    moments: list[tuple[str, str, dict[str, int]]] = []
+    moments.append(("forward", "end of forward", _moment(
+        parameters=P, optimizer_states=O, activations=A + amp_casts, logits_and_loss=LL.forward_peak)))
+    moments.append(("backward", "log-softmax backward", _moment(
+        parameters=P, optimizer_states=O, activations=A + amp_casts, logits_and_loss=LL.backward_peak)))
+    moments.append(("backward", "LM head backward", _moment(
+        parameters=P, optimizer_states=O, gradients=head_w, activations=A + amp_casts + grad_hidden,
+        logits_and_loss=LL.head_grad)))
+    moments.append(("backward", "last layer backward", _moment(
+        parameters=P, optimizer_states=O, gradients=head_w, activations=A + amp_casts + grad_hidden + X + recompute)))
+    layer_g = (G - emb_g - head_w * (not arch.tie_word_embeddings)) / max(1, arch.num_layers)
+    moments.append(("backward", "first layer backward", _moment(
+        parameters=P, optimizer_states=O, gradients=G - emb_g - layer_g,
+        activations=fixed + per_saved + grad_hidden + X + recompute + amp_casts / max(1, arch.num_layers))))
+    moments.append(("backward", "embedding backward", _moment(
+        parameters=P, optimizer_states=O, gradients=G + tied_extra, activations=ids)))
+    moments.append(("optimizer_step", "optimizer step", _moment(
+        parameters=P, optimizer_states=O, gradients=G, optimizer_intermediates=T, activations=ids)))
+    return moments
+
+
+def _inference_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple[str, str, dict[str, int]]]:
+    b, s = spec.batch, spec.seq
+    P = C.parameter_bytes(arch, spec)
+    kv = C.kv_cache_bytes(arch, spec, b, s)
+    work = C.inference_working_bytes(arch, spec, b, s)
+    logits = C.inference_logits_bytes(arch, spec, b)
+    layers = max(1, arch.num_layers)
+    if arch.kind == "encoder":
+        return [("prefill", "forward", _moment(parameters=P, activations=work + 8 * b * s,
+                                              logits_and_loss=b * s * arch.vocab_size * C.precision(spec).compute))]
+    return [
+        ("prefill", "prefill", _moment(parameters=P, kv_cache=kv, activations=work + 8 * b * s, logits_and_loss=logits)),
+        ("decode", "decode step", _moment(parameters=P, kv_cache=kv + kv // layers,
+                                          activations=C.inference_working_bytes(arch, spec, b, 1), logits_and_loss=logits)),
+    ]
+
+
+def estimate(arch: ModelArchitecture, spec: TrainingSpec) -> Estimate:
+    """Estimate the peak memory of one step of ``spec`` on ``arch`` (bytes).
+
+    Raises:
+        SpecError: the spec contradicts the architecture (see ``check_spec_for``).
+    """
+    warnings = check_spec_for(arch, spec)
+    moments = _inference_moments(arch, spec) if spec.task == "inference" else _training_moments(arch, spec)
+    ctx = C.cuda_context_bytes(spec)
+    phases: dict[str, tuple[int, str, dict[str, int]]] = {}
+    for phase, label, parts in moments:
+        total = sum(parts.values())
+        if phase not in phases or total > phases[phase][0]:
+            phases[phase] = (total, label, parts)
+    peak_name = max(phases, key=lambda n: phases[n][0])
+    peak_alloc, peak_label, peak_parts = phases[peak_name]
+    transient = peak_parts["activations"] + peak_parts["logits_and_loss"] + peak_parts["optimizer_intermediates"]
+    reserve = C.allocator_reserve_bytes(spec, peak_alloc, transient)
+    out_phases = []
+    for name, (total, _label, parts) in phases.items():
+        parts = dict(parts)
+        parts["cuda_context"] = ctx
+        parts["allocator_reserve"] = C.allocator_reserve_bytes(
+            spec, total, parts["activations"] + parts["logits_and_loss"] + parts["optimizer_intermediates"])
+        out_phases.append(Phase(name, sum(parts.values()), parts))
+    comps = dict(peak_parts)
+    comps["cuda_context"] = ctx
+    comps["allocator_reserve"] = reserve
+    assumptions = _assumptions(arch, spec, peak_label) + warnings
+    return Estimate(
+        model=arch.name,
+        total_params=arch.total_params,
+        trainable_params=C.trainable_params(arch, spec),
+        components_bytes=comps,
+        peak_bytes=sum(comps.values()),
+        peak_phase=peak_name,
+        phases=tuple(out_phases),
+        assumptions=tuple(assumptions),
+        allocated_peak_bytes=peak_alloc,
+        device=spec.device,
+    )
+
+
+def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -> list[str]:
+    prec = C.precision(spec)
+    out = [f"peak at {peak_label}"]
+    out.extend(arch.notes)
+    if spec.task != "inference":
+        out.append("steady-state step: optimizer states exist, gradients freed by zero_grad(set_to_none=True)")
+        if prec.amp:
+            out.append("mixed precision = torch autocast: fp32 weights/gradients/states, 16-bit compute")
+        elif prec.master:
+            out.append("mixed precision = DeepSpeed style: 16-bit weights/gradients, fp32 master + states")
+        impl = "single-tensor loop (CPU default)" if spec.device == "cpu" else "foreach (CUDA default)"
+        out.append(f"optimizer implementation: {impl}")
+    if arch.model_type == "gemma2" and spec.attention == "sdpa":
+        out.append("transformers has no SDPA path for gemma2: modelled as eager attention")
+    if spec.tp > 1:
+        out.append("tensor parallelism with sequence parallelism (Korthikanti et al. 2022)")
+    if spec.pp > 1:
+        out.append("pipeline parallelism 1F1B: first stage holds p micro-batches in flight")
+    if spec.device == "cuda":
+        out.append(
+            f"peak includes CUDA context ({C.CUDA_CONTEXT_BYTES >> 20} MiB) and allocator reserve: "
+            "compare with NVML used; 'figures.allocated' compares with torch.cuda.max_memory_allocated"
+        )
+    else:
+        out.append("device cpu: live tensor bytes (torch MemTracker), no context, no allocator reserve")
+    if arch.num_experts:
+        out.append(f"MoE: {arch.experts_per_token} of {arch.num_experts} experts per token, uniform routing")
+    return out
