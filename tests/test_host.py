@@ -268,3 +268,16 @@ def test_fast_path_survives_parentheses_in_process_name(spawn):
         psutil.Process(child.pid).create_time(), abs=0.05)
     (row,) = HostEnricher(in_container=False, fast=True).enrich([_gpu(child.pid)])
     assert row.status is ProcessStatus.OK and row.rss_bytes > 0
+
+
+def test_cache_of_gone_pids_is_dropped(monkeypatch, spawn):
+    children = [spawn() for _ in range(3)]
+    host = HostEnricher(in_container=False)
+    host.enrich([_gpu(c.pid) for c in children])
+    assert len(host._cache) == 3
+    host.enrich([_gpu(children[0].pid)])
+    assert len(host._cache) == 3  # others kept for a while (a GPU can skip a poll)
+    monkeypatch.setattr(host_module, "CACHE_SECONDS", 0.0)
+    time.sleep(0.01)
+    host.enrich([_gpu(children[0].pid)])
+    assert [key[0] for key in host._cache] == [children[0].pid]

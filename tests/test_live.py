@@ -152,3 +152,18 @@ def test_default_probe_reader_reads_given_directory(fake_nvml, tmp_path):
     snap = src.poll()
     assert snap.probes == () and len(snap.devices) == 2
     src.close()
+
+
+@pytest.mark.parametrize("module", ["gpumem_tui.telemetry.live", "gpumem_tui.telemetry.snapshot_cli",
+                                    "gpumem_tui.signals", "gpumem_tui.text"])
+def test_telemetry_modules_stay_headless(module):
+    """No Textual/Rich/torch, and pynvml only once a source starts (DESIGN.md rule 1 and 3)."""
+    import json
+    import subprocess
+    import sys
+
+    code = f"import importlib, json, sys; importlib.import_module({module!r}); print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(json.loads(out.stdout))
+    for heavy in ("textual", "rich", "torch", "pynvml"):
+        assert heavy not in loaded, f"{module} imports {heavy}"

@@ -36,6 +36,7 @@ NO_PERMISSION = "no permission"
 EXITED = "exited"
 ZOMBIE = "zombie"
 FIRST_SAMPLE = "measuring"  # cpu_percent needs two readings
+CACHE_SECONDS = 5.0  # keep a PID's details this long after it was last looked up
 
 # /proc/<pid>/cgroup patterns, most specific first: (regex, label template).
 _CGROUP_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -162,8 +163,8 @@ class HostEnricher:
         """Return ``samples`` with user, command, CPU %, RSS, start time, status, container.
 
         ``from_nvml``: the PIDs come from the GPU driver (enables the PID-namespace verdict).
-        Never raises for psutil errors. Call once per poll; entries not looked up for 60 s
-        are dropped.
+        Never raises for psutil errors. Call once per poll; cached details of PIDs not
+        looked up for CACHE_SECONDS are dropped (a churning box must not grow the cache).
         """
         now = time.monotonic()
         out: list[ProcessSample] = []
@@ -387,6 +388,6 @@ class HostEnricher:
                 "start_time": None, "status": status, "container": None, "errors": errors}
 
     def _expire(self, now: float) -> None:
-        stale = [key for key, entry in self._cache.items() if now - entry.last_seen > 60.0]
+        stale = [key for key, entry in self._cache.items() if now - entry.last_seen > CACHE_SECONDS]
         for key in stale:
             del self._cache[key]
