@@ -227,7 +227,7 @@ class MemoryChart(Vertical):
         if self.total_bytes:
             plt.plot([x_lo, x_hi], [self.total_bytes / factor] * 2, color=self._rgb("line-total"),
                      label=self.total_label, marker="━")
-        if marks and len(marks) <= width // 4:
+        if marks and len(marks) <= width // 8:
             for m in marks:
                 var = PHASE_VARS.get(m.phase)
                 if var:

@@ -146,15 +146,39 @@ class ProcessTable(DataTable):
         self._processes: tuple[ProcessSample, ...] = ()
         self._now = 0.0
         self.shown: list[ProcessSample] = []
+        self.visible_columns: tuple[str, ...] = COLUMN_KEYS
 
     def on_mount(self) -> None:
+        self._set_columns(COLUMN_KEYS)
+
+    def _set_columns(self, keys: tuple[str, ...]) -> None:
+        self.clear(columns=True)
+        self.visible_columns = keys
         for col in COLUMNS:
-            self.add_column(self._header(col), key=col.key)
+            if col.key in keys:
+                self.add_column(self._header(col), key=col.key)
+
+    def _wanted_columns(self) -> tuple[str, ...]:
+        """Columns worth their width: no GPU columns without GPU processes, no empty CONTAINER."""
+        hidden: set[str] = set()
+        if self._processes and all(p.device_index is None for p in self._processes):
+            hidden |= {"gpu", "mem", "sm"}
+        if not any(p.container for p in self._processes):
+            hidden.add("container")
+        return tuple(k for k in COLUMN_KEYS if k not in hidden)
+
+    @property
+    def effective_sort(self) -> tuple[str, bool]:
+        """(column, reverse) actually applied: a hidden sort column falls back to RSS."""
+        if self.sort_column in self.visible_columns:
+            return self.sort_column, self.sort_reverse
+        return "rss", True
 
     def _header(self, col: Column) -> Text:
         label = col.label
-        if col.key == self.sort_column:
-            label += " ▼" if self.sort_reverse else " ▲"
+        column, reverse = self.effective_sort
+        if col.key == column:
+            label += " ▼" if reverse else " ▲"
         return Text(label, style="bold")
 
     @property
@@ -200,11 +224,16 @@ class ProcessTable(DataTable):
         if column not in _BY_KEY:
             raise ValueError(f"unknown column {column!r}")
         if reverse is None:
-            reverse = (not self.sort_reverse) if column == self.sort_column else _BY_KEY[column].numeric
+            current, current_reverse = self.effective_sort
+            reverse = (not current_reverse) if column == current else _BY_KEY[column].numeric
         self.sort_column, self.sort_reverse = column, reverse
-        for col in COLUMNS:
-            self.columns[self._column_key(col.key)].label = self._header(col)
+        self._relabel()
         self._rebuild(self.selected_key)
+
+    def _relabel(self) -> None:
+        for col in COLUMNS:
+            if col.key in self.visible_columns:
+                self.columns[self._column_key(col.key)].label = self._header(col)
 
     def _column_key(self, key: str) -> Any:
         for column_key in self.columns:
@@ -213,16 +242,22 @@ class ProcessTable(DataTable):
         raise KeyError(key)
 
     def _rebuild(self, keep: str | None) -> None:
+        wanted = self._wanted_columns()
+        if wanted != self.visible_columns:
+            self._set_columns(wanted)
+            self._relabel()
         rows = [p for p in self._processes if self.filter.matches(p)]
-        self.shown = sort_processes(rows, self.sort_column, self.sort_reverse, self._now)
+        column, reverse = self.effective_sort
+        self.shown = sort_processes(rows, column, reverse, self._now)
         scroll_y = self.scroll_y
         self.clear()
+        visible = [col for col in COLUMNS if col.key in self.visible_columns]
         target = 0
         for index, p in enumerate(self.shown):
             key = row_key(p)
             if key == keep:
                 target = index
-            self.add_row(*(col.render(p, self._now) for col in COLUMNS), key=key)
+            self.add_row(*(col.render(p, self._now) for col in visible), key=key)
         if self.shown:
             self.move_cursor(row=target, animate=False, scroll=False)
             self.scroll_to(y=scroll_y, animate=False, immediate=True)
@@ -230,17 +265,21 @@ class ProcessTable(DataTable):
                 self.move_cursor(row=target, animate=False, scroll=True)
 
     def action_sort_next(self) -> None:
-        index = COLUMN_KEYS.index(self.sort_column)
-        key = COLUMN_KEYS[(index + 1) % len(COLUMN_KEYS)]
-        self.set_sort(key, reverse=_BY_KEY[key].numeric)
+        self._sort_step(1)
 
     def action_sort_prev(self) -> None:
-        index = COLUMN_KEYS.index(self.sort_column)
-        key = COLUMN_KEYS[(index - 1) % len(COLUMN_KEYS)]
+        self._sort_step(-1)
+
+    def _sort_step(self, step: int) -> None:
+        keys = self.visible_columns
+        current = self.effective_sort[0]
+        index = keys.index(current) if current in keys else 0
+        key = keys[(index + step) % len(keys)]
         self.set_sort(key, reverse=_BY_KEY[key].numeric)
 
     def action_sort_reverse(self) -> None:
-        self.set_sort(self.sort_column, reverse=not self.sort_reverse)
+        column, reverse = self.effective_sort
+        self.set_sort(column, reverse=not reverse)
 
     def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
         event.stop()

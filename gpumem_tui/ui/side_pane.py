@@ -57,6 +57,7 @@ class PaneState:
         self.gpu: tuple[int | None, int | None] | None = None
         self.probe_applied: set[tuple[int, int]] = set()  # (pid, id of the ProbeInfo content)
         self.comparison_key: tuple[Any, ...] | None = None
+        self.last_error: str | None = None
 
 
 def _state(app: GpuMemApp) -> PaneState:
@@ -68,9 +69,20 @@ def _state(app: GpuMemApp) -> PaneState:
 
 
 def on_snapshot(app: GpuMemApp) -> None:
-    """Push the current selection to the pane (no-op without it)."""
+    """Push the current selection to the pane (no-op without it); never raises."""
     if not app.has_side_pane:
         return
+    try:
+        _push(app)
+    except Exception as exc:  # noqa: BLE001 -- the pane must not take the dashboard down
+        message = f"estimator pane: {type(exc).__name__}: {exc}"
+        state = _state(app)
+        if state.last_error != message:
+            state.last_error = message
+            app.notify(message, title="Estimator", severity="error", markup=False)
+
+
+def _push(app: GpuMemApp) -> None:
     from gpumem_tui.ui.comparison_view import ComparisonView
     from gpumem_tui.ui.estimator_panel import EstimatorPanel
 
@@ -92,7 +104,7 @@ def on_snapshot(app: GpuMemApp) -> None:
     if pid is not None:
         info = app.probe_infos.get(pid)
         if info is not None:
-            key = (pid, hash((info.pid, repr(info.model_config), info.setup)))
+            key = (pid, hash(repr((info.model_config, info.setup))))
             if key not in state.probe_applied:
                 state.probe_applied.add(key)
                 problem = panel.apply_probe_info(info, device=app.probe_devices.get(pid))
