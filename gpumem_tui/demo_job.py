@@ -178,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _request_stop)
     signal.signal(signal.SIGINT, _request_stop)
 
+    if args.parent_pid is not None and os.getppid() != args.parent_pid:
+        return 0  # started by a process that is already gone: nothing to show to anyone
     if args.nice > 0:
         try:
             os.nice(args.nice)

@@ -207,8 +207,12 @@ class Probe:
             if isinstance(hparams, dict) and hparams.get("momentum") is not None:
                 setup["momentum"] = hparams["momentum"]
         hf_config = config if config is not None else _hf_config(self.model)
-        if hasattr(self.model, "is_gradient_checkpointing"):
-            setup["grad_ckpt"] = bool(getattr(self.model, "is_gradient_checkpointing", False))
+        # Class attribute lookup first: reading a deprecated property would warn.
+        for attr in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+            if hasattr(type(self.model), attr):
+                with contextlib.suppress(Exception):
+                    setup["grad_ckpt"] = bool(getattr(self.model, attr))
+                break
         attn = getattr(getattr(self.model, "config", None), "_attn_implementation", None)
         if isinstance(attn, str):
             setup["attention"] = attn

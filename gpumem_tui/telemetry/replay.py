@@ -224,10 +224,10 @@ class ReplaySource:
         self._clock = clock
         self._lock = threading.Lock()
         self._speed = 1.0
-        self.set_speed(speed)
         self._paused = False
         self._position = 0.0
-        self._last_clock: float | None = None
+        self._last_clock: float | None = None  # set by the first poll: play starts there
+        self.set_speed(speed)
         self._emitted = -1  # index of the last record whose samples were returned
         self._finished_reported = False
 
@@ -294,7 +294,8 @@ class ReplaySource:
         if not math.isfinite(speed) or speed <= 0:
             raise ValueError(f"replay speed must be a number > 0, got {speed!r}")
         with self._lock:
-            self._advance()
+            if self._last_clock is not None:
+                self._advance()
             self._speed = speed
 
     def seek(self, seconds: float) -> None:

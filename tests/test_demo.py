@@ -1,0 +1,117 @@
+"""The built-in demo: a real training job in a child process, headless record end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpumem_tui import demo
+from gpumem_tui.telemetry.model import Phase
+from gpumem_tui.telemetry.replay import read_trace
+
+pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--model", "builtin", "--batch", "2", "--seq", "32"]
+
+
+def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "gpumem_tui", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+def test_headless_demo_records_a_real_job_end_to_end(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    proc = run_cli("demo", "--headless", "--steps", "3", "--record", str(trace), "--interval", "0.2", *SMALL)
+    assert proc.returncode == 0, proc.stderr
+    assert f"trace: {trace.resolve()}" in proc.stdout
+    snaps, notices = read_trace(trace)
+    assert notices == []
+    infos = {i.pid: i for s in snaps for i in s.probe_infos}
+    assert len(infos) == 1
+    ((pid, info),) = infos.items()
+    setup = dict(info.setup)
+    assert (setup["batch"], setup["seq"], setup["optimizer"], setup["device"]) == (2, 32, "AdamW", "cpu")
+    assert info.model_config["n_layer"] == 4 and info.model_config["vocab_size"] == 8192
+    assert snaps[-1].probe_infos[0].ended  # recorded until the job finished
+    marks = [(m.phase, m.step) for s in snaps for m in s.phase_marks if m.pid == pid]
+    for step in (1, 2, 3):  # steps of ~0.1 s are >= min_step_interval apart or the first
+        assert (Phase.FORWARD, step) in marks or step > 1
+    assert marks[0] == (Phase.INIT, 0)
+    order = [p for p, s in marks if s == 1]
+    assert order == [Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER_STEP, Phase.IDLE]
+    samples = [p for s in snaps for p in s.probes if p.pid == pid]
+    assert len(samples) >= 5 and len({p.time for p in samples}) == len(samples)  # no duplicates
+    param_bytes = setup["total_params"] * 4
+    assert all(dict(p.categories)["parameters"] == param_bytes for p in samples)
+    assert all(sum(v for _, v in p.categories) == p.allocated_bytes for p in samples)
+    peak = max(p.peak_allocated_bytes for p in samples)
+    # params + grads + AdamW states (fp32) at least; activations on top
+    assert peak > 4 * param_bytes
+    assert f"demo job PID {pid}" in proc.stdout
+
+
+def test_start_and_stop_a_demo_job_cleanly(tmp_path):
+    job = demo.start_demo_job(steps=0, probe_dir=tmp_path, model="builtin", pause=0.05,
+                              extra_args=["--batch", "1", "--seq", "16"])
+    try:
+        stream = tmp_path / f"{job.pid}.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if stream.exists() and b'"phase":"backward"' in stream.read_bytes():
+                break
+            assert job.running, job.log_tail()
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"the job never reached backward: {job.log_tail()}")
+    finally:
+        code = job.stop(timeout=20, remove_dir=False)
+    assert code == 0  # SIGTERM ends it after the step, not killed
+    last = json.loads(stream.read_text().splitlines()[-1])
+    assert last["kind"] == "end"
+    assert job.stop() == 0  # idempotent
+    assert tmp_path.exists()  # not ours to remove (we passed probe_dir)
+
+
+def test_owned_probe_dir_is_removed_on_stop():
+    job = demo.start_demo_job(steps=1, model="builtin", extra_args=["--batch", "1", "--seq", "8", "--no-probe"])
+    directory = job.probe_dir
+    assert directory.is_dir()
+    job.stop(timeout=30)
+    assert not directory.exists()
+
+
+def test_demo_job_exits_when_its_parent_is_gone(tmp_path):
+    # --parent-pid names a process that is not our parent: the job must not train as an orphan.
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpumem_tui.demo_job", "--steps", "0", "--model", "builtin", "--no-probe",
+         "--parent-pid", "1", "--batch", "1", "--seq", "8"],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert proc.returncode == 0 and "step" not in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--record", "t.jsonl"], ["--headless", "--steps", "-1"], ["--headless", "--batch", "0"], ["--bogus"]],
+)
+def test_demo_bad_input_exit_2(argv, capsys):
+    assert demo.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_demo_job_bad_input_exit_2(capsys):
+    from gpumem_tui import demo_job
+
+    assert demo_job.main(["--hidden", "30", "--heads", "4"]) == 2
+    assert demo_job.main(["--batch", "zero"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2

@@ -1,0 +1,246 @@
+"""The probe inside a training script (torch, CPU): phases, categories, tracker, stream."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import gpumem_tui.probe as gprobe  # noqa: E402
+from gpumem_tui.telemetry.model import Phase  # noqa: E402
+from gpumem_tui.telemetry.probe_source import ProbeSource  # noqa: E402
+
+
+def records(probe) -> list[dict]:
+    return [json.loads(line) for line in probe.path.read_text().splitlines()]
+
+
+def marks(recs: list[dict]) -> list[tuple[str, int]]:
+    return [(r["phase"], r["step"]) for r in recs if r["kind"] == "phase"]
+
+
+def tiny():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return model, opt
+
+
+def param_bytes(model) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def train_step(model, opt, batch=4):
+    x = torch.randn(batch, 32)
+    loss = model(x).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+@pytest.fixture
+def attach(tmp_path):
+    probes = []
+
+    def _attach(model, opt=None, **kw):
+        kw.setdefault("directory", tmp_path)
+        kw.setdefault("min_step_interval", 0.0)
+        kw.setdefault("interval", 30.0)  # no periodic samples unless a test asks
+        probe = gprobe.attach(model, opt, **kw)
+        probes.append(probe)
+        return probe
+
+    yield _attach
+    for probe in probes:
+        probe.close()
+
+
+def test_phases_in_order_and_categories_exact(attach):
+    model, opt = tiny()
+    probe = attach(model, opt, batch=4, seq=1)
+    for _ in range(2):
+        train_step(model, opt)
+    probe.close()
+    recs = records(probe)
+    assert marks(recs) == [
+        ("init", 0),
+        ("forward", 1), ("backward", 1), ("optimizer_step", 1), ("idle", 1),
+        ("forward", 2), ("backward", 2), ("optimizer_step", 2), ("idle", 2),
+    ]
+    assert recs[-1]["kind"] == "end"
+    pbytes = param_bytes(model)
+    state_bytes = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values()
+                      if isinstance(t, torch.Tensor))
+    for r in recs:
+        if r["kind"] not in ("phase", "sample"):
+            continue
+        cats = r["categories"]
+        assert sum(cats.values()) == r["cpu_live_tensors"], r  # categories split the live bytes
+        assert cats["parameters"] == pbytes
+        assert r["cpu_live_tensors_peak"] >= r["cpu_live_tensors"]
+    by_mark = {(r["phase"], r["step"]): r for r in recs if r["kind"] == "phase"}
+    # Gradients exist exactly when the optimizer steps, and equal the parameter bytes.
+    assert by_mark[("optimizer_step", 1)]["categories"]["gradients"] == pbytes
+    assert by_mark[("forward", 2)]["categories"]["gradients"] == 0  # zero_grad(set_to_none)
+    assert by_mark[("optimizer_step", 1)]["categories"]["optimizer_states"] == 0  # lazily made
+    assert by_mark[("idle", 1)]["categories"]["optimizer_states"] == state_bytes
+    # At backward start, the forward's saved tensors are alive: activations > 0.
+    assert by_mark[("backward", 2)]["categories"]["activations"] > 0
+
+
+def test_published_setup(attach):
+    model, opt = tiny()
+    probe = attach(model, opt, batch=4, seq=16, task="train", extra={"note": "x"})
+    info = records(probe)[0]
+    assert info["kind"] == "info" and info["format"] == "gpumem-tui-probe" and info["pid"] == os.getpid()
+    setup = info["setup"]
+    assert (setup["batch"], setup["seq"], setup["dtype"], setup["task"], setup["device"]) == (
+        4, 16, "float32", "train", "cpu")
+    assert setup["optimizer"] == "AdamW" and setup["optimizer_hparams"]["lr"] == 1e-3
+    assert setup["optimizer_hparams"]["betas"] == [0.9, 0.999]
+    assert setup["total_params"] == sum(p.numel() for p in model.parameters())
+    assert setup["memory_figure"] == "cpu_live_tensors" and setup["note"] == "x"
+    assert info["model_config"] is None  # not a Hugging Face model
+    assert isinstance(info["create_time"], float)
+
+
+def test_tracker_counts_new_storages_once_and_frees_them(attach):
+    model, opt = tiny()
+    probe = attach(model, opt)
+    tracker = probe._tracker
+    before = tracker.live_bytes
+    assert before == param_bytes(model)  # registered at attach, nothing else yet
+    x = torch.empty(1000, dtype=torch.float64)
+    view = x[10:20]
+    y = x.view(10, 100)
+    assert tracker.live_bytes - before == 8000  # views share the storage
+    x.add_(1)  # in place: same storage
+    assert tracker.live_bytes - before == 8000
+    del x, view, y
+    assert tracker.live_bytes == before
+    assert tracker.peak_bytes >= before + 8000
+
+
+def test_gradient_accumulation_keeps_the_step_and_inference_counts_forwards(attach):
+    model, opt = tiny()
+    probe = attach(model, opt)
+    for _ in range(2):  # two micro-batches, one optimizer step
+        model(torch.randn(2, 32)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    assert marks(records(probe))[1:] == [
+        ("forward", 1), ("backward", 1), ("forward", 1), ("backward", 1), ("optimizer_step", 1), ("idle", 1)]
+    probe.close()
+
+    model2, _ = tiny()
+    probe2 = attach(model2, None, task="inference")
+    with torch.no_grad():
+        model2(torch.randn(2, 32))
+        model2(torch.randn(2, 32))
+    assert marks(records(probe2))[1:] == [("forward", 1), ("idle", 1), ("forward", 2), ("idle", 2)]
+
+
+def test_explicit_phase_api_without_hooks(attach):
+    model, opt = tiny()
+    probe = attach(model, opt, hooks=False)
+    with probe.phase("forward"):
+        loss = model(torch.randn(2, 32)).sum()
+    with probe.phase(Phase.BACKWARD):
+        loss.backward()
+    with probe.phase("optimizer_step"):
+        opt.step()
+    assert marks(records(probe)) == [
+        ("init", 0), ("forward", 1), ("idle", 1), ("backward", 1), ("idle", 1), ("optimizer_step", 1), ("idle", 1)]
+    with pytest.raises(gprobe.ProbeError, match="unknown phase"):
+        probe.mark("warmup")
+
+
+def test_fast_steps_are_recorded_whole_at_most_every_min_step_interval(attach):
+    model, opt = tiny()
+    probe = attach(model, opt, min_step_interval=60.0)
+    for _ in range(5):
+        train_step(model, opt)
+    assert marks(records(probe)) == [
+        ("init", 0), ("forward", 1), ("backward", 1), ("optimizer_step", 1), ("idle", 1)]
+    assert probe.step == 5
+
+
+def test_periodic_samples_inside_a_long_phase(attach):
+    model, opt = tiny()
+    probe = attach(model, opt, interval=0.05)
+    with probe.phase("forward"):
+        time.sleep(0.4)
+    samples = [r for r in records(probe) if r["kind"] == "sample" and r["phase"] == "forward"]
+    assert len(samples) >= 3
+    times = [r["time"] for r in samples]
+    assert times == sorted(times)
+
+
+def test_one_probe_per_process_and_validation(attach, tmp_path):
+    model, opt = tiny()
+    probe = attach(model, opt)
+    with pytest.raises(gprobe.ProbeError, match="already attached"):
+        gprobe.attach(model, opt, directory=tmp_path)
+    probe.close()
+    assert probe.closed
+    with pytest.raises(gprobe.ProbeError, match="torch.nn.Module"):
+        gprobe.attach(object(), directory=tmp_path)
+    with pytest.raises(gprobe.ProbeError, match="interval"):
+        gprobe.attach(model, opt, directory=tmp_path, interval=0)
+    again = attach(model, opt)  # allowed once the first is closed
+    assert not again.closed
+
+
+def test_close_removes_hooks_and_stops_tracking(attach):
+    model, opt = tiny()
+    probe = attach(model, opt)
+    probe.close()
+    size = probe.path.stat().st_size
+    train_step(model, opt)
+    assert probe.path.stat().st_size == size
+    assert not model._forward_pre_hooks and not model._forward_hooks
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    assert _get_current_dispatch_mode() is None
+
+
+def test_probe_source_reads_the_stream(attach, tmp_path):
+    model, opt = tiny()
+    probe = attach(model, opt, batch=4, seq=1)
+    train_step(model, opt)
+    src = ProbeSource(tmp_path)
+    r = src.poll()
+    (info,) = r.probe_infos
+    assert info.pid == os.getpid() and not info.ended and dict(info.setup)["batch"] == 4
+    assert [m.phase for m in r.phase_marks] == [
+        Phase.INIT, Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER_STEP, Phase.IDLE]
+    assert all(p.device == "cpu" and p.reserved_bytes is None for p in r.probes)
+    assert dict(r.probes[0].categories)["parameters"] == param_bytes(model)
+    probe.close()
+    assert src.poll().probe_infos[0].ended
+
+
+def test_hf_model_config_is_published(attach):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16,
+                                     bos_token_id=0, eos_token_id=0)
+    model = transformers.GPT2LMHeadModel(config)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    probe = attach(model, opt, batch=2, seq=8)
+    ids = torch.randint(0, 64, (2, 8))
+    model(input_ids=ids, labels=ids).loss.backward()  # backward marked from output.loss
+    opt.step()
+    recs = records(probe)
+    info = recs[0]
+    assert info["model_config"]["n_layer"] == 1 and info["model_config"]["n_embd"] == 32
+    assert info["setup"]["optimizer"] == "SGD" and info["setup"]["momentum"] == 0.9
+    assert info["setup"]["grad_ckpt"] is False
+    assert [p for p, _ in marks(recs)] == ["init", "forward", "backward", "optimizer_step", "idle"]
+    tied = {id(p) for p in model.parameters()}
+    assert len(tied) == len(list(model.parameters()))  # tied LM head counted once
+    by = {r["phase"]: r for r in recs if r["kind"] == "phase"}
+    assert by["optimizer_step"]["categories"]["parameters"] == param_bytes(model)
