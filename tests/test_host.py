@@ -238,6 +238,9 @@ def test_host_processes_lists_own_processes_bounded(spawn):
     assert all(r.type is ProcessType.HOST and r.device_index is None for r in rows)
     rss = [r.rss_bytes or 0 for r in rows]
     assert rss == sorted(rss, reverse=True)
+    assert all(r.rss_bytes != 0 for r in rows)  # kernel threads (no user memory) left out
+    if psutil.pid_exists(2) and psutil.Process(2).name() == "kthreadd":
+        assert 2 not in pids
     small = host.host_processes(limit=2, extra_pids=[other.pid])
     assert len(small) == 2 and small[0].pid == other.pid  # probed PIDs are always kept
 

@@ -192,8 +192,9 @@ class HostEnricher:
                        uid: int | None = None) -> list[ProcessSample]:
         """Processes of user ``uid`` (default: our effective uid) plus ``extra_pids``, as HOST rows.
 
-        Bounded: at most ``limit`` rows, the largest RSS first (extra PIDs always kept).
-        Used when there is no NVML. Never raises.
+        Bounded: at most ``limit`` rows, the largest RSS first (extra PIDs always kept);
+        kernel threads (RSS 0) and processes that exited are left out. Used when there is no
+        NVML. Never raises. Linux: ownership is read from ``/proc/<pid>``'s owner.
         """
         uid = os.geteuid() if uid is None else uid
         extra = set(extra_pids)
@@ -202,7 +203,7 @@ class HostEnricher:
             if pid in extra:
                 continue
             try:
-                if os.stat(f"{self.proc_root}/{pid}").st_uid == uid:
+                if os.stat(f"/proc/{pid}").st_uid == uid:
                     pids.append(pid)
             except OSError:
                 continue
@@ -210,7 +211,8 @@ class HostEnricher:
         rows = self.enrich(base + [ProcessSample(pid=p, device_index=None, type=ProcessType.HOST) for p in pids],
                            from_nvml=False)
         kept = rows[: len(base)]
-        others = [r for r in rows[len(base):] if r.status is not ProcessStatus.EXITED]
+        # rss 0: a kernel thread (no user memory), nothing to watch here
+        others = [r for r in rows[len(base):] if r.status is not ProcessStatus.EXITED and r.rss_bytes != 0]
         others.sort(key=lambda r: r.rss_bytes or 0, reverse=True)
         return kept + others[: max(limit - len(kept), 0)]
 
