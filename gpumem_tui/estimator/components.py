@@ -133,7 +133,20 @@ def parameter_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
         total += lora_params(arch, spec) * prec.param / (spec.tp * spec.pp)
     if spec.zero == 3:
         total /= spec.dp
-    return int(math.ceil(total))
+    return int(math.ceil(total)) + buffer_bytes(arch)
+
+
+def buffer_bytes(arch: ModelArchitecture) -> int:
+    """Non-parameter buffers that live with the weights: rotary ``inv_freq`` and
+    ``original_inv_freq`` (``d/2`` fp32 each, transformers' RotaryEmbedding), BERT's
+    ``position_ids`` and ``token_type_ids`` (``max_positions`` int64 each)."""
+    if arch.coarse:
+        return 0
+    if arch.model_type == "bert":
+        return 2 * 8 * (arch.max_position_embeddings or 0)
+    if not arch.learned_positions:
+        return 2 * (arch.head_dim // 2) * 4
+    return 0
 
 
 def gradient_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
@@ -617,15 +630,21 @@ def cuda_context_bytes(spec: TrainingSpec) -> int:
     return CUDA_CONTEXT_BYTES if spec.device == "cuda" else 0
 
 
+#: share of the transient (freed-and-reallocated) bytes held as cached, unused blocks
+RESERVE_FRACTION = 0.10
+
+
 def allocator_reserve_bytes(spec: TrainingSpec, peak_allocated: int, transient: int) -> int:
     """Caching-allocator reserve (reserved - allocated) at the peak, bytes.
 
     The PyTorch CUDA caching allocator rounds requests (512 B blocks; requests > 1 MiB to
-    2 MiB multiples within 20 MiB / larger segments) and keeps freed blocks for reuse, so
-    ``memory_reserved`` exceeds ``memory_allocated`` (PyTorch "CUDA semantics: memory
-    management"). Modelled as the transient buffers freed before the peak that cannot be
-    reused exactly (half of the largest transient) plus 2% rounding of the peak; 0 on the CPU.
+    2 MiB multiples, carved from 20 MiB or larger segments) and keeps freed blocks cached for
+    reuse, so ``memory_reserved`` exceeds ``memory_allocated`` (PyTorch "CUDA semantics:
+    memory management"). Model states are allocated once and reused exactly; the reserve comes
+    from activations, logits and optimizer temporaries freed and re-requested in other sizes
+    during the step: :data:`RESERVE_FRACTION` of those transient bytes at the peak. 0 on the
+    CPU (``peak_allocated`` is accepted for callers that scale by the total).
     """
     if spec.device != "cuda":
         return 0
-    return int(0.02 * peak_allocated + 0.5 * transient)
+    return int(RESERVE_FRACTION * max(0, transient))

@@ -125,7 +125,12 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     full_training = spec.task == "train"
     shard_g = (spec.tp * spec.pp) * (spec.dp if spec.zero >= 2 else 1)
     head_w = arch.vocab_size * h * prec.grad / shard_g if full_training and arch.head in ("lm", "mlm") else 0
-    tied_extra = head_w if arch.tie_word_embeddings and full_training and arch.head in ("lm", "mlm") else 0
+    # tied embeddings: the embedding backward makes a dense V x h gradient and AccumulateGrad
+    # adds it out of place (grad + new), so two more V x h tensors live for a moment
+    tied_extra = 2 * head_w if arch.tie_word_embeddings and full_training and arch.head in ("lm", "mlm") else 0
+    # by the log-softmax backward, nll_loss's backward has run: its saved labels are freed and
+    # the incoming gradient (a scalar) exists
+    labels_freed = 8 * b * s - 4 if arch.kind == "decoder" and not arch.coarse else 0
     emb_g = arch.param_breakdown()["embeddings"] * prec.grad / shard_g if full_training else 0
     grad_hidden = b * s * h * e
     fixed = A - per_saved * arch.num_layers
@@ -134,7 +139,7 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     moments.append(("forward", "end of forward", _moment(
         parameters=P, optimizer_states=O, activations=A + amp_casts, logits_and_loss=LL.forward_peak)))
     moments.append(("backward", "log-softmax backward", _moment(
-        parameters=P, optimizer_states=O, activations=A + amp_casts, logits_and_loss=LL.backward_peak)))
+        parameters=P, optimizer_states=O, activations=A + amp_casts - labels_freed, logits_and_loss=LL.backward_peak)))
     moments.append(("backward", "LM head backward", _moment(
         parameters=P, optimizer_states=O, gradients=head_w, activations=A + amp_casts + grad_hidden,
         logits_and_loss=LL.head_grad)))

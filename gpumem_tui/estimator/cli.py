@@ -1,0 +1,160 @@
+"""``gpumem-tui estimate``: predicted peak memory of a training or inference step.
+
+Imports neither torch nor textual (a test checks ``sys.modules``): the estimator is pure
+Python. NVML is imported only for ``--fit GPU_INDEX``.
+
+Exit codes: 0 ok (also when the job does not fit: the answer is printed), 2 bad input (one
+line on stderr), 1 a runtime failure (NVML unavailable for ``--fit 0``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from gpumem_tui.estimator.cli_args import add_spec_arguments, spec_from_args
+from gpumem_tui.estimator.estimate import COMPONENT_KEYS, Estimate
+from gpumem_tui.estimator.methods import METHODS, run_method
+from gpumem_tui.estimator.solve import max_batch
+from gpumem_tui.units import GiB, MiB, parse_bytes
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of printing usage + exiting, so errors are one line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _BadInput(message)
+
+
+class _BadInput(ValueError):
+    pass
+
+
+class _RuntimeFailure(RuntimeError):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="gpumem-tui estimate",
+        description="Predict the peak memory of one training or inference step (bytes; shown in MiB/GiB = 2^20/2^30).",
+    )
+    add_spec_arguments(p)
+    p.add_argument("--json", action="store_true", help="print the estimate as JSON (bytes)")
+    p.add_argument("--fit", default=None, metavar="SIZE|GPU",
+                   help="memory budget: a size (24GiB, 80GB) or a GPU index on this machine (reads NVML)")
+    p.add_argument("--max-batch", action="store_true", help="largest micro-batch that fits --fit (default budget: 24GiB)")
+    p.add_argument("--method", default="detailed", help=f"{' | '.join(METHODS)} (default detailed)")
+    p.add_argument("--compare-methods", action="store_true", help="print every method's peak beside the detailed one")
+    return p
+
+
+def _fmt(n: int) -> str:
+    if abs(n) >= GiB:
+        return f"{n / GiB:,.2f} GiB"
+    return f"{n / MiB:,.1f} MiB"
+
+
+def _budget(text: str) -> tuple[int, str]:
+    """Parse --fit: a GPU index (digits only) or a size."""
+    if text.strip().isdigit() and len(text.strip()) <= 3:
+        index = int(text)
+        try:
+            from gpumem_tui.telemetry.nvml import NvmlSource  # lazy: only for a GPU index
+        except ImportError as exc:  # telemetry module absent
+            raise _RuntimeFailure(f"--fit {index}: cannot read GPUs ({exc}); give a size such as 24GiB") from None
+        source = NvmlSource()
+        try:
+            reading = source.poll()
+        finally:
+            source.close()
+        if reading.error:
+            raise _RuntimeFailure(f"--fit {index}: NVML unavailable ({reading.error}); give a size such as 24GiB")
+        for dev in reading.devices:
+            if dev.index == index:
+                if dev.memory_total_bytes is None:
+                    raise _RuntimeFailure(f"--fit {index}: GPU {index} memory total is not readable")
+                return int(dev.memory_total_bytes), f"GPU {index} ({dev.name or 'unknown'})"
+        raise _BadInput(f"--fit {index}: no GPU {index} (found {len(reading.devices)})")
+    try:
+        size = parse_bytes(text)
+    except ValueError as exc:
+        raise _BadInput(f"--fit: {exc}") from None
+    if size <= 0:
+        raise _BadInput(f"--fit must be > 0, got {text!r}")
+    return size, text
+
+
+def _table(est: Estimate) -> str:
+    lines = [f"{est.model}: {est.total_params:,} parameters ({est.trainable_params:,} trainable), method {est.method}"]
+    lines.append("Memory in binary units (MiB = 2^20 B, GiB = 2^30 B).")
+    lines.append(f"  {'component (at peak)':<26}{'bytes':>18}{'size':>14}")
+    for key in COMPONENT_KEYS:
+        value = est.components_bytes.get(key, 0)
+        lines.append(f"  {key.replace('_', ' '):<26}{value:>18,}{_fmt(value):>14}")
+    lines.append(f"  {'PEAK (' + est.peak_phase + ')':<26}{est.peak_bytes:>18,}{_fmt(est.peak_bytes):>14}")
+    if len(est.phases) > 1:
+        lines.append("  phases: " + ", ".join(f"{p.name} {_fmt(p.live_bytes)}" for p in est.phases))
+    if est.device == "cuda" and est.method == "detailed":
+        lines.append(f"  torch allocated peak: {_fmt(est.allocated_peak_bytes)} (peak above is NVML-used-like)")
+    for note in est.assumptions:
+        lines.append(f"  - {note}")
+    return "\n".join(lines)
+
+
+def run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    arch, spec = spec_from_args(args)
+    if args.method not in METHODS:
+        raise _BadInput(f"unknown --method {args.method!r} (choose from {', '.join(METHODS)})")
+    est = run_method(args.method, arch, spec)
+    out: dict = est.to_json()
+    text = [_table(est)]
+    budget = None
+    if args.fit is not None or args.max_batch:
+        budget, label = _budget(args.fit if args.fit is not None else "24GiB")
+        margin = budget - est.peak_bytes
+        fits = margin >= 0
+        out["fit"] = {"budget_bytes": budget, "budget": label, "fits": fits, "margin_bytes": margin}
+        text.append(
+            f"fits {label} ({_fmt(budget)}): {'yes' if fits else 'NO'}, "
+            f"{'headroom' if fits else 'short by'} {_fmt(abs(margin))}"
+        )
+    if args.max_batch:
+        if args.method != "detailed":
+            raise _BadInput("--max-batch uses the detailed method; drop --method")
+        mb = max_batch(arch, spec, budget or 0)
+        out["max_batch"] = mb
+        text.append(f"largest micro-batch that fits: {mb}" + (" (even batch 1 does not fit)" if mb == 0 else ""))
+    if args.compare_methods:
+        rows = []
+        for name in METHODS:
+            other = run_method(name, arch, spec)
+            rows.append({"method": name, "peak_bytes": other.peak_bytes, "allocated_peak_bytes": other.allocated_peak_bytes})
+        out["methods"] = rows
+        text.append("methods (peak; seed rules know no logits, temporaries or context):")
+        for row in rows:
+            text.append(f"  {row['method']:<12}{_fmt(row['peak_bytes']):>14}")
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print("\n".join(text))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for ``gpumem-tui estimate``; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a in ("-h", "--help") for a in argv):
+        build_parser().print_help()
+        return 0
+    try:
+        return run(argv)
+    except _RuntimeFailure as exc:
+        print(f"gpumem-tui estimate: {exc}", file=sys.stderr)
+        return 1
+    except (ValueError, OverflowError) as exc:  # ArchitectureError, SpecError, argparse errors
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"gpumem-tui estimate: {msg}", file=sys.stderr)
+        return 2
