@@ -115,6 +115,8 @@ class NvmlSource:
         self._reported: set[str] = set()
         self._notices: list[str] = []
         self._power_limit_func = "nvmlDeviceGetEnforcedPowerLimit"
+        self._driver: Any = None
+        self._cuda: Any = None
         try:
             if module is None:
                 import pynvml as module  # noqa: PLC0415 -- only when a source starts
@@ -191,8 +193,12 @@ class NvmlSource:
         if self._nv is None:
             return NvmlReading(error=self.error or "NVML is not available")
         self._notices = []
-        driver, _ = self._query("nvmlSystemGetDriverVersion")
-        cuda, _ = self._query("nvmlSystemGetCudaDriverVersion")
+        # Versions do not change while NVML is loaded: read until known, then reuse.
+        if self._driver is None:
+            self._driver, _ = self._query("nvmlSystemGetDriverVersion")
+        if self._cuda is None:
+            self._cuda, _ = self._query("nvmlSystemGetCudaDriverVersion")
+        driver, cuda = self._driver, self._cuda
         count, count_reason = self._query("nvmlDeviceGetCount")
         devices: list[DeviceSample] = []
         processes: list[ProcessSample] = []
