@@ -284,3 +284,12 @@ def test_cache_of_gone_pids_is_dropped(monkeypatch, spawn):
     time.sleep(0.01)
     host.enrich([_gpu(children[0].pid)])
     assert [key[0] for key in host._cache] == [children[0].pid]
+
+
+def test_process_sample_field_order_used_by_positional_construction():
+    """nvml.py and host.py build ProcessSample positionally (hot path): guard the order."""
+    import dataclasses
+
+    names = [f.name for f in dataclasses.fields(ProcessSample)][:13]
+    assert names == ["pid", "device_index", "type", "used_memory_bytes", "sm_percent", "user", "command",
+                     "cpu_percent", "rss_bytes", "start_time", "status", "container", "field_errors"]
