@@ -132,6 +132,7 @@ class Measurement:
     detail_bytes: dict[str, int] = field(default_factory=dict)
     top_tensors: list[dict[str, Any]] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
+    module_peaks: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The estimate JSON shape (bytes as ints) plus ``measured: true`` and measurement detail."""
@@ -150,6 +151,7 @@ class Measurement:
             "tracker_categories": dict(self.tracker_categories),
             "detail_bytes": dict(self.detail_bytes),
             "top_tensors": list(self.top_tensors),
+            "module_peaks": dict(self.module_peaks),
         }
 
 
@@ -464,6 +466,7 @@ def run(req: MeasureRequest) -> Measurement:
             {"bytes": entry.nbytes, "category": entry.reftype, "tag": tracker.tag_of(entry),
              "op": op, "shape": list(shape), "dtype": dtype}
         )
+    module_peaks = _module_peaks(tracker) if not inference else {}
     total = sum(components.values())
     if total != best.peak_bytes:  # the split must account for every byte of the peak
         raise RuntimeError(f"internal: components sum {total} != peak {best.peak_bytes}")
@@ -485,7 +488,29 @@ def run(req: MeasureRequest) -> Measurement:
         detail_bytes=detail,
         top_tensors=top_tensors,
         assumptions=assumptions,
+        module_peaks=module_peaks,
     )
+
+
+def _module_peaks(tracker: Any, depth: int = 4) -> dict[str, dict[str, int]]:
+    """Peak live bytes while each module (FQN depth <= ``depth``) ran forward / backward, last step.
+
+    From MemTracker's per-module PEAK_FW / PEAK_BW snapshots ("Total" over devices).
+    """
+    from torch.distributed._tools import mem_tracker as mt
+
+    out: dict[str, dict[str, int]] = {}
+    for stats in tracker.memory_tracking.values():
+        if stats.mod_fqn.count(".") + 1 > depth:
+            continue
+        row: dict[str, int] = {}
+        for key, state in (("forward", mt._ModState.PEAK_FW), ("backward", mt._ModState.PEAK_BW)):
+            snaps = stats.snapshots.get(state) or []
+            if snaps:
+                row[key] = int(sum(d.get(mt._TOTAL_KEY, 0) for d in snaps[-1].values()))
+        if row:
+            out[stats.mod_fqn] = row
+    return out
 
 
 @contextlib.contextmanager
