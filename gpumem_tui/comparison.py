@@ -38,9 +38,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpumem_tui.telemetry.model import ProbeInfo, ProbeSample, ProcessSample, Snapshot
+from gpumem_tui.telemetry.model import PhaseMark, ProbeInfo, ProbeSample, ProcessSample, Snapshot
 
 __all__ = [
+    "ACTIVATIONS_WITHOUT_TEMPORARIES",
     "CATEGORY_COMPONENTS",
     "COMPONENTS",
     "ComparisonError",
@@ -76,11 +77,14 @@ FIGURE_RESERVED = "torch reserved"
 FIGURE_NVML_USED = "NVML used"
 FIGURE_CPU_LIVE = "CPU live tensors"
 
-#: Probe category -> the estimator components whose bytes that category holds.
-#: "activations": a tracker labels every tensor made in forward an activation, so the logits,
-#: their fp32 upcast and the log-softmax of the loss are in it (estimator: logits_and_loss).
-#: "temporaries": tensors made outside forward that are not gradients or optimizer states:
-#: the optimizer step's intermediates and the logits' gradients at the start of backward.
+#: Probe category -> the estimator components whose bytes that category holds
+#: (``gpumem_tui.probe``: parameters, buffers, gradients and optimizer states are counted from
+#: the model and optimizer; the rest of the live bytes is split by the probe's tensor tracker).
+#: "activations" with a tracker: every tensor made in forward, so the logits, their fp32 upcast
+#: and the loss's log-softmax are in it (estimator: logits_and_loss).
+#: "temporaries": the rest (the optimizer step's intermediates, the logits' gradients ...).
+#: Without a tracker the probe publishes no "temporaries" and its "activations" is allocated
+#: minus the model states, temporaries included: see :data:`ACTIVATIONS_WITHOUT_TEMPORARIES`.
 CATEGORY_COMPONENTS: dict[str, tuple[str, ...]] = {
     "parameters": ("parameters",),
     "gradients": ("gradients",),
@@ -93,6 +97,9 @@ CATEGORY_COMPONENTS: dict[str, tuple[str, ...]] = {
     "kv_cache": ("kv_cache",),
 }
 
+#: What the probe's "activations" holds when it published no "temporaries" category.
+ACTIVATIONS_WITHOUT_TEMPORARIES: tuple[str, ...] = ("activations", "logits_and_loss", "optimizer_intermediates")
+
 _CONTEXT_PARTS = ("cuda_context", "allocator_reserve")
 
 
@@ -104,9 +111,14 @@ class ComparisonError(ValueError):
 
 
 def percent_error(predicted: int | float, measured: int | float | None) -> float | None:
-    """Signed error of ``predicted`` in percent of ``measured``; None if measured is 0/None."""
-    if measured is None or measured == 0:
+    """Signed error of ``predicted`` in percent of ``measured``.
+
+    0.0 when both are 0; None when measured is None, or 0 while predicted is not.
+    """
+    if measured is None:
         return None
+    if measured == 0:
+        return 0.0 if predicted == 0 else None
     return 100.0 * (predicted - measured) / measured
 
 
@@ -185,6 +197,8 @@ class ComparisonResult:
     peak_phase: str | None = None
     sample_count: int = 0
     notes: tuple[str, ...] = ()
+    measured_peak_phase: str | None = None
+    components_sample_bytes: int | None = None
 
     @property
     def headline(self) -> PeakComparison:
@@ -206,7 +220,9 @@ class ComparisonResult:
         null}, ``peak_predicted_bytes`` / ``peak_measured_bytes`` (in ``measured_figure``),
         and extras: ``measured_figure``, ``measured_source`` {row: what the number is},
         ``groups`` {group: [components]}, ``peaks`` (every figure), ``device``, ``pid``,
-        ``peak_phase``, ``samples``, ``notes``.
+        ``peak_phase`` (predicted), ``measured_peak_phase`` (the probe's phase at the sample
+        the components come from, or null), ``components_sample_bytes`` (that sample's live
+        bytes), ``samples``, ``notes``.
         """
         predicted: dict[str, int] = dict(self.predicted_components)
         measured: dict[str, int | None] = {name: None for name in predicted}
@@ -244,6 +260,8 @@ class ComparisonResult:
             "device": self.device,
             "pid": self.pid,
             "peak_phase": self.peak_phase,
+            "measured_peak_phase": self.measured_peak_phase,
+            "components_sample_bytes": self.components_sample_bytes,
             "samples": self.sample_count,
             "notes": list(self.notes),
         }
@@ -288,6 +306,7 @@ def compare(
     processes: Sequence[ProcessSample] = (),
     *,
     pid: int | None = None,
+    phase_marks: Sequence[PhaseMark] = (),
 ) -> ComparisonResult:
     """Compare an estimate with what a probe (and NVML) measured for one process.
 
@@ -300,6 +319,8 @@ def compare(
         processes: NVML per-process samples (``ProcessSample.used_memory_bytes``, NVML used)
             of the same process, optional; None figures are skipped.
         pid: the process to compare; default: the only PID in ``probes``.
+        phase_marks: the probe's phase marks (any PIDs), to name the phase of the sample the
+            components come from (``measured_peak_phase``).
 
     Per component, the measured bytes are the probe's categories at the sample with the most
     live bytes (the measured peak), because the estimate's components are its breakdown at
@@ -366,7 +387,18 @@ def compare(
     elif peak_nvml is not None:
         notes.append("NVML lists this CPU job on a GPU: its NVML figure is not compared")
 
-    rows = _component_rows(predicted, samples, figure, notes)
+    rows, at_peak = _component_rows(predicted, samples, figure, notes)
+    measured_phase = None
+    sample_bytes = None
+    if at_peak is not None:
+        sample_bytes = sum(v for _, v in at_peak.categories)
+        measured_phase = _phase_at(phase_marks, pid, at_peak.time)
+        if sample_bytes < peak_allocated:
+            notes.append(
+                f"components are from the sample with the most live bytes ({_mib(sample_bytes)}"
+                + (f", in {measured_phase}" if measured_phase else "")
+                + f"); the peak itself ({_mib(peak_allocated)}) fell between samples"
+            )
     if on_cuda:
         rows += _cuda_difference_rows(predicted, peak_allocated, peak_reserved, peak_nvml)
 
@@ -380,7 +412,25 @@ def compare(
         peak_phase=_estimate_field(estimate, "peak_phase"),
         sample_count=len(samples),
         notes=tuple(notes),
+        measured_peak_phase=measured_phase,
+        components_sample_bytes=sample_bytes,
     )
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
+def _phase_at(marks: Sequence[PhaseMark], pid: int, when: float) -> str | None:
+    """The phase the probe of ``pid`` was in at ``when`` (its last mark at or before it)."""
+    best: PhaseMark | None = None
+    for mark in marks:
+        if mark.pid == pid and mark.time <= when and (best is None or mark.time >= best.time):
+            best = mark
+    if best is None:
+        return None
+    phase = best.phase
+    return str(getattr(phase, "value", phase))
 
 
 def _device_kind(device: str) -> str:
@@ -392,10 +442,12 @@ def _component_rows(
     samples: Sequence[ProbeSample],
     figure: str,
     notes: list[str],
-) -> list[ComponentComparison]:
-    """Rows from the probe's categories at its peak sample; unmapped components get None."""
+) -> tuple[list[ComponentComparison], ProbeSample | None]:
+    """Rows from the probe's categories at its peak sample (returned too); unmapped
+    components get None."""
     with_categories = [p for p in samples if p.categories]
     measured_parts: dict[str, int] = {}
+    at_peak: ProbeSample | None = None
     if with_categories:
         at_peak = max(with_categories, key=lambda p: (sum(v for _, v in p.categories), p.time))
         for category, value in at_peak.categories:
@@ -409,8 +461,11 @@ def _component_rows(
 
     # Group categories whose component sets overlap (union-find over components).
     groups: list[tuple[set[str], set[str]]] = []  # (categories, components)
+    lumped = "temporaries" not in measured_parts and "temp" not in measured_parts
     for category in measured_parts:
         comps = CATEGORY_COMPONENTS.get(category)
+        if category == "activations" and lumped:
+            comps = ACTIVATIONS_WITHOUT_TEMPORARIES
         if comps is None:
             continue
         cats, members = {category}, set(comps)
@@ -422,7 +477,9 @@ def _component_rows(
 
     rows: list[ComponentComparison] = []
     covered: set[str] = set()
+    # Group names list activations first: "activations+logits_and_loss+optimizer_intermediates".
     order = {name: i for i, name in enumerate(COMPONENTS)}
+    order["optimizer_intermediates"] = order["logits_and_loss"] + 0.5
     for cats, members in sorted(groups, key=lambda g: min(order.get(c, 99) for c in g[1])):
         names = tuple(sorted(members, key=lambda c: order.get(c, 99)))
         covered |= members
@@ -460,7 +517,7 @@ def _component_rows(
                 source="no probe category holds it",
             )
         )
-    return rows
+    return rows, at_peak
 
 
 def _cuda_difference_rows(
@@ -654,10 +711,12 @@ def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None) -> 
 
     probes: list[ProbeSample] = []
     processes: list[ProcessSample] = []
+    marks: list[PhaseMark] = []
     infos: dict[int, ProbeInfo] = {}
     for snap in snapshots:
         probes.extend(snap.probes)
         processes.extend(snap.processes)
+        marks.extend(snap.phase_marks)
         for info in snap.probe_infos:
             infos[info.pid] = info
     if pid is None:
@@ -679,7 +738,17 @@ def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None) -> 
         est = run_estimate(arch, spec)
     except ValueError as exc:  # SpecError / ArchitectureError are ValueErrors
         raise ComparisonError(f"pid {pid}: the estimator rejected the probed setup: {exc}") from None
-    return compare(est, samples, processes, pid=pid)
+    result = compare(est, samples, processes, pid=pid, phase_marks=marks)
+    published = dict(info.setup).get("total_params")
+    counted = getattr(est, "total_params", None)
+    if isinstance(published, int) and published > 0 and isinstance(counted, int):
+        if abs(counted - published) > 0.001 * published:
+            note = (
+                f"the estimator counts {counted:,} parameters, the probed model has {published:,}: "
+                "the architecture read from its config differs from the model that ran"
+            )
+            result = dataclasses.replace(result, notes=(*result.notes, note))
+    return result
 
 
 def compare_trace(path: str | os.PathLike[str], pid: int | None = None) -> dict[str, Any]:

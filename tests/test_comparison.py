@@ -39,6 +39,7 @@ PRED = {
     "allocator_reserve": 100 * MiB,
 }
 PEAK = sum(PRED.values())
+GROUP3 = "activations+logits_and_loss+optimizer_intermediates"
 
 
 def _estimate(components=PRED, peak=None, as_object=False):
@@ -76,6 +77,7 @@ def test_percent_error_sign_and_zero():
     assert percent_error(110, 100) == pytest.approx(10.0)
     assert percent_error(90, 100) == pytest.approx(-10.0)
     assert percent_error(5, 0) is None
+    assert percent_error(0, 0) == 0.0
     assert percent_error(5, None) is None
 
 
@@ -108,17 +110,17 @@ def test_components_come_from_the_peak_sample_and_groups_are_not_split():
     grads = result.row("gradients")  # 450 at the peak sample, not 500 from the last one
     assert grads.measured_bytes == 450 * MiB
     assert grads.error_percent == pytest.approx(100 * 50 / 450)
-    # The probe's "activations" holds the estimator's activations AND logits_and_loss.
-    group = result.row("activations+logits_and_loss")
-    assert group is not None and group.components == ("activations", "logits_and_loss")
-    assert group.predicted_bytes == PRED["activations"] + PRED["logits_and_loss"]
+    # Without "temporaries" (no tensor tracker) the probe's "activations" is allocated minus
+    # the model states: the estimator's activations, logits_and_loss and optimizer temporaries.
+    group = result.row(GROUP3)
+    assert group is not None and group.components == ("activations", "logits_and_loss", "optimizer_intermediates")
+    assert group.predicted_bytes == PRED["activations"] + PRED["logits_and_loss"] + PRED["optimizer_intermediates"]
     assert group.measured_bytes == 600 * MiB
-    for member in ("activations", "logits_and_loss"):
+    for member in group.components:
         row = result.row(member)
         assert row.measured_bytes is None and row.error_percent is None
         assert "not split" in row.source
-    # Nothing in the probe holds optimizer intermediates or a KV cache: not invented.
-    assert result.row("optimizer_intermediates").measured_bytes is None
+    # Nothing in the probe holds a KV cache: not invented.
     assert result.row("kv_cache").measured_bytes is None
 
 
@@ -140,7 +142,7 @@ def test_context_and_reserve_are_measured_as_differences():
 def test_cpu_job_uses_live_tensors_and_leaves_context_out():
     samples = [
         ProbeSample(time=1.0, pid=3, device="cpu", allocated_bytes=900 * MiB,
-                    categories=(("parameters", 400 * MiB), ("activations", 500 * MiB))),
+                    categories=(("parameters", 400 * MiB), ("activations", 450 * MiB), ("temporaries", 50 * MiB))),
         ProbeSample(time=2.0, pid=3, device="cpu", allocated_bytes=700 * MiB, peak_allocated_bytes=950 * MiB,
                     categories=(("parameters", 400 * MiB), ("gradients", 300 * MiB))),
     ]
@@ -153,21 +155,22 @@ def test_cpu_job_uses_live_tensors_and_leaves_context_out():
     # the category split is from the sample with most categorised bytes (900 > 700)
     assert result.row("parameters").measured_bytes == 400 * MiB
     assert result.row("gradients").measured_bytes is None  # not live at that sample -> not a row
-    assert result.row("activations+logits_and_loss").measured_bytes == 500 * MiB
+    assert result.row(GROUP3).measured_bytes == 500 * MiB
     # context and reserve are not compared on a CPU job; the note says why.
     assert result.row("cuda_context") is None and result.row("allocator_reserve") is None
     assert any("CPU" in n for n in result.notes)
 
 
 def test_temporaries_merge_with_activations_into_one_group():
+    # With a tracker the probe splits activations (made in forward) from temporaries; both
+    # hold part of the logits and loss buffers, so they are compared together.
     samples = [
         ProbeSample(time=1.0, pid=3, device="cpu", allocated_bytes=1000,
                     categories=(("activations", 600), ("temporaries", 300), ("parameters", 100), ("buffers", 5))),
     ]
     comps = dict(PRED, cuda_context=0, allocator_reserve=0, optimizer_intermediates=7 * MiB)
     result = compare(_estimate(comps), samples)
-    name = "optimizer_intermediates+activations+logits_and_loss"
-    group = result.row(name)
+    group = result.row(GROUP3)
     assert group is not None
     assert group.measured_bytes == 900
     assert group.predicted_bytes == comps["optimizer_intermediates"] + comps["activations"] + comps["logits_and_loss"]
@@ -182,8 +185,8 @@ def test_to_json_shape_is_the_issue_shape_and_json_serialisable():
     assert set(COMPONENTS) <= set(data["predicted"])
     assert set(data["predicted"]) == set(data["measured"]) == set(data["error_percent"])
     assert data["measured"]["activations"] is None
-    assert data["measured"]["activations+logits_and_loss"] == 600 * MiB
-    assert data["groups"] == {"activations+logits_and_loss": ["activations", "logits_and_loss"]}
+    assert data["measured"][GROUP3] == 600 * MiB
+    assert data["groups"] == {GROUP3: ["activations", "logits_and_loss", "optimizer_intermediates"]}
     assert data["measured_figure"] == FIGURE_ALLOCATED
     assert data["peak_measured_bytes"] == 2560 * MiB
     assert all(isinstance(v, int) for v in data["predicted"].values())

@@ -63,7 +63,7 @@ async def test_table_rows_figures_and_unmeasured_components():
         grads = rows["gradients"]
         assert grads[3] == "+10.0 MiB" and grads[4] == format_error_percent(100 * 10 / 90)
         # the probe measures activations and logits together: members are not invented
-        assert rows["activations + logits & loss"][2] == "80.0 MiB"
+        assert rows["activations + logits & loss + optimizer temporaries"][2] == "80.0 MiB"
         assert rows["activations"][2] == "not measured" and rows["activations"][4] == "—"
         assert "not split" in rows["logits & loss"][5]
         # context = NVML used - reserved, reserve = reserved - allocated, both labelled
