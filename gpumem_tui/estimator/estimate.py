@@ -150,7 +150,7 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
         parameters=P, optimizer_states=O, gradients=G - emb_g - layer_g,
         activations=fixed + per_saved + grad_hidden + X + recompute + amp_casts / max(1, arch.num_layers))))
     moments.append(("backward", "embedding backward", _moment(
-        parameters=P, optimizer_states=O, gradients=G + tied_extra, activations=ids)))
+        parameters=P, optimizer_states=O, gradients=G, activations=ids + tied_extra)))
     moments.append(("optimizer_step", "optimizer step", _moment(
         parameters=P, optimizer_states=O, gradients=G, optimizer_intermediates=T, activations=ids)))
     return moments
