@@ -7,7 +7,8 @@ from textual.widgets import DataTable, Static
 
 from gpumem_tui.comparison import compare
 from gpumem_tui.telemetry.model import ProbeSample, ProcessSample, ProcessType
-from gpumem_tui.ui.comparison_view import ComparisonView, format_error_percent
+from gpumem_tui.ui.comparison_view import ComparisonView, format_error_percent, short_label
+from gpumem_tui.units import format_bytes
 
 MiB = 1 << 20
 PRED = {
@@ -41,6 +42,12 @@ def _result():
     return compare({"components_bytes": PRED, "peak_bytes": sum(PRED.values())}, samples, nvml)
 
 
+def test_short_labels():
+    assert short_label("optimizer_states") == "opt states"
+    assert short_label("activations+logits_and_loss") == "act+logits"
+    assert short_label("something_new") == "something new"
+
+
 def test_format_error_percent():
     assert format_error_percent(4.249) == "+4.2%"
     assert format_error_percent(-0.3) == "-0.3%"
@@ -58,24 +65,32 @@ async def test_table_rows_figures_and_unmeasured_components():
         table = view.query_one(DataTable)
         assert table.row_count == len(result.components) + len(result.peaks)
         rows = {r[0]: r for r in view.cell_texts()}
-        # parameters: predicted 100 MiB, measured 100 MiB, 0 error
-        assert rows["parameters"][1:5] == ["100.0 MiB", "100.0 MiB", "0.0 MiB", "+0.0%"]
-        grads = rows["gradients"]
-        assert grads[3] == "+10.0 MiB" and grads[4] == format_error_percent(100 * 10 / 90)
-        # the probe measures activations and logits together: members are not invented
-        assert rows["activations + logits & loss + optimizer temporaries"][2] == "80.0 MiB"
-        assert rows["activations"][2] == "not measured" and rows["activations"][4] == "—"
-        assert "not split" in rows["logits & loss"][5]
+        # columns: component, predicted, measured, err %, error, measured as
+        assert rows["params"][1:5] == ["100.0 MiB", "100.0 MiB", "+0.0%", "0 B"]
+        grads = rows["grads"]
+        assert grads[3] == format_error_percent(100 * 10 / 90) and grads[4] == "+10.0 MiB"
+        # the probe measures activations with logits and temporaries: members are not invented
+        group = rows["act+logits+temps"]
+        assert group[2] == "80.0 MiB" and group[5].startswith("activations+logits_and_loss+optimizer_intermediates")
+        assert rows["activations"][2] == "n/m" and rows["activations"][3] == "—"
+        assert "not split" in rows["logits/loss"][5]
         # context = NVML used - reserved, reserve = reserved - allocated, both labelled
-        assert rows["CUDA context"][2] == "430.0 MiB" and "NVML used" in rows["CUDA context"][5]
-        assert rows["allocator reserve"][2] == "20.0 MiB"
+        assert rows["CUDA ctx"][2] == "430.0 MiB" and "NVML used" in rows["CUDA ctx"][5]
+        assert rows["alloc reserve"][2] == "20.0 MiB"
         # one peak row per figure, predicted in the matching scope
-        allocated = rows["PEAK (torch allocated)"]
-        assert allocated[1] == f"{(sum(PRED.values()) - 420 * MiB) / MiB:.1f} MiB" and allocated[2] == "480.0 MiB"
-        assert rows["PEAK (NVML used)"][1] == f"{sum(PRED.values()) / MiB:.1f} MiB"
-        assert "PEAK (torch reserved)" in rows
+        allocated = rows["PEAK allocated"]
+        assert allocated[1] == format_bytes(sum(PRED.values()) - 420 * MiB, precision=1)
+        assert allocated[2] == "480.0 MiB"
+        assert rows["PEAK NVML used"][1] == format_bytes(sum(PRED.values()), precision=1)
+        assert "PEAK reserved" in rows
         figure = str(view.query_one("#cmp-figure", Static).content)
         assert "torch allocated" in figure and "pid 11" in figure
+        # member rows come right after their group, indented
+        labels = [r[0] for r in view.cell_texts()]
+        i = labels.index("act+logits+temps")
+        assert labels[i + 1 : i + 4] == ["activations", "logits/loss", "opt temps"]
+        table_rows = [str(table.get_row_at(j)[0].plain) for j in range(i + 1, i + 4)]
+        assert all(t.startswith("  ") for t in table_rows)
         # cleared with a reason
         view.update_comparison(None, "pid 11 has ended")
         await pilot.pause()

@@ -1,13 +1,15 @@
 """Predicted vs measured, as a table: per component and peak vs peak, naming every figure.
 
 :class:`ComparisonView` shows a :class:`gpumem_tui.comparison.ComparisonResult`: one row per
-component (or per group of components the probe measures together), with predicted,
-measured, absolute error and % error, then one peak row per measured figure (torch
-allocated, torch reserved, NVML used on CUDA; CPU live tensors on the CPU), and a line saying
-which figure the per-component numbers are. Numbers the probe cannot give are shown as
-"not measured" with the reason in the row's last column, never as zero.
+component (or per group of components the probe measures together, followed by its members
+indented), with predicted, measured, % error and absolute error, then one peak row per
+measured figure (torch allocated, torch reserved, NVML used on CUDA; CPU live tensors on the
+CPU), and a line saying which figure the per-component numbers are. Numbers the probe cannot
+give are shown as "n/m" (not measured) with the reason in the row's last column, never as 0.
 
-Units on screen are binary (MiB = 2**20 bytes). Errors are signed, predicted - measured.
+The table is laid out for a side pane about 60 columns wide: short component names (the
+full names and sources are in the last column and the tooltip), sizes in binary units with
+the unit in every cell. Errors are signed, predicted - measured, % of measured.
 """
 
 from __future__ import annotations
@@ -19,45 +21,66 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from gpumem_tui.comparison import ComparisonResult
+from gpumem_tui.comparison import (
+    FIGURE_ALLOCATED,
+    FIGURE_CPU_LIVE,
+    FIGURE_NVML_USED,
+    FIGURE_RESERVED,
+    ComparisonResult,
+)
 from gpumem_tui.text import printable
 from gpumem_tui.units import format_bytes
 
-__all__ = ["ComparisonView", "format_error_percent"]
+__all__ = ["ComparisonView", "format_error_percent", "short_label"]
 
-_LABELS = {
-    "parameters": "parameters",
-    "gradients": "gradients",
-    "optimizer_states": "optimizer states",
-    "optimizer_intermediates": "optimizer temporaries",
+#: short names for a narrow pane (the full ones are the estimator's component names)
+_SHORT = {
+    "parameters": "params",
+    "gradients": "grads",
+    "optimizer_states": "opt states",
+    "optimizer_intermediates": "opt temps",
     "activations": "activations",
-    "logits_and_loss": "logits & loss",
+    "logits_and_loss": "logits/loss",
     "kv_cache": "KV cache",
-    "cuda_context": "CUDA context",
-    "allocator_reserve": "allocator reserve",
+    "cuda_context": "CUDA ctx",
+    "allocator_reserve": "alloc reserve",
 }
-_COLUMNS = ("component", "predicted", "measured", "error", "error %", "measured as")
+#: even shorter, inside a group name
+_IN_GROUP = {"activations": "act", "logits_and_loss": "logits", "optimizer_intermediates": "temps"}
+_PEAK = {
+    FIGURE_ALLOCATED: "PEAK allocated",
+    FIGURE_RESERVED: "PEAK reserved",
+    FIGURE_NVML_USED: "PEAK NVML used",
+    FIGURE_CPU_LIVE: "PEAK CPU live",
+}
+_NUM = 9  # "121.5 MiB"; numbers are right-aligned by padding (DataTable cells do not justify)
+_PCT = 7  # "+100.0%"
+_COLUMNS = (
+    ("component", None),
+    ("predicted", _NUM),
+    ("measured", _NUM),
+    ("err %", _PCT),
+    ("error", _NUM),
+    ("measured as", None),
+)
 
 
-def _label(name: str) -> str:
-    return " + ".join(_LABELS.get(part, part.replace("_", " ")) for part in name.split("+"))
+def short_label(name: str) -> str:
+    """A component (``parameters``) or group (``activations+logits_and_loss``) name, short."""
+    parts = name.split("+")
+    if len(parts) == 1:
+        return _SHORT.get(name, name.replace("_", " "))
+    return "+".join(_IN_GROUP.get(p, _SHORT.get(p, p)) for p in parts)
 
 
-_NUM_WIDTH = 12  # numbers are right-aligned by padding: DataTable cells do not justify
+def _size(n: int | None) -> str:
+    return "—" if n is None else format_bytes(n, precision=1)
 
 
-def _num(text: str, style: str = "") -> Text:
-    return Text(text.rjust(_NUM_WIDTH), style=style)
-
-
-def _mib(n: int | None) -> Text:
-    return _num("—" if n is None else format_bytes(n, unit="MiB", precision=1))
-
-
-def _signed_mib(n: int | None) -> Text:
+def _signed(n: int | None) -> str:
     if n is None:
-        return _num("—")
-    return _num(("+" if n > 0 else "") + format_bytes(n, unit="MiB", precision=1))
+        return "—"
+    return ("+" if n > 0 else "") + format_bytes(n, precision=1)
 
 
 def format_error_percent(value: float | None) -> str:
@@ -65,6 +88,10 @@ def format_error_percent(value: float | None) -> str:
     if value is None:
         return "—"
     return f"{value:+.1f}%"
+
+
+def _right(text: str, width: int, style: str = "") -> Text:
+    return Text(text.rjust(width), style=style)
 
 
 class ComparisonView(Vertical):
@@ -105,10 +132,13 @@ class ComparisonView(Vertical):
     def compose(self) -> ComposeResult:
         yield Static("no comparison yet: select a probed process", id="cmp-figure", classes="-none")
         table: DataTable[Any] = DataTable(id="cmp-table", cursor_type="row", zebra_stripes=True)
-        table.tooltip = "error = predicted - measured; % of measured; MiB = 2^20 bytes"
-        for name in _COLUMNS:
-            table.add_column(name.rjust(_NUM_WIDTH) if name in ("predicted", "measured", "error") else
-                             (name.rjust(8) if name == "error %" else name), key=name)
+        table.tooltip = (
+            "err % and error = predicted - measured (% of measured); sizes in binary units (MiB = 2^20 B); "
+            "n/m = not measured (the last column says why); PEAK rows compare the predicted peak with "
+            "exactly the parts each measured figure contains"
+        )
+        for name, width in _COLUMNS:
+            table.add_column(name if width is None else name.rjust(width), key=name)
         yield table
         yield Static("", id="cmp-notes")
 
@@ -125,39 +155,48 @@ class ComparisonView(Vertical):
             notes.update("")
             return
         figure.remove_class("-none")
-        where = f"pid {result.pid}, " if result.pid is not None else ""
+        where = f"pid {result.pid} on {result.device}" if result.pid is not None else result.device
+        phases = ""
+        if result.peak_phase:
+            phases = f"; predicted peak in {result.peak_phase}"
+            if result.measured_peak_phase:
+                phases += f", measured components in {result.measured_peak_phase}"
         figure.update(
             Text(
-                f"{where}{result.device}: per component, measured = {result.measured_figure} "
-                f"(probe categories at the measured peak; {result.sample_count} sample"
-                f"{'' if result.sample_count == 1 else 's'}); "
-                "error = predicted - measured; MiB = 2^20 B"
+                f"{where}: components measured as {result.measured_figure} "
+                f"({result.sample_count} sample{'' if result.sample_count == 1 else 's'}){phases}. "
+                "error = predicted - measured"
             )
         )
         for row in result.components:
-            measured = _mib(row.measured_bytes)
+            member = not row.is_group and any(
+                other.is_group and row.name in other.components for other in result.components
+            )
+            label = ("  " if member else "") + short_label(row.name)
             if row.measured_bytes is None:
-                measured = _num("not measured", style="dim italic")
+                measured = _right("n/m", _NUM, "dim italic")
+            else:
+                measured = _right(_size(row.measured_bytes), _NUM)
             table.add_row(
-                Text(_label(row.name)),
-                _mib(row.predicted_bytes),
+                Text(label, style="dim" if member else ""),
+                _right(_size(row.predicted_bytes), _NUM),
                 measured,
-                _signed_mib(row.error_bytes),
                 _styled_percent(row.error_percent),
-                Text(printable(row.source, limit=200), style="dim"),
+                _right(_signed(row.error_bytes), _NUM),
+                Text(printable(f"{row.name}: {row.source}", limit=300), style="dim"),
                 key=f"c:{row.name}",
             )
         for peak in result.peaks:
             table.add_row(
-                Text(f"PEAK ({peak.figure})", style="bold"),
-                _mib(peak.predicted_bytes),
-                _mib(peak.measured_bytes),
-                _signed_mib(peak.error_bytes),
-                _styled_percent(peak.error_percent),
+                Text(_PEAK.get(peak.figure, f"PEAK {peak.figure}"), style="bold"),
+                _right(_size(peak.predicted_bytes), _NUM, "bold"),
+                _right(_size(peak.measured_bytes), _NUM, "bold"),
+                _styled_percent(peak.error_percent, bold=True),
+                _right(_signed(peak.error_bytes), _NUM),
                 Text(f"{peak.figure}; predicted {peak.predicted_scope}", style="dim"),
                 key=f"p:{peak.figure}",
             )
-        notes.update(Text(printable("\n".join(f"note: {n}" for n in result.notes), limit=2000)))
+        notes.update(Text("\n".join(printable(f"note: {n}", limit=500) for n in result.notes)))
 
     def cell_texts(self) -> list[list[str]]:
         """Every row's cells as plain text without the alignment padding (for tests and copy-out)."""
@@ -168,11 +207,14 @@ class ComparisonView(Vertical):
         return rows
 
 
-def _styled_percent(value: float | None) -> Text:
+def _styled_percent(value: float | None, bold: bool = False) -> Text:
     text = format_error_percent(value)
     if value is None:
-        return Text(text.rjust(8), style="dim")
+        return _right(text, _PCT, "dim")
     magnitude = abs(value)
-    # Thresholds follow the project's accuracy targets (issue 3): <= 5 % good, <= 10 % fair.
+    # Emphasis follows the project's accuracy targets (issue 3): <= 5 % plain, <= 10 % bold,
+    # beyond that reversed so it stands out without relying on colour.
     style = "" if magnitude <= 5 else ("bold" if magnitude <= 10 else "bold reverse")
-    return Text(text.rjust(8), style=style)
+    if bold and not style:
+        style = "bold"
+    return _right(text, _PCT, style)
