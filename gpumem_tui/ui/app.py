@@ -136,6 +136,9 @@ class GpuMemApp(App[None]):
         self.bands: list[Band] = []
         self.poller = Poller(self, source, interval)
         self.has_side_pane = False
+        self._status_shown: Text | None = None
+        self._charted_target: tuple[str, int] | None = None
+        self._charted_time = 0.0
         self._highlighted_key: str | None = None
         # Widgets are kept as attributes: handlers also run while a modal screen is on top,
         # where App.query would search that screen instead of the dashboard.
@@ -255,7 +258,7 @@ class GpuMemApp(App[None]):
             elif snap.devices:
                 self.chart_target = ("gpu", snap.devices[0].index)
         self._update_status()
-        self._update_chart()
+        self._update_chart(throttle=True)
         self._update_side()
 
     def _record(self, snap: Snapshot) -> None:
@@ -336,9 +339,13 @@ class GpuMemApp(App[None]):
         return text
 
     def _update_status(self) -> None:
-        self.status_bar.update(self.status_text())
+        # Static.update re-lays out the screen: skip it when nothing changed.
+        text = self.status_text()
+        if text != self._status_shown:
+            self._status_shown = text
+            self.status_bar.update(text, layout=False)
         if self.replay:
-            self.replay_bar.update(self.replay_text())
+            self.replay_bar.update(self.replay_text(), layout=False)
 
     def replay_text(self) -> Text:
         src = self.source
@@ -393,10 +400,17 @@ class GpuMemApp(App[None]):
             return proc.device_index
         return self.device_panel.selected_index
 
-    def _update_chart(self) -> None:
+    def _update_chart(self, throttle: bool = False) -> None:
         chart = self.chart
         snap = self.snapshot
         target = self.chart_target
+        if throttle and snap is not None and target == self._charted_target:
+            # A new sample moves the curve by less than one character cell until
+            # seconds_per_cell have passed: redrawing sooner costs CPU and shows nothing new.
+            if snap.time - self._charted_time < chart.seconds_per_cell():
+                return
+        self._charted_target = target
+        self._charted_time = snap.time if snap is not None else 0.0
         if snap is None or target is None:
             chart.set_series([], None)
             chart.set_message("no GPU or process selected")

@@ -29,6 +29,7 @@ class DevicePanel(DataTable):
         # selection is what the chart follows, and a second highlight would mislead.
         super().__init__(cursor_type="row", show_cursor=False, **kwargs)
         self.devices: tuple[DeviceSample, ...] = ()
+        self._last: dict[str, list[Text]] = {}
 
     def on_mount(self) -> None:
         for key, label in (
@@ -55,29 +56,48 @@ class DevicePanel(DataTable):
         return variables.get("bar-used", "blue"), variables.get("bar-free", "")
 
     def show(self, devices: tuple[DeviceSample, ...]) -> None:
-        """Replace the rows, keeping the cursor on the same GPU index."""
+        """Replace the rows, keeping the cursor on the same GPU index.
+
+        When the same GPUs are listed as before, only changed cells are updated (no
+        clear()/add_row(), which would re-measure and re-layout every second).
+        """
         keep = self.selected_index
-        self.devices = tuple(sorted(devices, key=lambda d: d.index))
+        devices = tuple(sorted(devices, key=lambda d: d.index))
         used_style, free_style = self._bar_styles()
+        rows = {str(dev.index): self._cells(dev, used_style, free_style) for dev in devices}
+        same = [str(d.index) for d in self.devices] == list(rows) and self.row_count == len(rows)
+        self.devices = devices
+        if same:
+            for key, cells_ in rows.items():
+                old = self._last.get(key)
+                for index, cell in enumerate(cells_):
+                    if old is None or old[index] != cell:
+                        column = self.ordered_columns[index]
+                        self.update_cell(key, column.key, cell, update_width=cell.cell_len > column.width)
+            self._last = rows
+            return
+        self._last = rows
         self.clear()
         target = 0
-        for row, dev in enumerate(self.devices):
-            if dev.index == keep:
+        for row, (key, cells_) in enumerate(rows.items()):
+            if devices[row].index == keep:
                 target = row
-            name = cells.safe(dev.name, limit=40) if dev.name else cells.missing(dev.error and "-" or dev.reason("name"))
-            util = (
-                cells.missing("-") if dev.error
-                else cells.percent(dev.utilization_gpu_percent, dev.reason("utilization_gpu_percent"))
-            )
-            self.add_row(
-                Text(str(dev.index), justify="right"),
-                name,
-                cells.device_memory(dev),
-                cells.bar(cells.device_fraction(dev), BAR_WIDTH, used_style, free_style),
-                util,
-                cells.temperature(dev),
-                cells.power(dev),
-                key=str(dev.index),
-            )
+            self.add_row(*cells_, key=key)
         if self.devices:
             self.move_cursor(row=target, animate=False)
+
+    def _cells(self, dev: DeviceSample, used_style: str, free_style: str) -> list[Text]:
+        name = cells.safe(dev.name, limit=40) if dev.name else cells.missing(dev.error and "-" or dev.reason("name"))
+        util = (
+            cells.missing("-") if dev.error
+            else cells.percent(dev.utilization_gpu_percent, dev.reason("utilization_gpu_percent"))
+        )
+        return [
+            Text(str(dev.index), justify="right"),
+            name,
+            cells.device_memory(dev),
+            cells.bar(cells.device_fraction(dev), BAR_WIDTH, used_style, free_style),
+            util,
+            cells.temperature(dev),
+            cells.power(dev),
+        ]

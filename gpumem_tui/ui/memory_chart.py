@@ -110,7 +110,7 @@ class MemoryChart(Vertical):
 
     DEFAULT_CSS = """
     MemoryChart { height: 1fr; }
-    MemoryChart > #chart-legend { height: auto; max-height: 2; padding: 0 1; color: $text-muted; }
+    MemoryChart > #chart-legend { height: 1; padding: 0 1; color: $text-muted; }
     """
 
     show_bands: reactive[bool] = reactive(True)
@@ -126,6 +126,7 @@ class MemoryChart(Vertical):
         self.phase_marks: list[PhaseMark] = []
         self.now: float | None = None
         self.message: str | None = None
+        self._legend_shown: Text | None = None
 
     def compose(self) -> ComposeResult:
         yield MemoryPlot(id="chart-plot")
@@ -175,6 +176,16 @@ class MemoryChart(Vertical):
         except ColorParseError:
             return "default"
 
+    def seconds_per_cell(self) -> float:
+        """Seconds of history one character column of the plot spans right now."""
+        span = self.window
+        if self.now is not None and self.curves:
+            starts = [c.points[0][0] for c in self.curves if c.points]
+            if starts:
+                span = min(self.window, max(self.now - min(starts), 30.0))
+        width = max(self.size.width - 10, 10)
+        return span / width
+
     def visible_phase_marks(self) -> list[PhaseMark]:
         if self.now is None:
             return []
@@ -204,7 +215,7 @@ class MemoryChart(Vertical):
             plt.title(self.message or f"{self.title}: no samples yet")
             plt.xlim(-self.window, 0)
             plot.refresh()
-            legend.update(legend_text)
+            self._set_legend(legend, legend_text)
             return
         bands = self.bands if self.show_bands else []
         peak = max(max(v for _, v in c.points) for c in curves)
@@ -250,7 +261,13 @@ class MemoryChart(Vertical):
                 legend_text.append("━━ ", style=self.app.theme_variables.get(var, ""))
                 legend_text.append(f"{PHASE_LABELS[phase]}  ")
         plot.refresh()
-        legend.update(legend_text)
+        self._set_legend(legend, legend_text)
+
+    def _set_legend(self, legend: Static, text: Text) -> None:
+        # Fixed height: updating without a layout pass (a layout costs more than the plot).
+        if text != self._legend_shown:
+            self._legend_shown = text
+            legend.update(text, layout=False)
 
     def _plot_by_phase(self, plt, pts, now, factor, label) -> None:  # noqa: ANN001
         """Plot one curve in segments coloured by the phase each sample fell in."""

@@ -147,12 +147,14 @@ class ProcessTable(DataTable):
         self._now = 0.0
         self.shown: list[ProcessSample] = []
         self.visible_columns: tuple[str, ...] = COLUMN_KEYS
+        self._cells: dict[str, list[Text | str]] = {}
 
     def on_mount(self) -> None:
         self._set_columns(COLUMN_KEYS)
 
     def _set_columns(self, keys: tuple[str, ...]) -> None:
         self.clear(columns=True)
+        self._cells = {}
         self.visible_columns = keys
         for col in COLUMNS:
             if col.key in keys:
@@ -249,20 +251,61 @@ class ProcessTable(DataTable):
         rows = [p for p in self._processes if self.filter.matches(p)]
         column, reverse = self.effective_sort
         self.shown = sort_processes(rows, column, reverse, self._now)
+        visible = [col for col in COLUMNS if col.key in self.visible_columns]
+        new_rows = {row_key(p): [col.render(p, self._now) for col in visible] for p in self.shown}
+        if self.row_count and set(new_rows) == set(self._cells):
+            self._update_in_place(new_rows, visible, keep)
+        else:
+            self._replace_rows(new_rows, keep)
+        self._cells = new_rows
+
+    def _replace_rows(self, new_rows: dict[str, list[Text | str]], keep: str | None) -> None:
         scroll_y = self.scroll_y
         self.clear()
-        visible = [col for col in COLUMNS if col.key in self.visible_columns]
         target = 0
-        for index, p in enumerate(self.shown):
-            key = row_key(p)
+        for index, (key, cells_) in enumerate(new_rows.items()):
             if key == keep:
                 target = index
-            self.add_row(*(col.render(p, self._now) for col in visible), key=key)
-        if self.shown:
+            self.add_row(*cells_, key=key)
+        if new_rows:
             self.move_cursor(row=target, animate=False, scroll=False)
             self.scroll_to(y=scroll_y, animate=False, immediate=True)
             if not (scroll_y <= target < scroll_y + max(self.size.height - 2, 1)):
                 self.move_cursor(row=target, animate=False, scroll=True)
+
+    def _update_in_place(self, new_rows: dict[str, list[Text | str]], visible: list[Column], keep: str | None) -> None:
+        """Same rows as before: change only the cells that differ and reorder if needed.
+
+        Avoids clear()/add_row(), which re-measure every column and re-layout the screen: at
+        1 Hz that was most of the dashboard's idle CPU.
+        """
+        keys = [c.key for c in visible]
+        for key, cells_ in new_rows.items():
+            old = self._cells.get(key)
+            for index, cell in enumerate(cells_):
+                if old is None or old[index] != cell:
+                    width = self.columns[self._column_key(keys[index])].width
+                    grow = Text(cell).cell_len > width if isinstance(cell, str) else cell.cell_len > width
+                    self.update_cell(key, keys[index], cell, update_width=grow)
+        order = {key: i for i, key in enumerate(new_rows)}
+        current = [row.key.value for row in self.ordered_rows]
+        if current != list(order):
+            position = {key: i for i, key in enumerate(order)}
+            keep_key = keep if keep is not None else self.selected_key
+            self._reorder(position)
+            if keep_key in position:
+                self.move_cursor(row=position[keep_key], animate=False, scroll=False)
+
+    def _reorder(self, position: dict[str, int]) -> None:
+        pid_index = self.visible_columns.index("pid")
+        gpu_index = self.visible_columns.index("gpu") if "gpu" in self.visible_columns else None
+
+        def sort_key(values: tuple[Any, ...]) -> int:
+            pid = values[pid_index].plain
+            gpu = values[gpu_index].plain if gpu_index is not None else "-"
+            return position.get(f"{pid}:{gpu}", len(position))
+
+        self.sort(key=sort_key)
 
     def action_sort_next(self) -> None:
         self._sort_step(1)
