@@ -1,0 +1,153 @@
+"""Property-based fuzzing of the estimator (issue 5): over job flags and config.json contents,
+only the documented input errors, never negative/NaN bytes, monotone in batch and sequence."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpumem_tui.estimator.architecture import (
+    SUPPORTED_MODEL_TYPES,
+    ArchitectureError,
+    architecture_from_config,
+    catalogue_names,
+    load_architecture,
+)
+from gpumem_tui.estimator.estimate import COMPONENT_KEYS, estimate
+from gpumem_tui.estimator.spec import (
+    ATTENTION,
+    DEVICES,
+    DTYPES,
+    GRAD_CKPT,
+    KV_DTYPES,
+    OPTIMIZERS,
+    QUANT,
+    TASKS,
+    SpecError,
+    TrainingSpec,
+)
+
+ARCHS = {name: load_architecture(name) for name in catalogue_names()}
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+def _mostly(value, others):  # noqa: ANN001, ANN202
+    """``value`` about 3 times in 4, else one of ``others`` (keeps most specs valid)."""
+    return st.one_of(st.just(value), st.just(value), st.just(value), others)
+
+
+@st.composite
+def spec_kwargs(draw):  # noqa: ANN001, ANN201
+    task = draw(st.sampled_from(TASKS))
+    lora = task in ("lora", "qlora")
+    inference = task == "inference"
+    return {
+        "task": task,
+        "batch": draw(_mostly(draw(st.integers(1, 64)), st.integers(-2, 4096))),
+        "seq": draw(_mostly(draw(st.integers(1, 8192)), st.integers(-2, 65536))),
+        "dtype": draw(_mostly("bf16", st.sampled_from(DTYPES + ("fp64",)))),
+        "mixed_precision": draw(_mostly(False, st.booleans())),
+        "optimizer": draw(st.sampled_from(OPTIMIZERS)),
+        "grad_ckpt": draw(_mostly("none", st.sampled_from(GRAD_CKPT))) if not inference else "none",
+        "attention": draw(st.sampled_from(ATTENTION)),
+        "zero": draw(_mostly(0, st.integers(-1, 4))),
+        "dp": draw(st.sampled_from([1, 2, 8, 1, 0])),
+        "tp": draw(_mostly(1, st.sampled_from([2, 4, 8]))),
+        "pp": draw(_mostly(1, st.sampled_from([2, 4]))),
+        "lora_rank": draw(st.one_of(st.none(), st.integers(-1, 256))) if lora else draw(_mostly(None, st.just(8))),
+        "kv_dtype": draw(_mostly(None, st.sampled_from(KV_DTYPES))) if inference else draw(_mostly(None, st.just("fp8"))),
+        "quant": draw(_mostly("none", st.sampled_from(QUANT))),
+        "device": draw(st.sampled_from(DEVICES)),
+    }
+
+
+junk = st.one_of(
+    st.none(), st.booleans(), st.text(max_size=5), st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(10**12), max_value=10**12), st.lists(st.integers(), max_size=3),
+)
+
+
+@st.composite
+def configs(draw):  # noqa: ANN001, ANN201
+    """A plausible config of a supported model type with random sizes, then maybe corrupted."""
+    mt = draw(st.sampled_from(SUPPORTED_MODEL_TYPES))
+    heads = draw(st.sampled_from([1, 2, 4, 8, 12]))
+    head_dim = draw(st.sampled_from([8, 16, 64]))
+    hidden = heads * head_dim
+    kv = draw(st.sampled_from([h for h in (1, 2, 4, heads) if heads % h == 0]))
+    cfg = {
+        "model_type": mt, "hidden_size": hidden, "n_embd": hidden, "num_attention_heads": heads, "n_head": heads,
+        "num_key_value_heads": kv, "num_hidden_layers": draw(st.integers(1, 6)), "n_layer": draw(st.integers(1, 6)),
+        "vocab_size": draw(st.integers(2, 70000)), "intermediate_size": draw(st.integers(1, 8192)),
+        "max_position_embeddings": draw(st.integers(1, 8192)), "n_positions": draw(st.integers(1, 8192)),
+        "tie_word_embeddings": draw(st.booleans()),
+    }
+    if draw(st.booleans()):
+        cfg["head_dim"] = draw(st.sampled_from([8, 16, 32]))
+    if draw(st.booleans()):
+        cfg["sliding_window"] = draw(st.integers(1, 4096))
+    if mt == "mixtral":
+        cfg["num_local_experts"] = draw(st.integers(1, 8))
+        cfg["num_experts_per_tok"] = draw(st.integers(1, cfg["num_local_experts"]))
+    for _ in range(draw(st.integers(0, 2))):  # corrupt or drop a field
+        key = draw(st.sampled_from(sorted(cfg) + ["model_type"]))
+        if draw(st.booleans()):
+            cfg.pop(key, None)
+        else:
+            cfg[key] = draw(junk)
+    return cfg
+
+
+def _check(est) -> None:  # noqa: ANN001
+    values = [est.components_bytes[k] for k in COMPONENT_KEYS] + [est.peak_bytes, est.allocated_peak_bytes]
+    values += [p.live_bytes for p in est.phases]
+    for v in values:
+        assert isinstance(v, int) and v >= 0 and not math.isnan(v)
+    assert sum(est.components_bytes[k] for k in COMPONENT_KEYS) == est.peak_bytes
+
+
+def _spec_or_none(kwargs: dict) -> TrainingSpec | None:
+    try:
+        return TrainingSpec(**kwargs)
+    except SpecError:
+        return None
+
+
+@SETTINGS
+@given(name=st.sampled_from(sorted(ARCHS)), kwargs=spec_kwargs())
+def test_estimates_are_valid_and_monotone(name: str, kwargs: dict) -> None:
+    arch = ARCHS[name]
+    spec = _spec_or_none(kwargs)
+    if spec is None:
+        return
+    try:
+        est = estimate(arch, spec)
+    except SpecError:
+        return
+    _check(est)
+    bigger_b = estimate(arch, spec.replace(batch=spec.batch + 1))
+    bigger_s = estimate(arch, spec.replace(seq=spec.seq + 1))
+    _check(bigger_b)
+    _check(bigger_s)
+    assert bigger_b.peak_bytes >= est.peak_bytes
+    assert bigger_s.peak_bytes >= est.peak_bytes
+
+
+@SETTINGS
+@given(config=configs(), kwargs=spec_kwargs())
+def test_arbitrary_configs_raise_only_documented_errors(config: dict, kwargs: dict) -> None:
+    try:
+        arch = architecture_from_config(config)
+    except ArchitectureError:
+        return
+    assert arch.total_params > 0
+    spec = _spec_or_none(kwargs)
+    if spec is None:
+        return
+    try:
+        est = estimate(arch, spec)
+    except SpecError:
+        return
+    _check(est)
+    assert estimate(arch, spec.replace(batch=spec.batch + 1)).peak_bytes >= est.peak_bytes
