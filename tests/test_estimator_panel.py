@@ -298,3 +298,39 @@ def test_bands_are_cumulative_and_end_at_the_peak():
     assert {v for _, _, v in bands} <= set(APP_VARIABLES)
     cpu = bands_from_estimate(estimate(arch, _spec(device="cpu")))
     assert "+ CUDA context & reserve" not in [b[0] for b in cpu]
+
+
+async def test_theme_switch_recolours_the_bar_and_legend():
+    from textual.theme import Theme
+
+    app = Host()
+    async with app.run_test(size=SIZE) as pilot:
+        app.register_theme(Theme(name="redbands", primary="#112233", dark=True,
+                                 variables={"band-parameters": "#ff0000"}))
+        await _settle(app, pilot)
+        panel = app.query_one(EstimatorPanel)
+        bar = panel.query_one(MemoryBar)
+        first = bar.render().spans[0].style
+        assert "#ff0000" not in str(first).lower()
+        app.theme = "redbands"
+        await _settle(app, pilot)
+        assert "#ff0000" in str(bar.render().spans[0].style).lower()
+        legend = panel.query_one("#est-breakdown", Static).content
+        assert any("#ff0000" in str(span.style).lower() for span in legend.spans)
+
+
+async def test_apply_probe_info_with_garbage_never_raises():
+    app = Host()
+    async with app.run_test(size=SIZE) as pilot:
+        await _settle(app, pilot)
+        panel = app.query_one(EstimatorPanel)
+        good = panel.estimate
+        for info in (
+            ProbeInfo(pid=1, model_config=["not", "a", "dict"], setup=(("batch", 1), ("seq", 8))),
+            ProbeInfo(pid=2, model_config={"model_type": "llama"}, setup=(("batch", "x"),)),
+            ProbeInfo(pid=3, model_config=None, setup=()),
+        ):
+            reason = panel.apply_probe_info(info)
+            assert reason and f"pid {info.pid}" in reason and "\n" not in reason
+            await _settle(app, pilot)
+        assert panel.estimate is not None and panel.estimate.peak_bytes == good.peak_bytes

@@ -495,6 +495,20 @@ class EstimatorPanel(VerticalScroll):
     def on_mount(self) -> None:
         self._sync_enabled()
         self.recompute()
+        # Colours are looked up from the theme when drawn: redraw when the theme changes.
+        self.watch(self.app, "theme", self._theme_changed, init=False)
+
+    def _theme_changed(self) -> None:
+        # The app rebuilds its theme variables after its own watcher: redraw once that is done.
+        self.call_after_refresh(self._redraw_for_theme)
+
+    def _redraw_for_theme(self) -> None:
+        for widget in self.query(Static):
+            if hasattr(widget, "_gpumem_text"):
+                del widget._gpumem_text  # force the next redraw to rebuild its colours
+        self.query_one(MemoryBar).refresh()
+        if self.estimate is not None:
+            self._render_estimate(stale=bool(self.invalid_fields))
 
     def on_resize(self) -> None:
         self.query_one(MemoryBar).refresh()
