@@ -73,6 +73,14 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head", default=None, help=f"model head: {' | '.join(HEADS)} (default from config)")
     parser.add_argument("--num-labels", type=int, default=2, help="labels of a classification head (default 2)")
     parser.add_argument(
+        "--optimizer-impl", default="auto",
+        help="torch optimizer implementation: auto (single on cpu, foreach on cuda) | single | foreach | fused",
+    )
+    parser.add_argument("--grad-accum", type=int, default=1, help="gradient-accumulation micro-batches (default 1)")
+    parser.add_argument(
+        "--keep-grads", action="store_true", help="gradients stay allocated between steps (zero_grad set_to_none=False)"
+    )
+    parser.add_argument(
         "--device", default="cuda",
         help="kernel profile: cuda (adds CUDA context + allocator reserve) | cpu (default cuda)",
     )
@@ -103,7 +111,8 @@ def spec_from_args(args: argparse.Namespace) -> tuple[ModelArchitecture, Trainin
         task=args.task, batch=args.batch, seq=args.seq, dtype=args.dtype, mixed_precision=bool(args.mixed_precision),
         optimizer=args.optimizer, grad_ckpt=args.grad_ckpt, attention=args.attention, zero=args.zero, dp=args.dp,
         tp=args.tp, pp=args.pp, lora_rank=args.lora_rank, lora_targets=targets, kv_dtype=args.kv_dtype,
-        quant=args.quant, device=args.device,
+        quant=args.quant, device=args.device, optimizer_impl=getattr(args, "optimizer_impl", "auto"),
+        grad_accum=getattr(args, "grad_accum", 1), keep_grads=bool(getattr(args, "keep_grads", False)),
     )
     check_spec_for(arch, spec)  # raises on tp/pp/LoRA-target contradictions with this model
     return arch, spec

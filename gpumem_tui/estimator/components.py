@@ -248,7 +248,8 @@ def optimizer_intermediate_bytes(arch: ModelArchitecture, spec: TrainingSpec) ->
     every trainable parameter (PyTorch ``torch/optim/adamw.py``, ``_single_tensor_adamw`` and
     ``_multi_tensor_adamw``). SGD updates in place (no temporaries); Adafactor builds the
     full-size variance estimate and update (2 x the largest tensor, or the whole list with
-    foreach); bitsandbytes 8-bit AdamW runs a fused kernel (no temporaries).
+    foreach); bitsandbytes 8-bit AdamW and ``fused=True`` run fused kernels (no temporaries).
+    ``spec.optimizer_impl`` picks the implementation (auto = torch's device default).
     """
     if spec.task == "inference":
         return 0
@@ -263,7 +264,10 @@ def optimizer_intermediate_bytes(arch: ModelArchitecture, spec: TrainingSpec) ->
     n = trainable_params(arch, spec) / (spec.tp * spec.pp)
     if spec.zero >= 1:
         n /= spec.dp
-    if spec.device == "cpu":
+    impl = spec.resolved_optimizer_impl
+    if impl == "fused":
+        return 0
+    if impl == "single":
         return int(2 * min(largest, n) * prec.state)
     return int(n * prec.state)
 
@@ -569,10 +573,15 @@ def activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int
     per = layer.total
     if spec.grad_ckpt == "selective":
         per -= layer.quadratic
+    extra = 0
     if spec.grad_ckpt == "full":
-        per = b * s * arch.hidden_size * precision(spec).compute
+        e = precision(spec).compute
+        per = b * s * arch.hidden_size * e
+        if arch.kind == "decoder" and not _fused_sdpa(arch, spec):
+            # the (b, 1, s, s) float causal mask is an input of every checkpointed layer
+            extra = b * s * s * e
     per = per / spec.tp
-    return int(per * arch.num_layers + fixed_activation_bytes(arch, spec, b, s))
+    return int(per * arch.num_layers + extra + fixed_activation_bytes(arch, spec, b, s))
 
 
 # ----- inference -----------------------------------------------------------------------------

@@ -134,20 +134,31 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     emb_g = arch.param_breakdown()["embeddings"] * prec.grad / shard_g if full_training else 0
     grad_hidden = b * s * h * e
     fixed = A - per_saved * arch.num_layers
+    persist = spec.grads_persist
+    if persist:
+        # gradients already allocated: backward accumulates in place (one V x h temporary
+        # for a tied embedding instead of two)
+        tied_extra //= 2
+
+    def grads(partial: float) -> float:
+        return G if persist else partial
 
     moments: list[tuple[str, str, dict[str, int]]] = []
     moments.append(("forward", "end of forward", _moment(
-        parameters=P, optimizer_states=O, activations=A + amp_casts, logits_and_loss=LL.forward_peak)))
+        parameters=P, optimizer_states=O, gradients=grads(0), activations=A + amp_casts,
+        logits_and_loss=LL.forward_peak)))
     moments.append(("backward", "log-softmax backward", _moment(
-        parameters=P, optimizer_states=O, activations=A + amp_casts - labels_freed, logits_and_loss=LL.backward_peak)))
+        parameters=P, optimizer_states=O, gradients=grads(0), activations=A + amp_casts - labels_freed,
+        logits_and_loss=LL.backward_peak)))
     moments.append(("backward", "LM head backward", _moment(
-        parameters=P, optimizer_states=O, gradients=head_w, activations=A + amp_casts + grad_hidden,
+        parameters=P, optimizer_states=O, gradients=grads(head_w), activations=A + amp_casts + grad_hidden,
         logits_and_loss=LL.head_grad)))
     moments.append(("backward", "last layer backward", _moment(
-        parameters=P, optimizer_states=O, gradients=head_w, activations=A + amp_casts + grad_hidden + X + recompute)))
+        parameters=P, optimizer_states=O, gradients=grads(head_w),
+        activations=A + amp_casts + grad_hidden + X + recompute)))
     layer_g = (G - emb_g - head_w * (not arch.tie_word_embeddings)) / max(1, arch.num_layers)
     moments.append(("backward", "first layer backward", _moment(
-        parameters=P, optimizer_states=O, gradients=G - emb_g - layer_g,
+        parameters=P, optimizer_states=O, gradients=grads(G - emb_g - layer_g),
         activations=fixed + per_saved + grad_hidden + X + recompute + amp_casts / max(1, arch.num_layers))))
     moments.append(("backward", "embedding backward", _moment(
         parameters=P, optimizer_states=O, gradients=G, activations=ids + tied_extra)))
@@ -226,8 +237,13 @@ def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -
             out.append("mixed precision = torch autocast: fp32 weights/gradients/states, 16-bit compute")
         elif prec.master:
             out.append("mixed precision = DeepSpeed style: 16-bit weights/gradients, fp32 master + states")
-        impl = "single-tensor loop (CPU default)" if spec.device == "cpu" else "foreach (CUDA default)"
+        impl = {"single": "single-tensor loop", "foreach": "foreach (list-wide temporaries)",
+                "fused": "fused kernel"}[spec.resolved_optimizer_impl]
+        if spec.optimizer_impl == "auto":
+            impl += f" (torch default on {spec.device})"
         out.append(f"optimizer implementation: {impl}")
+        if spec.grads_persist:
+            out.append("gradients stay allocated through forward and backward (accumulation / set_to_none=False)")
     if arch.model_type == "gemma2" and spec.attention == "sdpa":
         out.append("transformers has no SDPA path for gemma2: modelled as eager attention")
     if spec.tp > 1:

@@ -22,6 +22,7 @@ GRAD_CKPT = ("none", "selective", "full")
 ATTENTION = ("eager", "sdpa", "flash")
 DEVICES = ("cuda", "cpu")
 QUANT = ("none", "int8", "nf4")
+OPTIMIZER_IMPLS = ("auto", "single", "foreach", "fused")
 LORA_ROLES = ("q", "k", "v", "o", "gate", "up", "down")
 
 #: bytes per element of each dtype name
@@ -89,6 +90,12 @@ class TrainingSpec:
         kv_dtype: KV-cache dtype for inference [same as dtype]
         quant: weight quantization for inference none | int8 | nf4 [none]
         device: kernel profile cuda | cpu [cuda]; cuda adds CUDA context and allocator reserve
+        optimizer_impl: auto | single | foreach | fused: torch optimizer implementation
+            [auto = single-tensor loop on cpu, foreach on cuda, torch's defaults]
+        grad_accum: micro-batches per optimizer step [1]; > 1 keeps gradients allocated
+            while later micro-batches run forward and backward
+        keep_grads: gradients stay allocated between steps (``zero_grad(set_to_none=False)``,
+            the default before PyTorch 2.0) [False]
 
     Raises:
         SpecError: on construction, for any invalid value or contradiction (``.field`` names it).
@@ -111,6 +118,9 @@ class TrainingSpec:
     kv_dtype: str | None = None
     quant: str = "none"
     device: str = "cuda"
+    optimizer_impl: str = "auto"
+    grad_accum: int = 1
+    keep_grads: bool = False
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -124,6 +134,10 @@ class TrainingSpec:
         _choice("attention", self.attention, ATTENTION)
         _choice("device", self.device, DEVICES)
         _choice("quant", self.quant, QUANT)
+        _choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
+        _positive("grad_accum", self.grad_accum, 1 << 16)
+        if not isinstance(self.keep_grads, bool):
+            raise SpecError("keep_grads", "keep_grads must be true or false")
         if not isinstance(self.mixed_precision, bool):
             raise SpecError("mixed_precision", "mixed_precision must be true or false")
         if isinstance(self.zero, bool) or not isinstance(self.zero, int) or not 0 <= self.zero <= 3:
@@ -163,6 +177,8 @@ class TrainingSpec:
                 raise SpecError("mixed_precision", "--mixed-precision applies to training only")
             if self.zero in (1, 2):
                 raise SpecError("zero", "ZeRO stages 1-2 shard optimizer states/gradients: no use for inference")
+            if self.grad_accum != 1 or self.keep_grads:
+                raise SpecError("grad_accum", "--grad-accum / --keep-grads apply to training only")
         else:
             if self.kv_dtype is not None:
                 raise SpecError("kv_dtype", f"--kv-dtype applies to inference only (task is {self.task})")
@@ -175,6 +191,18 @@ class TrainingSpec:
         object.__setattr__(self, "warnings", tuple(warnings))
 
     # ----- derived ----------------------------------------------------------------------
+    @property
+    def grads_persist(self) -> bool:
+        """Gradients exist during forward/backward (accumulation or set_to_none=False)."""
+        return self.keep_grads or self.grad_accum > 1
+
+    @property
+    def resolved_optimizer_impl(self) -> str:
+        """single | foreach | fused; ``auto`` resolves to torch's default for the device."""
+        if self.optimizer_impl != "auto":
+            return self.optimizer_impl
+        return "single" if self.device == "cpu" else "foreach"
+
     @property
     def is_training(self) -> bool:
         return self.task != "inference"
