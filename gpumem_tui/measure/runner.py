@@ -133,6 +133,9 @@ class Measurement:
     top_tensors: list[dict[str, Any]] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
     module_peaks: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: diagnosis only (``run(..., capture_modules=...)``): every live tensor at those moments
+    module_tensors: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    peak_tensors: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The estimate JSON shape (bytes as ints) plus ``measured: true`` and measurement detail."""
@@ -322,7 +325,12 @@ def _vocab_size(model: Any) -> int:
     return int(getattr(model.config, "vocab_size", 0) or 0)
 
 
-def run(req: MeasureRequest) -> Measurement:
+def run(
+    req: MeasureRequest,
+    *,
+    capture_modules: tuple[str, ...] = (),
+    inspect: Any = None,
+) -> Measurement:
     """Run the workload and return the last step's measurement.
 
     Raises:
@@ -366,6 +374,9 @@ def run(req: MeasureRequest) -> Measurement:
     inference = req.task == "inference"
     logits_rows = max(1, b * (s - 1)) if not inference else b
     tracker = PhaseMemTracker(vocab_size=vocab, logits_rows=logits_rows)
+    tracker.capture_modules = set(capture_modules)
+    if inspect is not None:  # diagnosis hook: inspect(model, tracker) may register module hooks
+        inspect(model, tracker)
     compute_dtype = _torch_dtype(torch, req.dtype)
     autocast = (
         torch.autocast("cpu", dtype=compute_dtype) if req.mixed_precision else contextlib.nullcontext()
@@ -413,6 +424,7 @@ def run(req: MeasureRequest) -> Measurement:
                 step_name = f"step{step}"
                 if step > 1:
                     tracker.reset_mod_stats()  # MemTracker refuses a second root forward otherwise
+                    tracker.module_live.clear()
                 phase(f"{step_name}.forward")
                 ids = torch.randint(0, vocab_cfg, (b, s), device=req.on)
                 with autocast, _meta_patches(req.on):
@@ -458,15 +470,14 @@ def run(req: MeasureRequest) -> Measurement:
         components[comp] += entry.nbytes
         key = f"{comp}.{entry.reftype}"
         detail[key] = detail.get(key, 0) + entry.nbytes
-    top = sorted(best.live, key=lambda e: e.nbytes, reverse=True)[:12]
-    top_tensors = []
-    for entry in top:
-        op, shape, dtype = tracker.describe(entry)
-        top_tensors.append(
-            {"bytes": entry.nbytes, "category": entry.reftype, "tag": tracker.tag_of(entry),
-             "op": op, "shape": list(shape), "dtype": dtype}
-        )
+    top = sorted(best.live, key=lambda e: e.nbytes, reverse=True)
+    top_tensors = [_describe(tracker, e) for e in top[:12]]
+    peak_tensors = [_describe(tracker, e) for e in top] if capture_modules else []
     module_peaks = _module_peaks(tracker) if not inference else {}
+    module_tensors = {
+        key: [_describe(tracker, e) for e in sorted(live, key=lambda e: e.nbytes, reverse=True)]
+        for key, live in tracker.module_live.items()
+    }
     total = sum(components.values())
     if total != best.peak_bytes:  # the split must account for every byte of the peak
         raise RuntimeError(f"internal: components sum {total} != peak {best.peak_bytes}")
@@ -489,7 +500,15 @@ def run(req: MeasureRequest) -> Measurement:
         top_tensors=top_tensors,
         assumptions=assumptions,
         module_peaks=module_peaks,
+        module_tensors=module_tensors,
+        peak_tensors=peak_tensors,
     )
+
+
+def _describe(tracker: Any, entry: Any) -> dict[str, Any]:
+    op, shape, dtype = tracker.describe(entry)
+    return {"bytes": entry.nbytes, "category": entry.reftype, "tag": tracker.tag_of(entry),
+            "op": op, "shape": list(shape), "dtype": dtype}
 
 
 def _module_peaks(tracker: Any, depth: int = 4) -> dict[str, dict[str, int]]:

@@ -94,6 +94,9 @@ class PhaseMemTracker(_mt.MemTracker):
         self._vocab = int(vocab_size)
         self._logits_rows = max(1, int(logits_rows))
         self._func_name = ""
+        #: module FQNs whose forward / backward peak moments keep their live storages (diagnosis)
+        self.capture_modules: set[str] = set()
+        self.module_live: dict[str, list[LiveEntry]] = {}
 
     # --- hooks into MemTracker -------------------------------------------------------------
     def _update_snap(self, u_type, winfo, old_mem_consumed=None, old_reftype=None):  # type: ignore[no-untyped-def]
@@ -126,7 +129,20 @@ class PhaseMemTracker(_mt.MemTracker):
         return super().__torch_dispatch__(func, types, args, kwargs)
 
     def _update_peak_stats(self, peak_state):  # type: ignore[no-untyped-def]
+        if self.capture_modules:
+            before = {
+                st.mod_fqn: dict(st.local_peak) for st in self.memory_tracking.values()
+                if st.mod_fqn in self.capture_modules
+            }
         super()._update_peak_stats(peak_state)
+        if self.capture_modules:
+            for st in self.memory_tracking.values():
+                if st.mod_fqn in before and st.local_peak != before[st.mod_fqn]:
+                    key = f"{st.mod_fqn}:{'backward' if peak_state == _mt._ModState.PEAK_BW else 'forward'}"
+                    self.module_live[key] = [
+                        LiveEntry(w, int(w.mem_consumed), str(getattr(w.reftype, "value", w.reftype)))
+                        for w in self._live.values()
+                    ]
         total = self.current_bytes()
         peak = self.phase_peaks.get(self.phase)
         if peak is None:
