@@ -45,9 +45,14 @@ def _text(widget: Static) -> str:
 
 
 async def _settle(app: App, pilot) -> None:
+    """Let messages, the largest-batch solve (and any it queued) finish."""
     await pilot.pause()
-    await app.workers.wait_for_complete()
-    await pilot.pause()
+    for _ in range(200):
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        if not any(p.solving for p in app.query(EstimatorPanel)):
+            return
+    raise AssertionError("the largest-batch solve never finished")
 
 
 def _spec(**kw) -> TrainingSpec:
@@ -334,3 +339,19 @@ async def test_apply_probe_info_with_garbage_never_raises():
             assert reason and f"pid {info.pid}" in reason and "\n" not in reason
             await _settle(app, pilot)
         assert panel.estimate is not None and panel.estimate.peak_bytes == good.peak_bytes
+
+
+async def test_model_picker_type_to_search():
+    app = Host()
+    async with app.run_test(size=SIZE) as pilot:
+        await _settle(app, pilot)
+        panel = app.query_one(EstimatorPanel)
+        select = panel.query_one("#est-model", Select)
+        select.focus()
+        await pilot.press("enter")  # open the list
+        await pilot.press(*"mistral")
+        await pilot.press("enter")
+        await _settle(app, pilot)
+        assert select.value == "mistral-7b"
+        assert panel.architecture.model_type == "mistral"
+        assert panel.estimate.total_params == estimate(load_architecture("mistral-7b"), _spec()).total_params

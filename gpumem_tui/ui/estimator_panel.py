@@ -45,7 +45,6 @@ from textual.containers import Container, VerticalScroll
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Checkbox, Input, Label, Select, Static
-from textual.worker import get_current_worker
 
 from gpumem_tui.telemetry.model import ProbeInfo
 from gpumem_tui.text import printable
@@ -268,8 +267,14 @@ class EstimatorPanel(VerticalScroll):
 
     Public state (read-only): ``estimate`` (last good Estimate or None), ``architecture``,
     ``spec``, ``invalid_fields`` (field -> message), ``max_batch_value`` (int or None),
-    ``budget_bytes`` (the total the fit is checked against, or None).
+    ``budget_bytes`` (the total the fit is checked against, or None), ``solving`` (a
+    largest-batch solve is running or queued in a worker thread).
     """
+
+    @property
+    def solving(self) -> bool:
+        """True while the largest-batch solve for the current form is not on screen yet."""
+        return self._solving or self._pending_solve is not None
 
     DEFAULT_CSS = """
     EstimatorPanel {
@@ -401,6 +406,8 @@ class EstimatorPanel(VerticalScroll):
         self.last_update_seconds: float | None = None
         self._posted_key: tuple[Any, ...] | None = None
         self._generation = 0
+        self._solving = False
+        self._pending_solve: tuple[Any, ...] | None = None
 
     # ----- layout ----------------------------------------------------------------------------
 
@@ -904,24 +911,34 @@ class EstimatorPanel(VerticalScroll):
             self.max_batch_value = None
             _set_text(label, Text("largest micro-batch: needs a GPU or a typed GPU memory", style="dim"), fixed_height=True)
             return
-        self._solve_max_batch(self._generation, arch, spec, budget)
+        request = (self._generation, arch, spec, budget)
+        if self._solving:
+            # One solve at a time, never cancelled (a cancelled worker would fail an app's
+            # wait_for_complete); the newest request waits and older ones are dropped.
+            self._pending_solve = request
+            return
+        self._solving = True
+        self._solve_max_batch(*request)
 
-    @work(thread=True, exclusive=True, group="estimator-max-batch", exit_on_error=False)
+    @work(thread=True, group="estimator-max-batch", exit_on_error=False)
     def _solve_max_batch(self, generation: int, arch: Any, spec: Any, budget: int) -> None:
         from gpumem_tui.estimator.solve import max_batch
 
-        worker = get_current_worker()
         try:
             value: int | None = int(max_batch(arch, spec, budget))
             error = None
         except Exception as exc:  # noqa: BLE001 - shown in the panel
             value, error = None, f"{type(exc).__name__}: {exc}"
-        if not worker.is_cancelled:
-            self.post_message(self._MaxBatchDone(generation, value, error))
+        self.post_message(self._MaxBatchDone(generation, value, error))
 
     @on(_MaxBatchDone)
     def _on_max_batch_done(self, message: _MaxBatchDone) -> None:
         message.stop()
+        self._solving = False
+        if self._pending_solve is not None:
+            request, self._pending_solve = self._pending_solve, None
+            self._solving = True
+            self._solve_max_batch(*request)
         if message.generation != self._generation:
             return  # a newer form state is being solved
         label = self.query_one("#est-maxbatch", Static)
@@ -929,7 +946,7 @@ class EstimatorPanel(VerticalScroll):
         if message.error is not None:
             text = Text(printable(f"largest micro-batch: could not solve ({message.error})", limit=300))
         elif message.value == 0:
-            text = Text("largest micro-batch that fits: none (batch 1 already does not fit)")
+            text = Text("largest micro-batch that fits: none, not even 1")
         else:
             text = Text(f"largest micro-batch that fits: {message.value}")
         _set_text(label, text, fixed_height=True)

@@ -1,0 +1,58 @@
+"""How the comparison view and the estimator panel look (pytest-textual-snapshot).
+
+Fixed inputs, no clocks, no focus cursor: the SVGs under tests/__snapshots__ are the reference.
+Regenerate after an intended change with ``pytest tests/test_comparison_view_snapshot.py
+--snapshot-update`` and look at the new SVGs before committing them.
+"""
+
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+
+from gpumem_tui.ui.comparison_view import ComparisonView
+from gpumem_tui.ui.estimator_panel import EstimatorPanel
+from gpumem_tui.ui.themes import APP_VARIABLES
+from gpumem_tui.units import GiB
+
+from test_comparison_view import _result  # noqa: E402  (tests dir is on sys.path under pytest)
+
+
+class _ViewHost(App[None]):
+    def compose(self) -> ComposeResult:
+        yield ComparisonView()
+
+    def on_mount(self) -> None:
+        self.query_one(ComparisonView).update_comparison(_result())
+
+
+class _PanelHost(App[None]):
+    AUTO_FOCUS = None  # no blinking cursor in the picture
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(APP_VARIABLES)
+
+    def compose(self) -> ComposeResult:
+        yield EstimatorPanel(model="gpt2")
+
+
+def test_comparison_view_snapshot(snap_compare):
+    assert snap_compare(_ViewHost(), terminal_size=(64, 22))
+
+
+def test_estimator_panel_does_not_fit_snapshot(snap_compare):
+    async def settle(pilot, panel):
+        for _ in range(200):
+            await pilot.app.workers.wait_for_complete()
+            await pilot.pause()
+            if not panel.solving:
+                return
+
+    async def setup(pilot):
+        panel = pilot.app.query_one(EstimatorPanel)
+        panel.set_gpu_total(2 * GiB, "GPU 0 test")
+        panel.set_form(batch=16, seq=1024)
+        await settle(pilot, panel)
+        panel.set_form(batch=0)  # invalid: marked, last estimate kept
+        await settle(pilot, panel)
+
+    assert snap_compare(_PanelHost(), terminal_size=(64, 40), run_before=setup)
