@@ -213,9 +213,11 @@ def format_comparison(result: dict[str, Any]) -> str:
     def format_mib(n: Any) -> str:
         return format_bytes(n, "MiB")
 
+    names = {name: printable(str(name), limit=60) for name in result.get("predicted", {})}
+    width = max([len("component"), *(len(n) for n in names.values())])
     lines = [
         f"pid {result.get('pid')} on {result.get('device')}: measured figure {result.get('measured_figure')}",
-        f"{'component':<36} {'predicted':>12} {'measured':>12} {'error %':>9}",
+        f"{'component':<{width}} {'predicted':>12} {'measured':>12} {'error %':>9}",
     ]
     measured = result.get("measured", {})
     errors = result.get("error_percent", {})
@@ -223,14 +225,14 @@ def format_comparison(result: dict[str, Any]) -> str:
         value = measured.get(name)
         err = errors.get(name)
         lines.append(
-            f"{printable(str(name), limit=36):<36} {format_mib(predicted):>12} "
+            f"{names[name]:<{width}} {format_mib(predicted):>12} "
             f"{format_mib(value) if value is not None else 'n/a':>12} "
             f"{f'{err:+.1f}' if err is not None else 'n/a':>9}"
         )
     peak_m = result.get("peak_measured_bytes")
     peak_err = result.get("peak_error_percent")
     lines.append(
-        f"{'peak':<36} {format_mib(result.get('peak_predicted_bytes')):>12} "
+        f"{'peak':<{width}} {format_mib(result.get('peak_predicted_bytes')):>12} "
         f"{format_mib(peak_m) if peak_m is not None else 'n/a':>12} "
         f"{f'{peak_err:+.1f}' if peak_err is not None else 'n/a':>9}"
     )

@@ -92,6 +92,39 @@ def test_phases_in_order_and_categories_exact(attach):
     assert by_mark[("backward", 2)]["categories"]["activations"] > 0
 
 
+def test_a_peak_between_samples_is_recorded_with_its_time_and_split(attach):
+    model, opt = tiny()
+    probe = attach(model, opt, hooks=False)
+    base = probe._tracker.live_bytes
+    probe.mark("forward")
+    t0 = time.time()
+    big = torch.empty(1_000_000)  # 4 MB made in forward, gone before the next line
+    del big
+    t1 = time.time()
+    probe.mark("backward")
+    peaks = [r for r in records(probe) if r.get("at_peak")]
+    assert len(peaks) == 1
+    (peak,) = peaks
+    assert t0 <= peak["time"] <= t1 and peak["phase"] == "forward"
+    assert peak["cpu_live_tensors"] == base + 4_000_000
+    assert peak["categories"]["activations"] == 4_000_000
+    assert peak["categories"]["parameters"] == param_bytes(model)
+    assert sum(peak["categories"].values()) == peak["cpu_live_tensors"]
+
+
+def test_peak_in_the_first_optimizer_step_names_the_new_states(attach):
+    model, opt = tiny()
+    probe = attach(model, opt)
+    train_step(model, opt)
+    state_bytes = sum(t.numel() * t.element_size() for s in opt.state.values() for t in s.values()
+                      if isinstance(t, torch.Tensor))
+    peaks = [r for r in records(probe) if r.get("at_peak") and r["phase"] == "optimizer_step"]
+    assert peaks, "AdamW's temporaries make a peak inside the step"
+    cats = peaks[0]["categories"]
+    assert cats["optimizer_states"] == state_bytes  # labelled states, not temporaries
+    assert cats["gradients"] == param_bytes(model)
+
+
 def test_published_setup(attach):
     model, opt = tiny()
     probe = attach(model, opt, batch=4, seq=16, task="train", extra={"note": "x"})

@@ -17,6 +17,15 @@ from gpumem_tui.telemetry.model import Phase
 from gpumem_tui.telemetry.probe_source import PROBE_FORMAT, PROBE_VERSION, default_probe_dir
 
 _PHASE_NAMES = {p.value for p in Phase}
+# Tracker tag -> category: storages made in forward are activations; any other storage that
+# is not a parameter, buffer, gradient or optimizer state is a temporary.
+_TAG_CATEGORY = {
+    "parameters": "parameters",
+    "buffers": "buffers",
+    "gradients": "gradients",
+    "optimizer_states": "optimizer_states",
+    Phase.FORWARD.value: "activations",
+}
 _active: Probe | None = None
 _active_lock = threading.Lock()
 _STALE_FILE_SECONDS = 7 * 24 * 3600.0
@@ -154,10 +163,10 @@ class Probe:
         _cleanup_stale(directory, self.path)
 
         if self._tracker is not None:
-            self._tracker.register(params, tag="init")
-            self._tracker.register(model.buffers(), tag="init")
-            self._tracker.register((p.grad for p in params if p.grad is not None), tag="backward")
-            self._tracker.register(self._state_tensors(), tag="optimizer_step")
+            self._tracker.register(params, tag="parameters")
+            self._tracker.register(model.buffers(), tag="buffers")
+            self._tracker.register((p.grad for p in params if p.grad is not None), tag="gradients")
+            self._tracker.register(self._state_tensors(), tag="optimizer_states")
             self._tracker.reset_peak()
             self._tracker.start()
         if hooks:
@@ -300,10 +309,44 @@ class Probe:
 
     # -- writing ---------------------------------------------------------------------------
 
+    def _peak_record(self) -> dict[str, Any] | None:
+        """A sample at the instant of the highest live bytes since the last line, if that
+        peak is clearly above the live bytes now (it fell between two samples)."""
+        tracker = self._tracker
+        if tracker is None or self.device.type == "cuda":  # CUDA figures come from torch itself
+            return None
+        peak, when, tags, phase = tracker.take_window()
+        live = tracker.live_bytes
+        if peak - live < max(4096, live // 1000):
+            return None
+        categories: dict[str, int] = {}
+        for tag, nbytes in tags.items():
+            name = _TAG_CATEGORY.get(tag, "temporaries")
+            categories[name] = categories.get(name, 0) + nbytes
+        for name in ("parameters", "gradients", "optimizer_states", "activations", "temporaries"):
+            categories.setdefault(name, 0)
+        if not categories.get("buffers"):
+            categories.pop("buffers", None)
+        record: dict[str, Any] = {
+            "kind": "sample", "time": when, "step": self.step,
+            "phase": phase if phase in _PHASE_NAMES else self._phase,
+            "at_peak": True, "device": str(self.device),
+        }
+        record["cpu_live_tensors"] = peak
+        record["cpu_live_tensors_peak"] = tracker.peak_bytes
+        record["categories"] = categories
+        return record
+
     def _write(self, kind: str, extra: dict[str, Any] | None = None) -> None:
         if self._closed or os.getpid() != self.pid:
             return
         with self._lock:
+            try:
+                peak = self._peak_record()
+            except Exception:  # pragma: no cover - defensive
+                peak = None
+            if peak is not None:
+                self._writer.write(peak)
             record: dict[str, Any] = {"kind": kind, "time": time.time(), "step": self.step, "phase": self._phase}
             if extra:
                 record.update(extra)
@@ -347,6 +390,8 @@ class Probe:
                 return
             if self._phase == Phase.OPTIMIZER_STEP.value:
                 self._step_done = True
+                if self._tracker is not None:
+                    self._tracker.retag(self._state_tensors(), "optimizer_states")
             if name == Phase.OPTIMIZER_STEP.value:
                 self._saw_optimizer_phase = True
             if name == Phase.FORWARD.value and (self._step_done or not self._saw_optimizer_phase):
@@ -387,6 +432,20 @@ class Probe:
         if self.optimizer is not None:
             self._hook_handles.append(self.optimizer.register_step_pre_hook(self._step_pre_hook))
             self._hook_handles.append(self.optimizer.register_step_post_hook(self._step_post_hook))
+        if self._tracker is not None:
+            # Label each gradient as such once autograd stored it (torch >= 2.1), so the
+            # breakdown at a peak between two samples still names the gradients.
+            for param in model.parameters():
+                if param.requires_grad and hasattr(param, "register_post_accumulate_grad_hook"):
+                    self._hook_handles.append(param.register_post_accumulate_grad_hook(self._grad_hook))
+
+    def _grad_hook(self, param: Any) -> None:
+        tracker = self._tracker
+        if tracker is not None and not self._closed and param.grad is not None:
+            try:
+                tracker.retag((param.grad,), "gradients")
+            except Exception:  # pragma: no cover - labelling is best effort, never fatal
+                pass
 
     def _guard(self, func, *args) -> None:
         try:

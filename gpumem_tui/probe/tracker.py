@@ -27,6 +27,7 @@ Cost: one Python call per aten op (measured by ``benchmarks/probe_overhead.py``)
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -51,10 +52,18 @@ class LiveTensorTracker(TorchDispatchMode):
         self.live_bytes = 0
         self.peak_bytes = 0
         self._by_tag: dict[str, int] = {}
-        # id(storage) -> (weakref, nbytes, tag); the weakref keeps the callback alive.
-        self._storages: dict[int, tuple[weakref.ref, int, str]] = {}
+        # id(storage) -> (weakref, nbytes, tag, sequence number); the weakref keeps the
+        # callback alive; the sequence number orders creations (see retag).
+        self._storages: dict[int, tuple[weakref.ref, int, str, int]] = {}
+        self._sequence = 0
         self._lock = threading.Lock()
         self._thread: int | None = None
+        # The highest live_bytes since the last take_window(), when, and the split by tag then.
+        self._window_peak = 0
+        self._window_time = 0.0
+        self._window_tags: dict[str, int] = {}
+        self._window_sequence = 0
+        self._window_phase = self.tag
 
     # -- counting --------------------------------------------------------------------------
 
@@ -67,7 +76,7 @@ class LiveTensorTracker(TorchDispatchMode):
             self.live_bytes -= entry[1]
             self._by_tag[entry[2]] -= entry[1]
 
-    def _add(self, tensor: torch.Tensor) -> None:
+    def _add(self, tensor: torch.Tensor, tag: str | None = None) -> None:
         if tensor.device.type != self.device_type:
             return
         try:
@@ -80,28 +89,66 @@ class LiveTensorTracker(TorchDispatchMode):
         nbytes = storage.nbytes()
         if nbytes == 0:
             return
-        tag = self.tag
+        tag = tag or self.tag
         ref = weakref.ref(storage, lambda r, key=key: self._freed(key, r))
         with self._lock:
             if key in self._storages:
                 return
-            self._storages[key] = (ref, nbytes, tag)
+            self._sequence += 1
+            self._storages[key] = (ref, nbytes, tag, self._sequence)
             self.live_bytes += nbytes
             self._by_tag[tag] = self._by_tag.get(tag, 0) + nbytes
             if self.live_bytes > self.peak_bytes:
                 self.peak_bytes = self.live_bytes
+            if self.live_bytes > self._window_peak:
+                self._window_peak = self.live_bytes
+                self._window_time = time.time()
+                self._window_tags = self._by_tag.copy()
+                self._window_sequence = self._sequence
+                self._window_phase = self.tag
 
     def register(self, tensors: Iterable[Any], tag: str | None = None) -> None:
         """Count tensors that already exist (parameters, buffers, gradients, states)."""
-        previous = self.tag
-        if tag is not None:
-            self.tag = tag
-        try:
-            for tensor in tensors:
-                if isinstance(tensor, torch.Tensor):
-                    self._add(tensor)
-        finally:
-            self.tag = previous
+        for tensor in tensors:
+            if isinstance(tensor, torch.Tensor):
+                self._add(tensor, tag)
+
+    def retag(self, tensors: Iterable[Any], tag: str) -> None:
+        """Label the storages of ``tensors`` with ``tag`` from now on (counting any not yet
+        seen), e.g. a gradient once autograd stored it in ``param.grad``."""
+        for tensor in tensors:
+            if not isinstance(tensor, torch.Tensor) or tensor.device.type != self.device_type:
+                continue
+            try:
+                key = id(tensor.untyped_storage())
+            except (RuntimeError, NotImplementedError):
+                continue
+            with self._lock:
+                entry = self._storages.get(key)
+                if entry is not None and entry[2] != tag:
+                    ref, nbytes, old, sequence = entry
+                    self._storages[key] = (ref, nbytes, tag, sequence)
+                    self._by_tag[old] -= nbytes
+                    self._by_tag[tag] = self._by_tag.get(tag, 0) + nbytes
+                    if sequence <= self._window_sequence:
+                        # Alive then and now, so alive at the window's peak: relabel it there too.
+                        window = self._window_tags
+                        window[old] = window.get(old, 0) - nbytes
+                        window[tag] = window.get(tag, 0) + nbytes
+            if entry is None:
+                self.register((tensor,), tag=tag)
+
+    def take_window(self) -> tuple[int, float, dict[str, int], str]:
+        """``(peak_bytes, epoch_time, bytes_by_tag_then, tag_current_then)`` of the highest
+        live bytes since the previous call; then starts a new window at the current live bytes."""
+        with self._lock:
+            window = (self._window_peak, self._window_time, self._window_tags, self._window_phase)
+            self._window_peak = self.live_bytes
+            self._window_time = time.time()
+            self._window_tags = self._by_tag.copy()
+            self._window_sequence = self._sequence
+            self._window_phase = self.tag
+        return window
 
     def live_by_tag(self) -> dict[str, int]:
         """Live bytes per creation tag (a copy)."""
@@ -109,9 +156,10 @@ class LiveTensorTracker(TorchDispatchMode):
             return {k: v for k, v in self._by_tag.items() if v}
 
     def reset_peak(self) -> None:
-        """Start a new peak from the current live bytes."""
+        """Start a new peak (and a new window) from the current live bytes."""
         with self._lock:
             self.peak_bytes = self.live_bytes
+        self.take_window()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         out = func(*args, **(kwargs or {}))

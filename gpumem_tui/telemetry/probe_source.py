@@ -15,7 +15,9 @@ file per process named ``<pid>.jsonl`` in :func:`default_probe_dir`):
     the job entered ``phase`` (init, forward, backward, optimizer_step, idle) of training step
     ``step``; the memory fields are the memory at that instant.
 ``{"kind": "sample", "time", "step", "phase", <memory fields>}``
-    a periodic sample inside a phase.
+    a periodic sample inside a phase; with ``"at_peak": true`` (CPU tracker) it is the
+    highest live bytes since the previous line, written late but stamped with the time it
+    happened and split into categories as they were at that instant.
 ``{"kind": "end", "time"}``
     the probe was closed (the job finished); a job killed with SIGKILL writes none.
 
