@@ -39,7 +39,28 @@ def test_comparison_view_snapshot(snap_compare):
     assert snap_compare(_ViewHost(), terminal_size=(64, 22))
 
 
-def test_estimator_panel_does_not_fit_snapshot(snap_compare):
+def _fixed_estimate(arch, spec):
+    """A fixed Estimate scaled by batch, so the picture tests the panel, not the formulas."""
+    from gpumem_tui.estimator.estimate import Estimate
+
+    MiB = 1 << 20
+    comps = {
+        "parameters": 240 * MiB, "gradients": 240 * MiB, "optimizer_states": 480 * MiB,
+        "optimizer_intermediates": 0, "activations": 500 * MiB * spec.batch,
+        "logits_and_loss": 300 * MiB * spec.batch, "kv_cache": 0, "cuda_context": 500 * MiB,
+        "allocator_reserve": 100 * MiB,
+    }  # fmt: skip
+    total = sum(comps.values())
+    return Estimate(model=arch.name, total_params=124_000_000, trainable_params=124_000_000,
+                    components_bytes=comps, peak_bytes=total, peak_phase="backward", phases=(),
+                    assumptions=("fixed for the snapshot",), allocated_peak_bytes=total - 600 * MiB,
+                    device=spec.device)
+
+
+def test_estimator_panel_does_not_fit_snapshot(snap_compare, monkeypatch):
+    monkeypatch.setattr("gpumem_tui.estimator.estimate.estimate", _fixed_estimate)
+    monkeypatch.setattr("gpumem_tui.estimator.solve.max_batch", lambda arch, spec, budget: 1)
+
     async def settle(pilot, panel):
         for _ in range(200):
             await pilot.app.workers.wait_for_complete()
@@ -49,8 +70,8 @@ def test_estimator_panel_does_not_fit_snapshot(snap_compare):
 
     async def setup(pilot):
         panel = pilot.app.query_one(EstimatorPanel)
-        panel.set_gpu_total(2 * GiB, "GPU 0 test")
-        panel.set_form(batch=16, seq=1024)
+        panel.set_gpu_total(4 * GiB, "GPU 0 test")
+        panel.set_form(batch=4, seq=1024)
         await settle(pilot, panel)
         panel.set_form(batch=0)  # invalid: marked, last estimate kept
         await settle(pilot, panel)

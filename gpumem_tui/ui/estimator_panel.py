@@ -895,7 +895,8 @@ class EstimatorPanel(VerticalScroll):
         lines = [f"! {w}" for w in warnings[:4]]
         assumptions = getattr(est, "assumptions", None) or ()
         if assumptions:
-            lines.append(f"{len(assumptions)} assumptions (hover the breakdown)")
+            count = len(assumptions)
+            lines.append(f"{count} assumption{'' if count == 1 else 's'} (hover the breakdown)")
         return Text("\n".join(printable(line, limit=300) for line in lines))
 
     # ----- largest batch (in a worker: a solve is a few dozen estimates) --------------------
