@@ -125,6 +125,42 @@ def test_peak_in_the_first_optimizer_step_names_the_new_states(attach):
     assert cats["gradients"] == param_bytes(model)
 
 
+def test_cuda_record_names_the_torch_figures(attach, monkeypatch, tmp_path):
+    """No GPU here: the CUDA branch runs against stubbed torch.cuda figures, to check that
+    the stream names them for what they are and the reader maps them to allocated/reserved."""
+    model, opt = tiny()
+    probe = attach(model, opt, track_tensors=False)
+    figures = {"memory_allocated": 300 << 20, "memory_reserved": 512 << 20, "max_memory_allocated": 400 << 20}
+    for name, value in figures.items():
+        monkeypatch.setattr(torch.cuda, name, lambda device=None, value=value: value)
+    probe.device = torch.device("cuda", 0)
+    fields = probe.memory()
+    assert (fields["device"], fields["torch_allocated"], fields["torch_reserved"], fields["torch_max_allocated"]) == (
+        "cuda:0", 300 << 20, 512 << 20, 400 << 20)
+    assert "cpu_live_tensors" not in fields
+    # Nothing of the (CPU) model is on cuda:0, so everything allocated is "activations".
+    assert fields["categories"]["parameters"] == 0 and fields["categories"]["activations"] == 300 << 20
+    probe.mark("forward")
+    probe.close()
+    reading = ProbeSource(tmp_path).poll()
+    cuda = [p for p in reading.probes if p.device == "cuda"]
+    assert cuda and (cuda[0].allocated_bytes, cuda[0].reserved_bytes, cuda[0].peak_allocated_bytes) == (
+        300 << 20, 512 << 20, 400 << 20)
+
+
+def test_probe_without_tracker_publishes_marks_but_no_live_figure(attach, tmp_path):
+    model, opt = tiny()
+    probe = attach(model, opt, track_tensors=False)
+    train_step(model, opt)
+    probe.close()
+    recs = records(probe)
+    assert recs[0]["setup"]["tensor_tracker"] is False
+    assert all("cpu_live_tensors" not in r for r in recs[1:])
+    reading = ProbeSource(tmp_path).poll()
+    assert reading.probes == ()  # nothing invented
+    assert [m.phase.value for m in reading.phase_marks][:2] == ["init", "forward"]
+
+
 def test_published_setup(attach):
     model, opt = tiny()
     probe = attach(model, opt, batch=4, seq=16, task="train", extra={"note": "x"})

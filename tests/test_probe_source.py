@@ -227,3 +227,16 @@ def test_ignores_other_files_and_survives_deleted_file(tmp_path):
     path.unlink()
     r = src.poll()
     assert r.probe_infos[0].ended is True and r.notices == ()
+
+
+def test_probe_reader_traces_and_clis_import_no_torch_no_textual():
+    """The dashboard side of the probe never loads torch; the headless trace tools no Textual."""
+    code = (
+        "import json, sys\n"
+        "import gpumem_tui.telemetry.probe_source, gpumem_tui.telemetry.serialize\n"
+        "import gpumem_tui.telemetry.replay, gpumem_tui.trace_cli, gpumem_tui.demo, gpumem_tui.probe\n"
+        "print(json.dumps(sorted(m for m in ('torch', 'transformers', 'textual', 'rich', 'pynvml')"
+        " if m in sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
