@@ -279,3 +279,43 @@ def test_kill_9_of_a_recorder_loses_at_most_the_last_line(tmp_path):
             assert any("torn" in n for n in notices)
         else:
             assert notices == []
+
+
+def test_replay_skips_a_record_that_fails_late_with_a_notice(tmp_path):
+    path = tmp_path / "t.jsonl"
+    write_trace(path, [make_snapshot(1.0, 1)])
+    with open(path, "ab") as f:
+        f.write(b'{"time":2.0,"devices":"oops"}\n')  # has a time, is not a snapshot
+        f.write(json.dumps(snapshot_to_dict(make_snapshot(3.0, 3))).encode() + b"\n")
+    clock = Clock()
+    src = ReplaySource(path, clock=clock)
+    src.poll()
+    clock.now = 10.0
+    s = src.poll()
+    assert s.time == 3.0 and [p.pid for p in s.probes] == [103]
+    assert any("1 record(s) could not be read" in n for n in s.notices)
+    src.close()
+    src.close()
+
+
+def test_replay_memory_does_not_grow_with_trace_content(tmp_path):
+    import tracemalloc
+
+    path = tmp_path / "big.jsonl"
+    procs = tuple(ProcessSample(pid=i, device_index=0, type=ProcessType.COMPUTE, command="python " * 20)
+                  for i in range(50))
+    with TraceRecorder(path) as rec:
+        rec.write(Snapshot(time=0.0, processes=procs))
+    line = path.read_bytes().split(b"\n")[1]
+    with open(path, "ab") as f:
+        for i in range(1, 1500):
+            f.write(line.replace(b'{"time":0.0', b'{"time":%d.0' % i, 1) + b"\n")
+    assert path.stat().st_size > 20 << 20
+    tracemalloc.start()
+    src = ReplaySource(path, clock=Clock())
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert src.duration == 1499.0 and src.snapshot_count == 1500
+    assert peak < 4 << 20, peak  # parsing every record would hold far more than the index
+    assert len(src.poll().processes) == 50
+    src.close()

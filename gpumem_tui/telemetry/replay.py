@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -185,6 +186,77 @@ def read_trace(path: str | os.PathLike[str]) -> tuple[list[Snapshot], list[str]]
     return snapshots, notices
 
 
+_TIME_PREFIX = re.compile(rb'^\{"time":(-?[0-9][0-9.eE+-]*)[,}]')
+
+
+def _line_time(line: bytes) -> float | None:
+    """The ``time`` of a snapshot line (fast path for this writer's field order), or None."""
+    match = _TIME_PREFIX.match(line)
+    value: Any
+    if match:
+        try:
+            value = float(match.group(1))
+        except ValueError:
+            value = None
+    else:
+        try:
+            record = json.loads(line)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return None
+        value = record.get("time") if isinstance(record, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        value = float(value)
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _index_trace(path: Path) -> tuple[dict[str, Any], list[tuple[int, int, float]], list[str]]:
+    """Header, ``(offset, length, time)`` of every snapshot line, and notices -- without
+    building the snapshots (a long trace replays in memory proportional to its line count)."""
+    entries: list[tuple[int, int, float]] = []
+    notices: list[str] = []
+    bad: list[int] = []
+    torn = 0
+    with open(path, "rb") as handle:
+        first = handle.readline()
+        header = _parse_header(path, first)
+        if header["version"] > TRACE_VERSION:
+            notices.append(
+                f"{path.name}: trace version {header['version']} is newer than this reader "
+                f"({TRACE_VERSION}); fields it does not know are ignored"
+            )
+        offset, number = len(first), 1
+        for line in handle:
+            number += 1
+            when = _line_time(line) if line.strip() else None
+            if when is not None and (line.endswith(b"\n") or _parses(line)):
+                entries.append((offset, len(line), when))
+            elif line.strip():
+                if line.endswith(b"\n"):
+                    bad.append(number)
+                else:
+                    torn = len(line)
+            offset += len(line)
+    if bad:
+        notices.append(
+            f"{path.name}: {len(bad)} unreadable line{'s' if len(bad) > 1 else ''} skipped "
+            f"(first: line {bad[0]})"
+        )
+    if torn:
+        notices.append(f"{path.name}: the last line is torn ({torn} bytes, recorder stopped mid-write); replayed up to it")
+    if not entries:
+        raise TraceError(f"{path}: the trace holds no snapshots")
+    return header, entries, notices
+
+
+def _parses(line: bytes) -> bool:
+    try:
+        json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return False
+    return True
+
+
 class ReplaySource:
     """Plays a trace back as a TelemetrySource, in (scaled) real time.
 
@@ -198,7 +270,9 @@ class ReplaySource:
     the first poll; reaching the end adds one "replay finished" notice.
 
     Position and duration are seconds from the first record. Safe to control (pause, seek,
-    speed) from another thread than the one polling.
+    speed) from another thread than the one polling. Memory does not grow with the trace's
+    content: opening indexes the lines (offset, length, time) and each poll parses only the
+    records it passes; a record that cannot be parsed then is skipped with a notice.
 
     Args:
         path: the trace file.
@@ -212,15 +286,18 @@ class ReplaySource:
     def __init__(self, path: str | os.PathLike[str], *, speed: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.path = Path(path)
-        self.header = read_trace_header(self.path)
-        self._snapshots, notices = read_trace(self.path)
+        self.header, entries, notices = _index_trace(self.path)
         self._pending_notices = list(notices)
-        start = self._snapshots[0].time
+        self._entries = [(offset, length) for offset, length, _ in entries]
+        start = entries[0][2]
         offsets, last = [], 0.0
-        for snap in self._snapshots:
-            last = max(last, snap.time - start)  # a clock step back in the recording: hold
+        for _, _, when in entries:
+            last = max(last, when - start)  # a clock step back in the recording: hold
             offsets.append(last)
         self._offsets = offsets
+        self._fd: int | None = os.open(self.path, os.O_RDONLY)
+        self._cache: tuple[int, Snapshot] | None = None
+        self._unreadable = 0
         self._clock = clock
         self._lock = threading.Lock()
         self._speed = 1.0
@@ -230,6 +307,22 @@ class ReplaySource:
         self.set_speed(speed)
         self._emitted = -1  # index of the last record whose samples were returned
         self._finished_reported = False
+
+    def _load(self, index: int) -> Snapshot | None:
+        """Record ``index`` parsed from the file (None, counted, if it cannot be read)."""
+        if self._cache is not None and self._cache[0] == index:
+            return self._cache[1]
+        offset, length = self._entries[index]
+        try:
+            if self._fd is None:
+                raise OSError("closed")
+            data = os.pread(self._fd, length, offset)
+            snap = snapshot_from_dict(json.loads(data))
+        except (OSError, ValueError, UnicodeDecodeError, RecursionError, SerializeError):
+            self._unreadable += 1
+            return None
+        self._cache = (index, snap)
+        return snap
 
     # -- controls --------------------------------------------------------------------------
 
@@ -258,12 +351,12 @@ class ReplaySource:
     def finished(self) -> bool:
         """True once the position reached the last record."""
         with self._lock:
-            return self._position >= self.duration and self._emitted >= len(self._snapshots) - 1
+            return self._position >= self.duration and self._emitted >= len(self._entries) - 1
 
     @property
     def snapshot_count(self) -> int:
         """Records in the trace."""
-        return len(self._snapshots)
+        return len(self._entries)
 
     def pause(self) -> None:
         """Stop advancing (poll keeps answering with the current state)."""
@@ -338,17 +431,24 @@ class ReplaySource:
         with self._lock:
             self._advance()
             index = self._index_at(self._position)
-            current = self._snapshots[index]
-            passed = self._snapshots[self._emitted + 1 : index + 1]
+            passed_range = range(self._emitted + 1, index + 1)
             self._emitted = max(self._emitted, index)
+            unreadable_before = self._unreadable
+            passed = [snap for i in passed_range if (snap := self._load(i)) is not None]
+            current = self._load(index)
+            if current is None:  # fall back to the nearest readable record before it
+                current = next((snap for i in range(index - 1, -1, -1) if (snap := self._load(i)) is not None),
+                               Snapshot(time=0.0))
             notices = self._pending_notices
             self._pending_notices = []
+            if self._unreadable > unreadable_before:
+                notices.append(f"{self.path.name}: {self._unreadable - unreadable_before} record(s) could not be read")
             for snap in passed:
                 notices.extend(snap.notices)
-            if (index == len(self._snapshots) - 1 and self._position >= self.duration
+            if (index == len(self._entries) - 1 and self._position >= self.duration
                     and not self._finished_reported):
                 self._finished_reported = True
-                notices.append(f"replay finished ({self.duration:.1f} s, {len(self._snapshots)} records)")
+                notices.append(f"replay finished ({self.duration:.1f} s, {len(self._entries)} records)")
         return dataclasses.replace(
             current,
             probes=tuple(p for snap in passed for p in snap.probes),
@@ -357,8 +457,17 @@ class ReplaySource:
         )
 
     def snapshots(self) -> tuple[Snapshot, ...]:
-        """Every record of the trace (for headless use such as ``compare``)."""
-        return tuple(self._snapshots)
+        """Every readable record of the trace (for headless use such as ``compare``)."""
+        with self._lock:
+            return tuple(snap for i in range(len(self._entries)) if (snap := self._load(i)) is not None)
 
     def close(self) -> None:
-        """Nothing to release (the trace was read at open)."""
+        """Close the trace file (idempotent)."""
+        with self._lock:
+            fd, self._fd = self._fd, None
+            self._cache = None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
