@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal as _signal
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from rich.text import Text
@@ -38,6 +39,7 @@ from gpumem_tui.ui.process_table import ProcessTable, row_key
 from gpumem_tui.ui.screens import ConfirmSignalScreen, HelpScreen, ProcessDetailScreen, signal_name
 from gpumem_tui.ui.themes import APP_VARIABLES, DEFAULT_THEME, FALLBACK_THEME, ThemeSet
 
+SIDE_PANE_MIN_WIDTH = 130  # below this the pane starts hidden (`e` shows it)
 CHART_WINDOWS = (60.0, 300.0, 900.0, 3600.0, 6 * 3600.0)
 MAX_MARKS_PER_PID = 4096
 MAX_MARK_PIDS = 64
@@ -70,9 +72,11 @@ class GpuMemApp(App[None]):
         chart_window: seconds of history the chart shows.
         keymap: binding id -> keys overrides (from the config file).
         banner: extra text for the status line (e.g. "demo job PID 123").
+        side_pane: mount the estimator / comparison pane (when its widgets are installed).
     """
 
-    CSS_PATH = "app.tcss"
+    # Absolute, so subclasses defined in other modules (tests, benchmarks) find it too.
+    CSS_PATH = str(Path(__file__).with_name("app.tcss"))
     TITLE = "gpumem-tui"
 
     BINDINGS = [
@@ -110,8 +114,10 @@ class GpuMemApp(App[None]):
         chart_window: float = 300.0,
         keymap: Iterable[tuple[str, str]] = (),
         banner: str | None = None,
+        side_pane: bool = True,
     ) -> None:
         super().__init__()
+        self.side_pane_enabled = side_pane
         self.source = source
         self.interval = interval
         self.readonly = readonly
@@ -149,6 +155,7 @@ class GpuMemApp(App[None]):
         self.filter_box = Input(placeholder="filter: user:NAME gpu:N words (Enter keeps, Esc clears)", id="filter")
         self.chart = MemoryChart(id="chart")
         self._keymap_pairs = dict(keymap)
+        self._register_themes()
         if not readonly:
             # Signal keys exist only when not read-only: not disabled, absent.
             self._bindings = BindingsMap([*(b for _, b in self._bindings), *SIGNAL_BINDINGS])
@@ -157,20 +164,24 @@ class GpuMemApp(App[None]):
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(APP_VARIABLES)
 
-    def _apply_themes(self) -> None:
+    def _register_themes(self) -> None:
+        """Register theme files and pick the theme; called from __init__ so that the first
+        CSS pass already uses it (switching in on_mount re-styles every widget, ~1 s)."""
         for theme in self.theme_set.themes.values():
             self.register_theme(theme)
-        for problem in self.theme_set.problems:
-            self.notify(problem, title="Theme file error", severity="warning", timeout=10, markup=False)
         wanted = self.requested_theme
+        self._theme_notices = [
+            (problem, "Theme file error") for problem in self.theme_set.problems
+        ]
         if wanted not in self.available_themes:
             fallback = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else FALLBACK_THEME
-            self.notify(
-                f"theme {wanted!r} could not be loaded; using {fallback!r}",
-                title="Theme", severity="warning", timeout=10, markup=False,
-            )
+            self._theme_notices.append((f"theme {wanted!r} could not be loaded; using {fallback!r}", "Theme"))
             wanted = fallback
         self.theme = wanted
+
+    def _show_theme_notices(self) -> None:
+        for message, title in self._theme_notices:
+            self.notify(message, title=title, severity="warning", timeout=10, markup=False)
 
     # ---- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -182,20 +193,31 @@ class GpuMemApp(App[None]):
                 yield self.table
                 yield self.filter_box
                 yield self.chart
-            side = self._side_pane()
-            self.has_side_pane = side is not None
-            if side is not None:
-                yield side
         yield Footer()
 
-    def _side_pane(self) -> Any:
-        """The estimator/comparison pane when the panel widgets are installed, else None."""
+    def _mount_side_pane(self) -> None:
+        """Mount the estimator/comparison pane after the first frame.
+
+        Its form is ~170 widgets: styling them takes longer than the rest of the dashboard,
+        so the dashboard shows first and the pane follows a moment later.
+        """
         from gpumem_tui.ui import side_pane
 
-        return side_pane.build()
+        if self.has_side_pane:
+            return
+        side = side_pane.build()
+        if side is None:
+            return
+        main = self.screen_stack[0].query_one("#main")
+        if not self._side_toggled:
+            side.display = self.size.width >= SIDE_PANE_MIN_WIDTH
+        main.mount(side)
+        self.has_side_pane = True
+        self.refresh_bindings()
+        self.call_after_refresh(self._update_side)
 
     def on_mount(self) -> None:
-        self._apply_themes()
+        self._show_theme_notices()
         if self._keymap_pairs:
             self.set_keymap(self._keymap_pairs)
         for notice in self.start_notices:
@@ -206,6 +228,8 @@ class GpuMemApp(App[None]):
         self.table.focus()
         self._update_status()
         self.poller.start()
+        if self.side_pane_enabled:
+            self.call_after_refresh(self._mount_side_pane)
 
     def on_unmount(self) -> None:
         self.poller.stop()
@@ -465,7 +489,7 @@ class GpuMemApp(App[None]):
         # Narrow terminals give the whole width to the table and chart; `e` still opens the pane.
         if self.has_side_pane and not self._side_toggled:
             for side in self.screen_stack[0].query("#side"):
-                side.display = event.size.width >= 130
+                side.display = event.size.width >= SIDE_PANE_MIN_WIDTH
 
     def _update_side(self) -> None:
         from gpumem_tui.ui import side_pane
