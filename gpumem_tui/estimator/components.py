@@ -489,7 +489,44 @@ def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, 
         out += bs * h * 4 + bs * 4 + 2 * bs * h * e
     if arch.learned_positions == 0:
         out += 2 * s * arch.head_dim * e  # rotary cos and sin
+    if spec.task in ("lora", "qlora"):
+        out -= _frozen_savings(arch, spec, b, s)
     return int(out)
+
+
+def _frozen_savings(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
+    """What a frozen base does not save (LoRA): the LM head keeps no input, the final RMSNorm
+    no normalized copy, and nothing before the first adapter needs a gradient -- the
+    embedding keeps no ids, its dropout no mask, layer 0's input norm nothing (autograd saves
+    only for ops with an input that requires grad)."""
+    e = precision(spec).compute
+    bs, h = b * s, arch.hidden_size
+    saved = bs * h * e + bs * 8  # LM-head input, ids
+    if arch.norm == "rmsnorm":
+        saved += bs * h * e  # final norm's normalized copy (weight frozen)
+        saved += bs * h * 4 + bs * 4  # layer 0 input norm
+    else:
+        saved += bs * h * e + 2 * bs * 4  # layer 0 LayerNorm input + stats
+        if arch.learned_positions and arch.model_type != "bert":
+            saved += s * 8
+    if arch.embedding_dropout > 0:
+        saved += bs * h * _dropout_mask_bytes(spec, e)
+    return saved
+
+
+def final_saved_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
+    """Saved bytes of the final norm and the LM-head input (part of
+    :func:`fixed_activation_bytes`), freed before the layers run backward."""
+    if arch.coarse or arch.kind != "decoder":
+        return 0
+    e = precision(spec).compute
+    bs, h = b * s, arch.hidden_size
+    lora = spec.task in ("lora", "qlora")
+    if arch.norm == "layernorm":
+        return bs * h * e + 2 * bs * 4 + (0 if lora else bs * h * e)
+    if arch.model_type == "gemma2":
+        return 2 * bs * h * 4 + bs * 4 + h * 4 + (0 if lora else bs * h * e)
+    return bs * h * 4 + bs * 4 + (0 if lora else 2 * bs * h * e)
 
 
 @dataclass(frozen=True, slots=True)
@@ -536,26 +573,142 @@ def logits_loss_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     return LogitsLoss(saved=saved, forward_peak=fwd, backward_peak=bwd, head_grad=n * e)
 
 
-def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
-    """Transient bytes while one layer runs backward, above its saved activations (bytes).
+class _Walk:
+    """Running live bytes through a sequence of allocations and frees; keeps the maximum
+    and how much of it was weight gradients."""
 
-    The largest moment is the MLP's elementwise backward (gradients of gate, up and their
-    product alive together: ``3 bsf e`` less the freed product) or, with eager attention, the
-    softmax backward (gradient of the probabilities and of the scores, fp32 in the Llama
-    family). Derived from the autograd order of the ``transformers`` layer; an approximation
-    where the exact order varies.
+    def __init__(self) -> None:
+        self.cur = 0.0
+        self.grads = 0.0
+        self.peak = 0.0
+        self.peak_grads = 0.0
+
+    def alloc(self, n: float, grad: bool = False) -> None:
+        self.cur += n
+        if grad:
+            self.grads += n
+        if self.cur > self.peak:
+            self.peak, self.peak_grads = self.cur, self.grads
+
+    def free(self, n: float) -> None:
+        self.cur -= n
+
+
+@dataclass(frozen=True, slots=True)
+class LayerBackward:
+    """Peak above a layer's saved activations during its backward: ``total`` bytes, of which
+    ``grads`` are the layer's weight gradients allocated by then."""
+
+    total: int
+    grads: int
+
+
+def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> LayerBackward:
+    """Peak bytes above the saved activations while one layer runs backward (bytes),
+    including the layer's weight gradients as autograd allocates them.
+
+    A walk through the layer's backward in autograd order (the reverse of the
+    ``transformers`` forward): each node allocates its input gradients (and weight gradient)
+    and then frees its saved tensors and its output gradient (PyTorch autograd releases saved
+    variables once a node has run, ``retain_graph=False``). The incoming gradient of the
+    hidden state is counted by the caller. GPT-2 measured (MemTracker, ESTIMATOR.md method):
+    the MLP peak holds the c_proj input gradient + two ``gelu_new`` product gradients
+    (3 bsf e); the attention peak one ``b a s^2`` temporary after the MLP's saved tensors are
+    gone.
     """
-    e = precision(spec).compute
+    prec = precision(spec)
+    e, g = prec.compute, prec.grad
     bs = b * s
-    f, h = arch.intermediate_size, arch.hidden_size
+    h, f = arch.hidden_size, arch.intermediate_size
+    q, kv = arch.q_dim, arch.kv_dim
+    sq = b * arch.num_heads * s * s
+    lora = spec.task in ("lora", "qlora")
+    w = _Walk()
     mult = arch.experts_per_token if arch.num_experts else 1
-    mlp = (2 * bs * f * e if arch.gated_mlp else 2 * bs * f * e) * mult + bs * h * e
-    if _fused_sdpa(arch, spec):
-        attn = 3 * bs * arch.q_dim * e
+    n_exp = max(1, arch.num_experts)
+
+    def wgrad(d_in: int, d_out: int, count: int = 1) -> None:
+        w.alloc(0 if lora else d_in * d_out * g * count, grad=True)
+
+    if arch.coarse:
+        return LayerBackward(total=int(2 * bs * f * e + 12 * h * h * g), grads=int(12 * h * h * g))
+    fused = _fused_sdpa(arch, spec)
+    if arch.gated_mlp:
+        bsf = bs * f * e * mult
+        w.alloc(bsf)
+        wgrad(f, h, n_exp)
+        w.free(bsf)  # saved product
+        w.alloc(2 * bsf)
+        w.free(3 * bsf)  # product grad, saved act output and up output
+        w.alloc(bs * h * e)
+        wgrad(h, f, n_exp)
+        w.free(bsf)  # up grad
+        w.alloc(bsf)
+        w.free(2 * bsf)  # act grad, saved gate output
+        w.alloc(bs * h * e)
+        wgrad(h, f, n_exp)
+        w.free(bsf)
+        w.alloc(bs * h * e)
+        w.free(2 * bs * h * e)
     else:
-        sq = b * arch.num_heads * s * s
-        attn = sq * (e + (4 if arch.norm == "rmsnorm" else e)) + bs * arch.q_dim * e
-    return int(max(mlp, attn))
+        bsf = bs * f * e
+        mlp_saved = (5 if arch.activation == "gelu_new" else 2) * bsf
+        wgrad(f, h)
+        w.alloc(bsf)  # c_proj / output dense input gradient
+        w.alloc(2 * bsf if arch.activation == "gelu_new" else bsf)  # activation backward products
+        w.free(mlp_saved + (3 * bsf if arch.activation == "gelu_new" else 2 * bsf))
+        wgrad(h, f)
+        w.alloc(bs * h * e)
+        w.free(bs * h * e)
+    # norm between the blocks: a few fp32 (RMSNorm) or compute-dtype temporaries
+    norm_tmp = 2 * bs * h * (4 if arch.norm == "rmsnorm" else e)
+    w.alloc(norm_tmp)
+    w.free(norm_tmp)
+    if arch.norm == "rmsnorm":
+        w.free(bs * h * 4 + bs * 4 + (0 if lora else bs * h * e) + bs * h * e)  # norm's saved tensors
+    else:
+        w.free(2 * bs * h * e + 2 * bs * 4)
+    # attention
+    wgrad(q, h)
+    w.alloc(bs * q * e)
+    w.free(bs * q * e if not fused else 0)  # o-projection input (fused: it is the kept output)
+    if fused:
+        extra = bs * q * 4 if e != 4 else 0  # fp32 accumulators of the CPU/CUDA flash backward
+        w.alloc(bs * (q + 2 * kv) * e + extra)
+        w.free(extra + bs * q * e)
+    else:
+        mb = _dropout_mask_bytes(spec, e)
+        p_attn = arch.attention_dropout > 0 and spec.task != "inference"
+        if arch.norm == "rmsnorm" and e != 4:  # fp32 softmax, cast to the compute dtype
+            w.alloc(sq * e + bs * q * e)  # grads of the probabilities and of v
+            w.free(sq * e + bs * q * e)  # saved probabilities (cast) and v
+            w.alloc(sq * 4)  # cast backward
+            w.free(sq * e)
+            w.alloc(sq * 4)  # softmax backward
+            w.free(2 * sq * 4)  # its input gradient and the saved softmax output
+            w.alloc(sq * e)  # back to the scores' dtype
+            w.free(sq * 4)
+        elif arch.norm == "rmsnorm":
+            w.alloc(sq * 4 + bs * q * e)
+            w.free(bs * q * e)
+            w.alloc(sq * 4)
+            w.free(2 * sq * 4)
+        else:
+            w.alloc(sq * e + bs * q * e)  # grads of the (dropped) probabilities and of v
+            w.free(sq * e + bs * q * e)
+            if p_attn:
+                w.alloc(sq * e)  # grad x mask
+                w.free(sq * e + sq * mb)
+            w.alloc(sq * e)  # softmax backward
+            w.free(2 * sq * e)
+            w.alloc(sq * e)  # scale backward
+            w.free(sq * e)
+        w.alloc(2 * bs * q * e)  # grads of q and k
+        w.free(sq * e + 2 * bs * q * e)
+    wgrad(h, q + 2 * kv)
+    w.alloc(bs * h * e)
+    w.alloc(norm_tmp)
+    return LayerBackward(total=int(w.peak), grads=int(w.peak_grads))
 
 
 def activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:

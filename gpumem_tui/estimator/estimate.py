@@ -113,7 +113,8 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     per_layer = layer.total / spec.tp
     if spec.grad_ckpt == "selective":
         per_layer -= layer.quadratic / spec.tp
-    X = C.layer_backward_excess(arch, spec, b, s) / spec.tp
+    XB = C.layer_backward_excess(arch, spec, b, s)
+    X, X_grads = XB.total / spec.tp, XB.grads / (spec.tp * spec.pp)
     recompute = 0
     if spec.grad_ckpt == "full":
         recompute = per_layer  # one layer re-run in backward
@@ -153,13 +154,17 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     moments.append(("backward", "LM head backward", _moment(
         parameters=P, optimizer_states=O, gradients=grads(head_w), activations=A + amp_casts + grad_hidden,
         logits_and_loss=LL.head_grad)))
+    final = C.final_saved_bytes(arch, spec, b, s)
     moments.append(("backward", "last layer backward", _moment(
-        parameters=P, optimizer_states=O, gradients=grads(head_w),
-        activations=A + amp_casts + grad_hidden + X + recompute)))
+        parameters=P, optimizer_states=O, gradients=grads(head_w) + (0 if persist else X_grads),
+        activations=A - final - labels_freed + amp_casts + grad_hidden + X - X_grads + recompute)))
     layer_g = (G - emb_g - head_w * (not arch.tie_word_embeddings)) / max(1, arch.num_layers)
+    # a tied embedding already holds the LM head's gradient
+    emb_pending = emb_g - (head_w if arch.tie_word_embeddings else 0)
     moments.append(("backward", "first layer backward", _moment(
-        parameters=P, optimizer_states=O, gradients=grads(G - emb_g - layer_g),
-        activations=fixed + per_saved + grad_hidden + X + recompute + amp_casts / max(1, arch.num_layers))))
+        parameters=P, optimizer_states=O, gradients=grads(G - emb_pending - layer_g + X_grads),
+        activations=fixed - final - labels_freed + per_saved + grad_hidden + X - X_grads + recompute
+        + amp_casts / max(1, arch.num_layers))))
     moments.append(("backward", "embedding backward", _moment(
         parameters=P, optimizer_states=O, gradients=G, activations=ids + tied_extra)))
     moments.append(("optimizer_step", "optimizer step", _moment(

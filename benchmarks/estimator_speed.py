@@ -1,0 +1,59 @@
+"""Speed of the estimator: one estimate (target <= 2 ms) and --max-batch (target <= 50 ms).
+
+Run: .venv/bin/python benchmarks/estimator_speed.py
+Prints the median and 95th percentile over repeated calls for several models and setups,
+plus the import time of ``gpumem_tui.estimator.cli`` in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+
+from gpumem_tui.estimator.architecture import load_architecture
+from gpumem_tui.estimator.estimate import estimate
+from gpumem_tui.estimator.solve import max_batch
+from gpumem_tui.estimator.spec import TrainingSpec
+
+CASES = [
+    ("gpt2", TrainingSpec(batch=8, seq=1024)),
+    ("llama-3.1-8b", TrainingSpec(batch=2, seq=4096, attention="flash", grad_ckpt="full")),
+    ("llama-3.1-70b", TrainingSpec(batch=1, seq=8192, zero=3, dp=64, tp=8, mixed_precision=True)),
+    ("mixtral-8x7b", TrainingSpec(task="qlora", batch=4, seq=2048)),
+    ("qwen2.5-7b", TrainingSpec(task="inference", batch=16, seq=32768)),
+]
+BUDGET = 80 << 30
+
+
+def _time(fn, repeat: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    samples = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1000)
+    samples.sort()
+    return statistics.median(samples), samples[int(0.95 * (len(samples) - 1))]
+
+
+def main() -> None:
+    print(f"{'model':<16}{'setup':<34}{'estimate ms (p50/p95)':>24}{'max-batch ms (p50/p95)':>26}{'max b':>7}")
+    worst_est = worst_mb = 0.0
+    for name, spec in CASES:
+        arch = load_architecture(name)
+        est_p50, est_p95 = _time(lambda: estimate(arch, spec), 400)
+        mb_p50, mb_p95 = _time(lambda: max_batch(arch, spec, BUDGET), 40)
+        worst_est, worst_mb = max(worst_est, est_p50), max(worst_mb, mb_p50)
+        setup = f"{spec.task} b={spec.batch} s={spec.seq} {spec.attention}"
+        print(f"{name:<16}{setup:<34}{est_p50:>12.3f} / {est_p95:<9.3f}{mb_p50:>14.2f} / {mb_p95:<9.2f}"
+              f"{max_batch(arch, spec, BUDGET):>7}")
+    print(f"worst median: one estimate {worst_est:.3f} ms (target <= 2 ms), "
+          f"max-batch {worst_mb:.2f} ms (target <= 50 ms), budget {BUDGET >> 30} GiB")
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import gpumem_tui.estimator.cli"], check=True)
+    print(f"fresh-interpreter import of gpumem_tui.estimator.cli: {(time.perf_counter() - t0) * 1000:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
