@@ -355,3 +355,18 @@ async def test_model_picker_type_to_search():
         assert select.value == "mistral-7b"
         assert panel.architecture.model_type == "mistral"
         assert panel.estimate.total_params == estimate(load_architecture("mistral-7b"), _spec()).total_params
+
+
+async def test_warnings_are_shown_not_hidden_in_assumptions():
+    app = Host()
+    async with app.run_test(size=SIZE) as pilot:
+        await _settle(app, pilot)
+        panel = app.query_one(EstimatorPanel)
+        panel.set_form(seq=4096)  # GPT-2 has 1024 learned positions
+        await _settle(app, pilot)
+        notes = _text(panel.query_one("#est-notes", Static))
+        assert "max_position_embeddings" in notes and panel.invalid_fields == {}
+        panel.set_form(seq=512, zero=2)  # ZeRO over one device saves nothing
+        await _settle(app, pilot)
+        notes = _text(panel.query_one("#est-notes", Static))
+        assert "--zero 2" in notes and "max_position" not in notes

@@ -889,9 +889,12 @@ class EstimatorPanel(VerticalScroll):
 
     def _notes_text(self, est: Any) -> Text:
         warnings = list(getattr(self.spec, "warnings", ()) or ())
-        for item in getattr(est, "warnings", ()) or ():
-            if item not in warnings:
-                warnings.append(item)
+        try:  # the spec's own warnings plus those against the model (e.g. seq > max positions)
+            from gpumem_tui.estimator.spec import check_spec_for
+
+            warnings = list(check_spec_for(self.architecture, self.spec))
+        except Exception:  # noqa: BLE001 - the estimate already passed these checks
+            pass
         lines = [f"! {w}" for w in warnings[:4]]
         assumptions = getattr(est, "assumptions", None) or ()
         if assumptions:
