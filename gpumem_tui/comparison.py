@@ -619,12 +619,29 @@ def _norm_device(value: object) -> object:
     return _device_kind(str(value))
 
 
+def _head_from_class(model_class: object) -> str | None:
+    """The estimator's head kind for a transformers model class name, or None if unknown."""
+    if not isinstance(model_class, str):
+        return None
+    if model_class.endswith("ForSequenceClassification"):
+        return "classification"
+    if model_class.endswith("ForMaskedLM"):
+        return "mlm"
+    if model_class.endswith(("ForCausalLM", "LMHeadModel")):
+        return "lm"
+    if model_class.endswith("Model") and not model_class.endswith("PreTrainedModel"):
+        return "none"
+    return None
+
+
 def spec_from_probe_info(info: ProbeInfo, **overrides: object) -> tuple[Any, Any]:
     """Estimator inputs ``(ModelArchitecture, TrainingSpec)`` from what a probe published.
 
     The architecture comes from ``info.model_config`` (the Hugging Face config dict) via
     ``architecture_from_config``; without one, from a catalogue name or config path in the
-    setup's ``model`` key. The spec's fields come from ``info.setup`` (aliases such as
+    setup's ``model`` key; the setup's ``model_class`` (e.g. ``BertModel``,
+    ``GPT2LMHeadModel``) picks the head the estimator counts. The spec's fields come from
+    ``info.setup`` (aliases such as
     ``batch_size``/``seq_len`` accepted; dtypes like ``torch.bfloat16`` and optimizer class
     names like ``AdamW`` normalised); keys the spec does not have are ignored.
     ``overrides`` (TrainingSpec field -> value) win over the setup, e.g. ``device="cpu"``.
@@ -658,6 +675,13 @@ def spec_from_probe_info(info: ProbeInfo, **overrides: object) -> tuple[Any, Any
             )
     except ArchitectureError as exc:
         raise ComparisonError(f"pid {info.pid}: cannot read the probed model config: {exc}") from None
+
+    head = _head_from_class(setup.get("model_class"))
+    if head is not None and head != getattr(arch, "head", head):
+        try:  # the class that ran decides the head (a config may list another architecture)
+            arch = arch.with_head(head, getattr(arch, "num_labels", 2))
+        except (ArchitectureError, AttributeError):
+            pass
 
     if "dtype" in setup:
         setup["dtype"] = _norm_dtype(setup["dtype"])

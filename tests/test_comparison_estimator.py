@@ -194,3 +194,14 @@ def test_compare_cli_prints_the_json(tmp_path, capsys):
     assert trace_cli.main(["compare", str(bad), "--json"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_model_class_picks_the_head():
+    bert = json.loads((CATALOGUE_DIR / "bert-base-uncased.json").read_text())
+    bare, _ = spec_from_probe_info(_info(config=bert, model_class="BertModel"))
+    mlm, _ = spec_from_probe_info(_info(config=bert, model_class="BertForMaskedLM"))
+    cls, _ = spec_from_probe_info(_info(config=bert, model_class="BertForSequenceClassification"))
+    assert (bare.head, mlm.head, cls.head) == ("none", "mlm", "classification")
+    assert bare.total_params < mlm.total_params  # the MLM head's transform + bias are counted
+    lm, _ = spec_from_probe_info(_info(model_class="GPT2LMHeadModel"))
+    assert lm.head == "lm"
