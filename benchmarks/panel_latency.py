@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
 
@@ -72,6 +73,16 @@ async def _run(n: int, model: str) -> None:
             end_to_end.append(time.perf_counter() - started)
             recompute.append(panel.last_update_seconds or 0.0)
             await app.workers.wait_for_complete()  # let the max-batch solve finish between changes
+        # Floor: the same wait for a bare repaint of the bar (no form change, no estimate),
+        # i.e. what Textual's frame scheduling alone costs on this machine.
+        floor: list[float] = []
+        for _ in range(n):
+            before = bar.render_count
+            started = time.perf_counter()
+            bar.refresh()
+            while bar.render_count == before:
+                await asyncio.sleep(0.0002)
+            floor.append(time.perf_counter() - started)
         arch, spec = panel.architecture, panel.spec
         bare: list[float] = []
         for _ in range(n):
@@ -83,8 +94,13 @@ async def _run(n: int, model: str) -> None:
             t0 = time.perf_counter()
             best = max_batch(arch, spec, 24 * GiB)
             solves.append(time.perf_counter() - t0)
-    print(f"estimator panel latency: model {model}, {n} batch changes, 90x50 terminal, 24 GiB budget")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"estimator panel latency: model {model}, {n} batch changes, 90x50 terminal, 24 GiB budget, "
+        f"load average {load:.1f} on {os.cpu_count()} CPUs"
+    )
     print(_summary("change -> new estimate rendered (end to end)", end_to_end))
+    print(_summary("bare repaint of the bar (frame floor)", floor))
     print(_summary("panel recompute (form + estimate + redraw)", recompute))
     print(_summary("estimate() alone", bare))
     print(_summary(f"max_batch() alone (worker; result {best})", solves))

@@ -370,3 +370,19 @@ async def test_warnings_are_shown_not_hidden_in_assumptions():
         await _settle(app, pilot)
         notes = _text(panel.query_one("#est-notes", Static))
         assert "--zero 2" in notes and "max_position" not in notes
+
+
+async def test_hostile_probed_model_name_is_shown_literally():
+    config = json.loads((CATALOGUE_DIR / "gpt2.json").read_text())
+    info = ProbeInfo(pid=7, model_config=config,
+                     setup=(("batch", 1), ("seq", 64), ("model_name", "[bold red]pwn[/] \x1b[31mx")))
+    app = Host()
+    async with app.run_test(size=SIZE) as pilot:
+        await _settle(app, pilot)
+        panel = app.query_one(EstimatorPanel)
+        assert panel.apply_probe_info(info) is None
+        await _settle(app, pilot)
+        select = panel.query_one("#est-model", Select)
+        label = select.query_one("SelectCurrent #label", Static)
+        shown = "".join(seg.text for seg in label.render_line(0))
+        assert "[bold red]pwn[/]" in shown and "\x1b" not in shown

@@ -776,7 +776,8 @@ class EstimatorPanel(VerticalScroll):
         select = self.query_one("#est-model", Select)
         options: list[tuple[str, str]] = []
         if self._probe_arch is not None:
-            options.append((self._probe_label or "probed model", _PROBE_KEY))
+            # Text, not str: a str prompt is parsed as markup, and this name comes from the job.
+            options.append((Text(self._probe_label or "probed model"), _PROBE_KEY))
         options += [(name, name) for name in self._catalogue]
         select.set_options(options)
 
@@ -859,7 +860,8 @@ class EstimatorPanel(VerticalScroll):
         _set_text(breakdown, self._breakdown_text(est))
         _set_text(notes, self._notes_text(est))
         assumptions = getattr(est, "assumptions", None) or ()
-        breakdown.tooltip = "\n".join(str(a) for a in assumptions) or None
+        tip = "\n".join(printable(str(a), limit=300) for a in assumptions)
+        breakdown.tooltip = Text(tip) if tip else None  # literal: names come from config files
 
     def _breakdown_text(self, est: Any) -> Text:
         comps = _components(est)
