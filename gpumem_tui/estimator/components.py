@@ -411,7 +411,13 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
             par += 3 * bs * q * e
         else:
             par += 3 * bs * q * e  # q, repeat_kv(k), repeat_kv(v) at a heads
-        if arch.model_type in ("gpt2", "gpt_bigcode", "bert"):
+        if arch.model_type in ("gpt2", "gpt_bigcode", "bert") and prec.amp:
+            # autocast runs softmax (and so the dropout after it) in fp32, then casts the
+            # probabilities to 16 bits for the matmul (PyTorch AMP op reference)
+            quad += b * a * s * s * (4 + e)
+            if p_attn:
+                quad += b * a * s * s * (mask_b + 4)
+        elif arch.model_type in ("gpt2", "gpt_bigcode", "bert"):
             quad += b * a * s * s * e  # softmax output
         else:
             quad += b * a * s * s * 4  # softmax in fp32
@@ -419,7 +425,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
                 quad += b * a * s * s * e  # cast back to the compute dtype
             if arch.attn_logit_softcapping:
                 quad += b * a * s * s * e  # tanh output of the soft-capping
-        if p_attn:
+        if p_attn and not (prec.amp and arch.model_type in ("gpt2", "gpt_bigcode", "bert")):
             quad += b * a * s * s * (mask_b + e)
         if linear_saves_input("o"):
             par += bs * q * e
@@ -445,6 +451,13 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     for role in ("q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up"):
         par += lora_extra(role) * (arch.num_experts or 1 if role in ("gate", "up", "down", "gate_up") else 1)
     par += quad
+    if prec.amp and arch.norm == "rmsnorm":
+        # torch.autocast keeps the residual stream, RMSNorm products and the norm outputs in
+        # fp32 and saves 16-bit casts of the Linear inputs: measured +8 bytes per bsh element
+        # per layer over pure 16-bit (MemTracker, llama, CPU autocast bf16)
+        rep += 8 * bs * h
+    elif prec.amp:
+        rep += 2 * 2 * bs * h  # LayerNorm runs in fp32 under autocast: fp32 inputs (2 per layer)
     return LayerActivations(replicated=int(rep), parallel=int(par), quadratic=int(quad))
 
 
@@ -740,7 +753,7 @@ def activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int
 # ----- inference -----------------------------------------------------------------------------
 
 
-def kv_cache_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
+def kv_cache_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int, prefill: bool = False) -> int:
     """KV cache: ``2 L k d s b`` elements in the KV dtype; sliding-window layers keep
     ``min(window, s)`` positions (Mistral / Gemma 2 reports; transformers' sliding-window
     cache layers). Check: Llama-3.1-8B at 1K tokens in bf16 = 0.125 GiB (HF Llama 3.1 post).
@@ -751,26 +764,49 @@ def kv_cache_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) 
     per_pos = 2 * kv_heads * arch.head_dim * spec.kv_bytes * b
     full = arch.num_layers - arch.sliding_layers
     slide = arch.sliding_layers
-    window = min(s, arch.sliding_window) if arch.sliding_window else s
+    # during the prefill a sliding-window layer keeps a view of the whole prompt's keys and
+    # values (the storage of all s positions) until the first decode step trims it
+    window = min(s, arch.sliding_window) if arch.sliding_window and not prefill else s
     return int(per_pos * (full * s + slide * window) / spec.pp)
 
 
 def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
-    """Peak transient activations of one layer in a no-grad prefill (bytes): the residual
-    stream, the norm output, q/k/v, the attention scores (eager: ``b a s^2`` in the compute
-    dtype plus the fp32 softmax; fused kernels: none), and the MLP's gate, up and product
-    (``3 bsf e``). Only one layer's temporaries live at a time without autograd."""
+    """Peak transient activations of a no-grad forward over ``s`` new tokens (bytes).
+
+    Only one layer's temporaries live at a time without autograd. Live at the peak: the token
+    embeddings (``transformers`` keeps ``inputs_embeds`` for the whole forward), the residual
+    stream and the norm output (``3 bsh e``), learned position embeddings, the float causal
+    mask of eager attention (``b s^2 e``), and the larger of
+    - attention: eager Llama family -- q, the ``repeat_kv`` copies of k and v (GQA only) and the
+      masked scores (``e``) with their fp32 copy and fp32 softmax (``b a s^2 (e + 8)``); eager
+      GPT-2/BERT -- the q/k/v projections and two ``b a s^2 e`` score tensors (matmul output and
+      its scaled copy); fused kernels -- q, k, v and the output;
+    - MLP: gate, up and their product (``3 bsf e``; plain MLP: ``2 bsf e``) plus the
+      post-attention residual.
+    Measured with MemTracker on the meta device (gpumem-tui measure, prefill peaks).
+    """
     e = precision(spec).compute
     bs = b * s
     h, f = arch.hidden_size, arch.intermediate_size
-    base = 2 * bs * h * e + bs * h * 4 * (arch.norm == "rmsnorm")
-    attn = bs * (arch.q_dim + 2 * arch.kv_dim) * e + bs * arch.q_dim * e
-    if not _fused_sdpa(arch, spec):
-        sq = b * arch.num_heads * s * s
-        attn += sq * e + (sq * 4 if arch.norm == "rmsnorm" else sq * e)
+    q, kv = arch.q_dim, arch.kv_dim
+    base = 3 * bs * h * e + (s * h * e if arch.learned_positions and arch.kind == "decoder" else 0)
+    fused = _fused_sdpa(arch, spec)
+    sq = b * arch.num_heads * s * s
+    if fused:
+        attn = bs * (q + 2 * kv) * e + bs * q * e
+        mask = 0
+    else:
+        mask = b * s * s * e if arch.kind == "decoder" else 0
+        if arch.norm == "rmsnorm":
+            rep = 2 * bs * q * e if arch.num_kv_heads != arch.num_heads else 0
+            attn = bs * q * e + rep + bs * kv * e + sq * (e + 4 + (4 if e != 4 else 0))
+        else:
+            attn = bs * (q + 2 * kv) * e + 2 * sq * e
     mult = arch.experts_per_token if arch.num_experts else 1
-    mlp = (3 if arch.gated_mlp else 2) * bs * f * e * mult
-    return int(base + max(attn, mlp) / spec.tp)
+    # during the MLP the layer input (still bound in the model's layer loop) and the
+    # post-attention residual are both alive: one more bsh e than during attention
+    mlp = (3 if arch.gated_mlp else 2) * bs * f * e * mult + bs * h * e * spec.tp
+    return int(base + mask + max(attn, mlp) / spec.tp)
 
 
 def inference_logits_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int) -> int:

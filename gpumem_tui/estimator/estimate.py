@@ -122,7 +122,10 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     else:
         per_saved = per_layer
     # weight casts held by autocast from forward to backward (torch AMP only)
-    amp_casts = arch.linear_weight_params * e / (spec.tp * spec.pp) if prec.amp else 0
+    amp_casts = 0
+    if prec.amp:  # 16-bit copies of every Linear weight (incl. the LM head), cached by autocast
+        head_lin = arch.vocab_size * h if arch.head == "lm" else 0
+        amp_casts = (arch.linear_weight_params + head_lin) * e / (spec.tp * spec.pp)
     full_training = spec.task == "train"
     shard_g = (spec.tp * spec.pp) * (spec.dp if spec.zero >= 2 else 1)
     head_w = arch.vocab_size * h * prec.grad / shard_g if full_training and arch.head in ("lm", "mlm") else 0
@@ -175,15 +178,20 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
 def _inference_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple[str, str, dict[str, int]]]:
     b, s = spec.batch, spec.seq
     P = C.parameter_bytes(arch, spec)
-    kv = C.kv_cache_bytes(arch, spec, b, s)
     work = C.inference_working_bytes(arch, spec, b, s)
     logits = C.inference_logits_bytes(arch, spec, b)
-    layers = max(1, arch.num_layers)
+    ids = 8 * b * s
     if arch.kind == "encoder":
-        return [("prefill", "forward", _moment(parameters=P, activations=work + 8 * b * s,
+        return [("prefill", "forward", _moment(parameters=P, activations=work + ids,
                                               logits_and_loss=b * s * arch.vocab_size * C.precision(spec).compute))]
+    kv_prefill = C.kv_cache_bytes(arch, spec, b, s, prefill=True)
+    kv = C.kv_cache_bytes(arch, spec, b, s)
+    layers = max(1, arch.num_layers)
+    hidden = 2 * b * s * arch.hidden_size * C.precision(spec).compute
     return [
-        ("prefill", "prefill", _moment(parameters=P, kv_cache=kv, activations=work + 8 * b * s, logits_and_loss=logits)),
+        ("prefill", "prefill attention/MLP", _moment(parameters=P, kv_cache=kv_prefill, activations=work + ids)),
+        ("prefill", "prefill logits", _moment(parameters=P, kv_cache=kv_prefill, activations=hidden + ids,
+                                              logits_and_loss=logits)),
         ("decode", "decode step", _moment(parameters=P, kv_cache=kv + kv // layers,
                                           activations=C.inference_working_bytes(arch, spec, b, 1), logits_and_loss=logits)),
     ]
