@@ -354,11 +354,14 @@ def compare(
         peak_bytes = sum(predicted.values())
     peak_bytes = int(peak_bytes)
     live_peak = peak_bytes - context - reserve
-    if not on_cuda and (context or reserve):
+    est_device = _estimate_field(estimate, "device")
+    if isinstance(est_device, str) and _device_kind(est_device) != device:
         notes.append(
-            "the estimate includes a CUDA context and allocator reserve but the job ran on the "
-            "CPU: they are left out of the comparison (estimate with device cpu to match)"
+            f"the estimate models {est_device} kernels but the job ran on {device}: "
+            f"estimate with device {device} to compare like with like"
         )
+    if not on_cuda and (context or reserve):
+        notes.append("the estimate's CUDA context and allocator reserve are left out (the job ran on the CPU)")
 
     # Headline: torch allocated / CPU live tensors.
     peak_allocated = max(max(p.allocated_bytes, p.peak_allocated_bytes or 0) for p in samples)

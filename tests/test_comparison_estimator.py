@@ -205,3 +205,14 @@ def test_model_class_picks_the_head():
     assert bare.total_params < mlm.total_params  # the MLM head's transform + bias are counted
     lm, _ = spec_from_probe_info(_info(model_class="GPT2LMHeadModel"))
     assert lm.head == "lm"
+
+
+def test_a_device_mismatch_is_said():
+    arch, spec = spec_from_probe_info(_info())  # cuda estimate
+    est = estimate(arch, spec)
+    cpu = [ProbeSample(time=1.0, pid=500, device="cpu", allocated_bytes=100 * MiB)]
+    result = compare(est, cpu)
+    assert any("models cuda kernels but the job ran on cpu" in n for n in result.notes)
+    assert result.headline.predicted_bytes == est.allocated_peak_bytes  # context/reserve left out
+    arch, spec = spec_from_probe_info(_info(), device="cpu")
+    assert not any("kernels" in n for n in compare(estimate(arch, spec), cpu).notes)
