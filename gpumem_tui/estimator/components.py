@@ -581,7 +581,7 @@ def logits_loss_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     fwd = lp + n * e + (4 * n if e != 4 else 0)
     if arch.final_logit_softcapping:
         saved += n * e
-        fwd += 2 * n * e  # tanh output (saved) + capped logits; the fp32 copy is above
+        fwd += n * e  # tanh output (saved); the capped logits and the fp32 copy are above
     bwd = saved + 8 * n
     return LogitsLoss(saved=saved, forward_peak=fwd, backward_peak=bwd, head_grad=n * e)
 
