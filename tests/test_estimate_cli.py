@@ -43,6 +43,8 @@ def test_fit_and_max_batch(capsys) -> None:
     assert data["fit"]["budget_bytes"] == 24 << 30 and data["fit"]["fits"] is True
     assert data["fit"]["margin_bytes"] == (24 << 30) - data["peak_bytes"]
     assert data["max_batch"] >= 1
+    code, out, _ = _run(["gpt2", "--batch", "4", "--fit", "8GiB", "--max-seq", "--json"], capsys)
+    assert code == 0 and 1 <= json.loads(out)["max_seq"] <= 1024  # bounded by n_positions
     code, out, _ = _run(["llama-3.1-70b", "--fit", "24GB"], capsys)
     assert code == 0 and "NO, short by" in out
 

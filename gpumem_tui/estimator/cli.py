@@ -16,7 +16,7 @@ import sys
 from gpumem_tui.estimator.cli_args import add_spec_arguments, spec_from_args
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS, Estimate
 from gpumem_tui.estimator.methods import METHODS, run_method
-from gpumem_tui.estimator.solve import max_batch
+from gpumem_tui.estimator.solve import max_batch, max_seq
 from gpumem_tui.units import GiB, MiB, parse_bytes
 
 
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fit", default=None, metavar="SIZE|GPU",
                    help="memory budget: a size (24GiB, 80GB) or a GPU index on this machine (reads NVML)")
     p.add_argument("--max-batch", action="store_true", help="largest micro-batch that fits --fit (default budget: 24GiB)")
+    p.add_argument("--max-seq", action="store_true", help="largest sequence length that fits --fit at --batch")
     p.add_argument("--method", default="detailed", help=f"{' | '.join(METHODS)} (default detailed)")
     p.add_argument("--compare-methods", action="store_true", help="print every method's peak beside the detailed one")
     return p
@@ -112,7 +113,7 @@ def run(argv: list[str]) -> int:
     out: dict = est.to_json()
     text = [_table(est)]
     budget = None
-    if args.fit is not None or args.max_batch:
+    if args.fit is not None or args.max_batch or args.max_seq:
         budget, label = _budget(args.fit if args.fit is not None else "24GiB")
         margin = budget - est.peak_bytes
         fits = margin >= 0
@@ -127,6 +128,12 @@ def run(argv: list[str]) -> int:
         mb = max_batch(arch, spec, budget or 0)
         out["max_batch"] = mb
         text.append(f"largest micro-batch that fits: {mb}" + (" (even batch 1 does not fit)" if mb == 0 else ""))
+    if args.max_seq:
+        if args.method != "detailed":
+            raise _BadInput("--max-seq uses the detailed method; drop --method")
+        ms = max_seq(arch, spec, budget or 0)
+        out["max_seq"] = ms
+        text.append(f"longest sequence that fits at batch {spec.batch}: {ms:,}" + (" (even 1 token does not fit)" if ms == 0 else ""))
     if args.compare_methods:
         rows = []
         for name in METHODS:
