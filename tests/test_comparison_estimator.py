@@ -216,3 +216,31 @@ def test_a_device_mismatch_is_said():
     assert result.headline.predicted_bytes == est.allocated_peak_bytes  # context/reserve left out
     arch, spec = spec_from_probe_info(_info(), device="cpu")
     assert not any("kernels" in n for n in compare(estimate(arch, spec), cpu).notes)
+
+
+def test_compare_trace_on_cuda_reports_all_three_figures(tmp_path):
+    info = _info(pid=42, device="cuda:0")
+    arch, spec = spec_from_probe_info(info)
+    est = estimate(arch, spec)
+    comps = est.components_bytes
+    path = tmp_path / "cuda.jsonl"
+    with TraceRecorder(path) as rec:
+        for i, used in enumerate((900 * MiB, 1100 * MiB)):
+            probe = ProbeSample(time=10.0 + i, pid=42, device="cuda:0", allocated_bytes=500 * MiB + i * MiB,
+                                reserved_bytes=600 * MiB, peak_allocated_bytes=520 * MiB,
+                                categories=(("parameters", comps["parameters"]), ("activations", 80 * MiB)))
+            proc = ProcessSample(pid=42, device_index=0, type=ProcessType.COMPUTE, used_memory_bytes=used)
+            rec.write(Snapshot(time=10.5 + i, processes=(proc,), probes=(probe,),
+                               probe_infos=(info,) if i == 0 else ()))
+    data = compare_trace(path)
+    assert data["device"] == "cuda" and data["measured_figure"] == "torch allocated"
+    peaks = {p["figure"]: p for p in data["peaks"]}
+    assert peaks["torch allocated"]["measured_bytes"] == 520 * MiB
+    assert peaks["torch allocated"]["predicted_bytes"] == est.allocated_peak_bytes
+    assert peaks["torch reserved"]["measured_bytes"] == 600 * MiB
+    assert peaks["torch reserved"]["predicted_bytes"] == est.allocated_peak_bytes + comps["allocator_reserve"]
+    assert peaks["NVML used"]["measured_bytes"] == 1100 * MiB
+    assert peaks["NVML used"]["predicted_bytes"] == est.peak_bytes
+    assert data["measured"]["cuda_context"] == 1100 * MiB - 600 * MiB
+    assert data["measured"]["allocator_reserve"] == 600 * MiB - 520 * MiB
+    assert data["measured_source"]["cuda_context"].startswith("NVML used - torch reserved")
