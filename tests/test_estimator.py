@@ -206,3 +206,32 @@ def test_coarse_params_model_is_flagged() -> None:
     est = estimate(architecture_from_params(7e9), TrainingSpec())
     assert any("coarse" in a for a in est.assumptions)
     assert est.total_params == 7_000_000_000
+
+
+def _ground_truth_cases() -> list:
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "measured_cpu.json"
+    if not path.exists():
+        return []
+    return json.loads(path.read_text())["cases"]
+
+
+@pytest.mark.parametrize("case", _ground_truth_cases(), ids=lambda c: c["id"])
+def test_matches_measured_ground_truth(case: dict) -> None:
+    """Every MemTracker ground-truth case (benchmarks/data/measured_cpu.json, written by
+    `gpumem-tui measure`) within 2 % of the measured peak."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    arch = load_architecture(str(root / case["config"]))
+    fields = {k: v for k, v in case["spec"].items() if k in TrainingSpec.__dataclass_fields__}
+    if "lora_targets" in fields:
+        from gpumem_tui.estimator.spec import parse_lora_targets
+
+        fields["lora_targets"] = parse_lora_targets(",".join(fields["lora_targets"])
+                                                    if isinstance(fields["lora_targets"], list) else fields["lora_targets"])
+    est = estimate(arch, TrainingSpec(**fields))
+    measured = case["measured"]["peak_bytes"]
+    assert abs(est.peak_bytes - measured) / measured < 0.02
