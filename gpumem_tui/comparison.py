@@ -56,6 +56,7 @@ __all__ = [
     "compare_snapshots",
     "compare_trace",
     "percent_error",
+    "short_label",
     "spec_from_probe_info",
 ]
 
@@ -101,6 +102,31 @@ CATEGORY_COMPONENTS: dict[str, tuple[str, ...]] = {
 ACTIVATIONS_WITHOUT_TEMPORARIES: tuple[str, ...] = ("activations", "logits_and_loss", "optimizer_intermediates")
 
 _CONTEXT_PARTS = ("cuda_context", "allocator_reserve")
+
+
+#: short names for narrow tables (the full names are the estimator's component names)
+_SHORT = {
+    "parameters": "params",
+    "gradients": "grads",
+    "optimizer_states": "opt states",
+    "optimizer_intermediates": "opt temps",
+    "activations": "activations",
+    "logits_and_loss": "logits/loss",
+    "kv_cache": "KV cache",
+    "cuda_context": "CUDA ctx",
+    "allocator_reserve": "alloc reserve",
+}
+_IN_GROUP = {"activations": "act", "logits_and_loss": "logits", "optimizer_intermediates": "temps"}
+
+
+def short_label(name: str) -> str:
+    """A component (``optimizer_states`` -> "opt states") or group
+    (``activations+logits_and_loss+optimizer_intermediates`` -> "act+logits+temps") name,
+    short enough for a 60-column table. Unknown names are returned with spaces for ``_``."""
+    parts = name.split("+")
+    if len(parts) == 1:
+        return _SHORT.get(name, name.replace("_", " "))
+    return "+".join(_IN_GROUP.get(p, _SHORT.get(p, p)) for p in parts)
 
 
 class ComparisonError(ValueError):

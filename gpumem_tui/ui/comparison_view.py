@@ -28,25 +28,12 @@ from gpumem_tui.comparison import (
     FIGURE_RESERVED,
     ComparisonResult,
 )
+from gpumem_tui.comparison import short_label as short_label  # re-exported
 from gpumem_tui.text import printable
 from gpumem_tui.units import format_bytes
 
 __all__ = ["ComparisonView", "format_error_percent", "short_label"]
 
-#: short names for a narrow pane (the full ones are the estimator's component names)
-_SHORT = {
-    "parameters": "params",
-    "gradients": "grads",
-    "optimizer_states": "opt states",
-    "optimizer_intermediates": "opt temps",
-    "activations": "activations",
-    "logits_and_loss": "logits/loss",
-    "kv_cache": "KV cache",
-    "cuda_context": "CUDA ctx",
-    "allocator_reserve": "alloc reserve",
-}
-#: even shorter, inside a group name
-_IN_GROUP = {"activations": "act", "logits_and_loss": "logits", "optimizer_intermediates": "temps"}
 _PEAK = {
     FIGURE_ALLOCATED: "PEAK allocated",
     FIGURE_RESERVED: "PEAK reserved",
@@ -63,14 +50,6 @@ _COLUMNS = (
     ("error", _NUM),
     ("measured as", None),
 )
-
-
-def short_label(name: str) -> str:
-    """A component (``parameters``) or group (``activations+logits_and_loss``) name, short."""
-    parts = name.split("+")
-    if len(parts) == 1:
-        return _SHORT.get(name, name.replace("_", " "))
-    return "+".join(_IN_GROUP.get(p, _SHORT.get(p, p)) for p in parts)
 
 
 def _size(n: int | None) -> str:
