@@ -12,6 +12,7 @@ from gpumem_tui.estimator.architecture import (
     SUPPORTED_MODEL_TYPES,
     ArchitectureError,
     architecture_from_config,
+    architecture_from_params,
     catalogue_names,
     load_architecture,
 )
@@ -30,6 +31,8 @@ from gpumem_tui.estimator.spec import (
 )
 
 ARCHS = {name: load_architecture(name) for name in catalogue_names()}
+ARCHS["params:3e8"] = architecture_from_params(3e8)  # the coarse --params path
+ARCHS["params:7e10"] = architecture_from_params(7e10)
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 def _mostly(value, others):  # noqa: ANN001, ANN202
@@ -59,6 +62,9 @@ def spec_kwargs(draw):  # noqa: ANN001, ANN201
         "kv_dtype": draw(_mostly(None, st.sampled_from(KV_DTYPES))) if inference else draw(_mostly(None, st.just("fp8"))),
         "quant": draw(_mostly("none", st.sampled_from(QUANT))),
         "device": draw(st.sampled_from(DEVICES)),
+        "optimizer_impl": draw(st.sampled_from(("auto", "single", "foreach", "fused"))),
+        "grad_accum": draw(_mostly(1, st.integers(-1, 8))) if not inference else 1,
+        "keep_grads": draw(_mostly(False, st.just(True))) if not inference else False,
     }
 
 
