@@ -102,19 +102,20 @@ def parameter_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
     """Bytes of the stored weights on one device.
 
     - dtype bytes x N; LoRA adds the adapters in the same dtype.
-    - QLoRA (``--task qlora``) or ``--quant nf4``: the layers' Linear weights in NF4, 4 bits
-      + blocksize-64 fp32... quantization constants with double quantization = 0.127 bit/param
+    - QLoRA (``--task qlora``) or ``--quant nf4``: the layers' Linear weights in NF4 (4 bits)
+      plus blocksize-64 quantization constants with double quantization, 0.127 bit/param
       (Dettmers et al. 2023, arXiv 2305.14314, Sec. 2); embeddings, head and norms stay 16-bit.
     - ``--quant int8``: LLM.int8() Linear weights 1 byte + one fp32 scale per row
       (Dettmers et al. 2022, arXiv 2208.07339).
     - ZeRO-3 divides by ``dp`` (Rajbhandari et al. 2020, Sec. 5.3); tensor parallelism divides
       the layer weights by ``t`` (Megatron, Shoeybi et al. 2019, arXiv 1909.08053), pipeline
-      parallelism the layers by ``p`` (the embedding stays on the first stage).
+      parallelism the layers by ``p`` (embeddings and head counted whole, as on the first or
+      last stage).
     """
     prec = precision(spec)
     n = arch.total_params
     lin = arch.linear_weight_params
-    other = n - lin
+    layer_elems = arch.param_breakdown()["layers"]
     quant = "nf4" if spec.task == "qlora" else spec.quant
     if quant == "nf4":
         lin_bytes = lin * (4 + 0.127) / 8
@@ -123,12 +124,10 @@ def parameter_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
         lin_bytes = lin + 4 * rows
     else:
         lin_bytes = lin * prec.param
-    other_bytes = other * (prec.param if quant == "none" else DTYPE_BYTES[spec.dtype])
-    layers_share = arch.param_breakdown()["layers"] / max(1, n)
-    total = (lin_bytes + other_bytes)
-    # tensor / pipeline parallel split of the layer weights
-    layer_bytes = total * layers_share
-    total = total - layer_bytes + layer_bytes / (spec.tp * spec.pp)
+    other_b = prec.param if quant == "none" else DTYPE_BYTES[spec.dtype]
+    layer_bytes = lin_bytes + max(0, layer_elems - lin) * other_b
+    rest_bytes = (n - layer_elems) * other_b
+    total = rest_bytes + layer_bytes / (spec.tp * spec.pp)
     if spec.task in ("lora", "qlora"):
         total += lora_params(arch, spec) * prec.param / (spec.tp * spec.pp)
     if spec.zero == 3:
