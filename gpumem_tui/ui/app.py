@@ -89,6 +89,8 @@ class GpuMemApp(App[None]):
         Binding("c", "chart_target", "Chart GPU/proc", id="chart_target",
                 tooltip="Chart the selected process or its GPU"),
         Binding("b", "toggle_bands", "Bands", id="toggle_bands", tooltip="Show or hide the predicted bands"),
+        Binding("t", "toggle_fit_total", "Scale to total", show=False, id="toggle_fit_total",
+                tooltip="Scale the chart to the GPU total (or to the data)"),
         Binding("left_square_bracket", "window(-1)", "Zoom in", show=False, id="window_shorter",
                 tooltip="Show a shorter time window"),
         Binding("right_square_bracket", "window(1)", "Zoom out", show=False, id="window_longer",
@@ -602,6 +604,9 @@ class GpuMemApp(App[None]):
         chart = self.chart
         chart.show_bands = not chart.show_bands
         self.notify(f"predicted bands {'shown' if chart.show_bands else 'hidden'}", timeout=2)
+
+    def action_toggle_fit_total(self) -> None:
+        self.chart.fit_total = not self.chart.fit_total
 
     def action_window(self, step: int) -> None:
         chart = self.chart

@@ -72,8 +72,8 @@ def bar(fraction: float | None, width: int, used_style: str, free_style: str) ->
     return text
 
 
-def device_memory(dev: DeviceSample) -> Text:
-    """"used / total MiB (pct%)" for a GPU, or why not."""
+def device_memory(dev: DeviceSample, compact: bool = False) -> Text:
+    """"used / total MiB (pct%)" for a GPU (``compact``: "used/total MiB pct%"), or why not."""
     if dev.error:
         return Text(dev.error, style="bold")
     used, total = dev.memory_used_bytes, dev.memory_total_bytes
@@ -83,6 +83,8 @@ def device_memory(dev: DeviceSample) -> Text:
         right = f"{total / MiB:,.0f}" if total is not None else (reason or "N/A")
         return Text(f"{left} / {right} MiB", style=MISSING_STYLE)
     pct = 100.0 * used / total if total else 0.0
+    if compact:
+        return Text(f"{used / MiB:,.0f}/{total / MiB:,.0f} MiB {pct:.0f}%")
     return Text(f"{used / MiB:,.0f} / {total / MiB:,.0f} MiB ({pct:.0f}%)")
 
 

@@ -15,6 +15,8 @@ from gpumem_tui.telemetry.model import DeviceSample
 from gpumem_tui.ui import cells
 
 BAR_WIDTH = 20
+NARROW_BAR_WIDTH = 8
+NARROW_WIDTH = 110  # below this many columns the bar and the name shrink to fit 80 columns
 
 
 class DevicePanel(DataTable):
@@ -30,13 +32,27 @@ class DevicePanel(DataTable):
         super().__init__(cursor_type="row", show_cursor=False, **kwargs)
         self.devices: tuple[DeviceSample, ...] = ()
         self._last: dict[str, list[Text]] = {}
+        self._narrow: bool | None = None
 
     def on_mount(self) -> None:
+        self._add_columns(False)
+
+    def _add_columns(self, narrow: bool) -> None:
+        self.clear(columns=True)
         for key, label in (
-            ("index", "GPU"), ("name", "NAME"), ("memory", "MEMORY USED / TOTAL"),
+            ("index", "GPU"), ("name", "NAME"), ("memory", "MEMORY" if narrow else "MEMORY USED / TOTAL"),
             ("bar", "USAGE"), ("util", "UTIL"), ("temp", "TEMP"), ("power", "POWER"),
         ):
             self.add_column(Text(label, style="bold"), key=key)
+
+    def on_resize(self) -> None:
+        narrow = self.size.width < NARROW_WIDTH
+        if narrow != self._narrow:
+            self._narrow = narrow
+            self._add_columns(narrow)
+            devices, self.devices = self.devices, ()
+            if devices:
+                self.show(devices)  # column widths change: rebuild the rows
 
     def on_focus(self) -> None:
         self.show_cursor = True
@@ -87,7 +103,11 @@ class DevicePanel(DataTable):
             self.move_cursor(row=target, animate=False)
 
     def _cells(self, dev: DeviceSample, used_style: str, free_style: str) -> list[Text]:
-        name = cells.safe(dev.name, limit=40) if dev.name else cells.missing(dev.error and "-" or dev.reason("name"))
+        narrow = self.size.width and self.size.width < NARROW_WIDTH
+        name_limit = 16 if narrow else 40
+        name = cells.safe(dev.name.removeprefix("NVIDIA "), limit=name_limit) if dev.name and narrow else (
+            cells.safe(dev.name, limit=name_limit) if dev.name else None)
+        name = name if name is not None else cells.missing(dev.error and "-" or dev.reason("name"))
         util = (
             cells.missing("-") if dev.error
             else cells.percent(dev.utilization_gpu_percent, dev.reason("utilization_gpu_percent"))
@@ -95,8 +115,8 @@ class DevicePanel(DataTable):
         return [
             Text(str(dev.index), justify="right"),
             name,
-            cells.device_memory(dev),
-            cells.bar(cells.device_fraction(dev), BAR_WIDTH, used_style, free_style),
+            cells.device_memory(dev, compact=bool(narrow)),
+            cells.bar(cells.device_fraction(dev), NARROW_BAR_WIDTH if narrow else BAR_WIDTH, used_style, free_style),
             util,
             cells.temperature(dev),
             cells.power(dev),

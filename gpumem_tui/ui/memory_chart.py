@@ -5,13 +5,16 @@ label says which), against time in seconds relative to the newest sample (0 = no
 
 - the measured curves given to :meth:`MemoryChart.set_series` (e.g. NVML used memory of a GPU
   or process, or the probe's torch allocated / reserved bytes; the label says which figure);
-- the GPU's total memory as a horizontal line (:meth:`set_total`);
+- the GPU's total memory as a horizontal line (:meth:`set_total`); when it is more than
+  TOTAL_SCALE_LIMIT times the largest curve or band value it would flatten them, so it is
+  then only named in the legend (``fit_total`` forces it onto the scale);
 - the predicted bands (:meth:`set_bands`): cumulative horizontal lines (parameters;
   + gradients; + optimizer states; ...), each in its theme colour, shown or hidden with
   :attr:`show_bands`;
 - phase marks (:meth:`set_phase_marks`): the measured curve is coloured by the training phase
   it was in (init / forward / backward / optimizer step), and when few marks are visible each
-  phase start also gets a vertical line; a legend line under the plot names the colours.
+  phase start also gets a vertical line. The legend (two lines under the plot, not plotext's
+  box, which would cover the data) names every colour, with each band's and the total's size.
 
 Colours are theme variables (``band-*``, ``curve-*``, ``line-total``, ``phase-*``) resolved
 through the running app, so a theme restyles the chart.
@@ -19,6 +22,7 @@ through the running app, so a theme restyles the chart.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +36,9 @@ from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
 from gpumem_tui.telemetry.model import Phase, PhaseMark
-from gpumem_tui.units import GiB, MiB
+from gpumem_tui.units import GiB, MiB, format_bytes
+
+TOTAL_SCALE_LIMIT = 4  # the total line stays on scale while total <= 4 x the largest value
 
 PHASE_VARS: dict[Phase, str] = {
     Phase.INIT: "phase-init",
@@ -63,6 +69,21 @@ Band = tuple[str, int, str]  # (label, cumulative bytes, theme colour variable)
 def choose_unit(max_bytes: float) -> tuple[str, int]:
     """("GiB", 2**30) when the largest value is >= 2 GiB, else ("MiB", 2**20)."""
     return ("GiB", GiB) if max_bytes >= 2 * GiB else ("MiB", MiB)
+
+
+def nice_ticks(top: float, count: int = 5) -> list[float]:
+    """About ``count`` round tick values (steps 1, 2, 2.5 or 5 x 10^k) from 0 up to ``top``."""
+    if top <= 0 or not math.isfinite(top):
+        return [0.0]
+    raw = top / count
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    ticks = []
+    value = 0.0
+    while value <= top + 1e-9:
+        ticks.append(round(value, 10))
+        value += step
+    return ticks
 
 
 def thin(points: Sequence[tuple[float, float]], buckets: int) -> list[tuple[float, float]]:
@@ -114,6 +135,7 @@ class MemoryChart(Vertical):
     """
 
     show_bands: reactive[bool] = reactive(True)
+    fit_total: reactive[bool] = reactive(False)
     window: reactive[float] = reactive(300.0)
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
@@ -161,6 +183,9 @@ class MemoryChart(Vertical):
         self.message = message
 
     def watch_show_bands(self) -> None:
+        self.replot()
+
+    def watch_fit_total(self) -> None:
         self.replot()
 
     def watch_window(self) -> None:
@@ -218,11 +243,14 @@ class MemoryChart(Vertical):
             self._set_legend(legend, legend_text)
             return
         bands = self.bands if self.show_bands else []
-        peak = max(max(v for _, v in c.points) for c in curves)
-        if self.total_bytes:
-            peak = max(peak, self.total_bytes)
+        data_peak = max(max(v for _, v in c.points) for c in curves)
         if bands:
-            peak = max(peak, max(b[1] for b in bands))
+            data_peak = max(data_peak, max(b[1] for b in bands))
+        total = self.total_bytes
+        # A 40 GiB total line would flatten a 2 GiB process curve to the axis: the total stays
+        # on the plot only when it is within TOTAL_SCALE_LIMIT x the data (or `fit_total`).
+        total_on_scale = bool(total) and (self.fit_total or total <= TOTAL_SCALE_LIMIT * max(data_peak, 1))
+        peak = max(data_peak, total) if total_on_scale and total else data_peak
         unit, factor = choose_unit(peak)
         width = max(plot.size.width - 10, 10)
         marks = self.visible_phase_marks()
@@ -231,13 +259,13 @@ class MemoryChart(Vertical):
         oldest = min(c.points[0][0] for c in curves)
         x_lo = -min(self.window, max(now - oldest, 30.0))
         x_hi = 0.0
-        # bands and the total first, so the measured curve is drawn over them
-        if bands:
-            for label, value, var in bands:
-                plt.plot([x_lo, x_hi], [value / factor] * 2, color=self._rgb(var), label=label, marker="─")
-        if self.total_bytes:
-            plt.plot([x_lo, x_hi], [self.total_bytes / factor] * 2, color=self._rgb("line-total"),
-                     label=self.total_label, marker="━")
+        theme = self.app.theme_variables
+        # Bands and the total first, so the measured curves are drawn over them. The legend is
+        # drawn under the plot, not by plotext, whose legend box would hide the data.
+        for label, value, var in bands:
+            plt.plot([x_lo, x_hi], [value / factor] * 2, color=self._rgb(var), marker="braille")
+        if total_on_scale and total:
+            plt.plot([x_lo, x_hi], [total / factor] * 2, color=self._rgb("line-total"), marker="━")
         if marks and len(marks) <= width // 8:
             for m in marks:
                 var = PHASE_VARS.get(m.phase)
@@ -245,31 +273,53 @@ class MemoryChart(Vertical):
                     plt.vline(m.time - now, color=self._rgb(var))
         for index, curve in enumerate(curves):
             pts = thin(curve.points, width)
-            if index == 0 and marks:
-                self._plot_by_phase(plt, pts, now, factor, curve.label)
+            phased = index == 0 and bool(marks)
+            if phased:
+                self._plot_by_phase(plt, pts, now, factor)
             else:
                 xs = [t - now for t, _ in pts]
                 ys = [v / factor for _, v in pts]
-                plt.plot(xs, ys, color=self._rgb(curve.color_var), label=curve.label, marker="braille")
+                plt.plot(xs, ys, color=self._rgb(curve.color_var), marker="braille")
+            style = theme.get(curve.color_var, "") if not phased else theme.get("phase-forward", "")
+            legend_text.append("⣿⣿ ", style=style)
+            legend_text.append(curve.label + (" (coloured by phase)" if phased else "") + "  ")
+        if total:
+            legend_text.append("━━ ", style=theme.get("line-total", ""))
+            legend_text.append(f"{self.total_label} {format_bytes(total)}")
+            legend_text.append("  " if total_on_scale else " (above the plot; t scales to it)  ")
+        if bands:
+            legend_text.append("\npredicted: ")
+        for label, value, var in bands:
+            legend_text.append("── ", style=theme.get(var, ""))
+            legend_text.append(f"{label} {format_bytes(value)}  ")
         plt.title(self.title)
         plt.xlabel("time (s, 0 = latest sample)")
         plt.ylabel(f"memory ({unit})")
         plt.xlim(x_lo, x_hi)
-        plt.ylim(0, peak / factor * 1.08)
+        top = peak / factor * 1.08
+        ticks = nice_ticks(top)
+        plt.ylim(0, top)
+        plt.yticks(ticks, [f"{t:g}" for t in ticks])
         if marks:
+            legend_text.append("\nphases: ")
             for phase, var in PHASE_VARS.items():
-                legend_text.append("━━ ", style=self.app.theme_variables.get(var, ""))
+                legend_text.append("━━ ", style=theme.get(var, ""))
                 legend_text.append(f"{PHASE_LABELS[phase]}  ")
         plot.refresh()
         self._set_legend(legend, legend_text)
 
     def _set_legend(self, legend: Static, text: Text) -> None:
-        # Fixed height: updating without a layout pass (a layout costs more than the plot).
-        if text != self._legend_shown:
-            self._legend_shown = text
-            legend.update(text, layout=False)
+        # Height set explicitly, so the text can change without a layout pass (a layout
+        # costs more than drawing the plot); only a change in line count re-lays out.
+        if text == self._legend_shown:
+            return
+        self._legend_shown = text
+        lines = max(text.plain.count("\n") + 1, 1)
+        if legend.styles.height is None or legend.styles.height.value != lines:
+            legend.styles.height = lines
+        legend.update(text, layout=False)
 
-    def _plot_by_phase(self, plt, pts, now, factor, label) -> None:  # noqa: ANN001
+    def _plot_by_phase(self, plt, pts, now, factor) -> None:  # noqa: ANN001
         """Plot one curve in segments coloured by the phase each sample fell in."""
         times = [m.time for m in self.phase_marks]
         segments: list[tuple[str, list[tuple[float, float]]]] = []
@@ -283,13 +333,8 @@ class MemoryChart(Vertical):
                 if segments:
                     segments[-1][1].append((t, v))  # join segments without a gap
                 segments.append((var, [(t, v)]))
-        labelled = False
         for var, seg in segments:
-            plt.plot(
-                [t - now for t, _ in seg], [v / factor for _, v in seg],
-                color=self._rgb(var), marker="braille", label=None if labelled else label,
-            )
-            labelled = True
+            plt.plot([t - now for t, _ in seg], [v / factor for _, v in seg], color=self._rgb(var), marker="braille")
 
     def on_resize(self) -> None:
         self.replot()

@@ -55,6 +55,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("command", "COMMAND", lambda p, _: p.command, lambda p, _: cells.command(p)),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
+NARROW_WIDTH = 110
+NARROW_HIDDEN = frozenset({"type", "rss", "time", "container"})
 _BY_KEY = {c.key: c for c in COLUMNS}
 
 
@@ -167,6 +169,8 @@ class ProcessTable(DataTable):
             hidden |= {"gpu", "mem", "sm"}
         if not any(p.container for p in self._processes):
             hidden.add("container")
+        if self.size.width and self.size.width < NARROW_WIDTH:
+            hidden |= NARROW_HIDDEN  # the command matters more; the detail view has them all
         return tuple(k for k in COLUMN_KEYS if k not in hidden)
 
     @property
@@ -175,6 +179,10 @@ class ProcessTable(DataTable):
         if self.sort_column in self.visible_columns:
             return self.sort_column, self.sort_reverse
         return "rss", True
+
+    def on_resize(self) -> None:
+        if self._processes and self._wanted_columns() != self.visible_columns:
+            self._rebuild(self.selected_key)
 
     def _header(self, col: Column) -> Text:
         label = col.label

@@ -1,0 +1,86 @@
+"""Snapshot tests of the dashboard's looks, on deterministic fake data (no clocks, no hosts).
+
+Update after an intended change with: pytest tests/test_ui_snapshots.py --snapshot-update
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from ui_fakes import T0, FakeSource  # noqa: E402
+
+from gpumem_tui.ui.app import GpuMemApp  # noqa: E402
+from gpumem_tui.ui.themes import load_themes  # noqa: E402
+from gpumem_tui.units import GiB, MiB  # noqa: E402
+
+pytest.importorskip("pytest_textual_snapshot")
+
+
+@pytest.fixture(autouse=True)
+def _no_user_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUMEM_TUI_CONFIG_DIR", str(tmp_path / "cfg"))
+
+
+def app_with(source, **kwargs) -> GpuMemApp:
+    # The side pane belongs to another module's looks; it has its own tests.
+    return GpuMemApp(source, interval=0.05, themes=load_themes(), side_pane=False, **kwargs)
+
+
+def until_time(app: GpuMemApp, t: float):
+    async def run_before(pilot) -> None:
+        for _ in range(400):
+            if app.snapshot is not None and app.snapshot.time >= t:
+                break
+            await asyncio.sleep(0.02)
+        app.poller.stop()  # freeze: nothing changes after this point
+        await pilot.pause()
+
+    return run_before
+
+
+def test_main_screen(snap_compare):
+    app = app_with(FakeSource(steps=1))
+    assert snap_compare(app, terminal_size=(140, 40), run_before=until_time(app, T0))
+
+
+def test_main_screen_80x24(snap_compare):
+    app = app_with(FakeSource(steps=1))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=until_time(app, T0))
+
+
+def test_nvml_unavailable(snap_compare):
+    app = app_with(FakeSource(steps=1, nvml_error="NVML Shared Library Not Found"))
+    assert snap_compare(app, terminal_size=(120, 32), run_before=until_time(app, T0))
+
+
+def test_overlay_bands_and_phases(snap_compare):
+    steps = 24
+    app = app_with(FakeSource(steps=steps), select_pid=1001)
+
+    async def run_before(pilot) -> None:
+        await until_time(app, T0 + steps - 1)(pilot)
+        app.set_predicted_bands([
+            ("parameters", 2 * GiB, "band-parameters"),
+            ("+ gradients", 4 * GiB, "band-gradients"),
+            ("+ optimizer states", 6 * GiB + 512 * MiB, "band-optimizer-states"),
+        ])
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(140, 44), run_before=run_before)
+
+
+def test_light_theme_and_help(snap_compare):
+    app = app_with(FakeSource(steps=1), theme="light", readonly=True)
+
+    async def run_before(pilot) -> None:
+        await until_time(app, T0)(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
