@@ -172,11 +172,18 @@ async def test_bands_overlay_and_toggle():
         chart = app.query_one(MemoryChart)
         assert chart.bands == bands
         await pilot.pause()
-        assert "parameters" in chart.query_one("#chart-plot").plt.build()
+        legend = chart._legend_shown.plain
+        assert "parameters 2.0 GiB" in legend and "+ gradients 4.0 GiB" in legend
+        # the chart is scaled to the data, the 40 GiB total is named but off the plot
+        assert "GPU total 40.0 GiB (above the plot" in legend
         await pilot.press("b")
         assert chart.show_bands is False
         await pilot.pause()
-        assert "parameters" not in chart.query_one("#chart-plot").plt.build()
+        assert "parameters" not in chart._legend_shown.plain
+        await pilot.press("t")
+        assert chart.fit_total
+        await pilot.pause()
+        assert "above the plot" not in chart._legend_shown.plain
 
 
 async def test_help_lists_bindings_and_q_quits():
