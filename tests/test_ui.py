@@ -32,6 +32,7 @@ def _no_user_config(tmp_path, monkeypatch):
 def make_app(source=None, **kwargs) -> GpuMemApp:
     kwargs.setdefault("interval", 0.2)
     kwargs.setdefault("themes", load_themes())
+    kwargs.setdefault("side_pane", False)
     return GpuMemApp(source or FakeSource(), **kwargs)
 
 
@@ -350,3 +351,24 @@ async def test_bad_theme_file_falls_back_with_file_and_line(tmp_path):
         notes = [str(n.message) for n in app._notifications]
         assert any(f"{tmp_path / 'broken.toml'}:3:" in n and "notacolour" in n for n in notes)
         assert any("theme 'broken' could not be loaded; using 'dark'" in n for n in notes)
+
+
+async def test_side_pane_wiring_gpu_total_probe_and_bands():
+    pytest.importorskip("gpumem_tui.ui.estimator_panel")
+    from gpumem_tui.ui.estimator_panel import EstimatorPanel, bands_from_estimate
+
+    app = make_app(FakeSource(), side_pane=True, select_pid=1001)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await wait_for(pilot, lambda: bool(app.query(EstimatorPanel)) and app.snapshot is not None)
+        panel = app.query_one(EstimatorPanel)
+        await wait_for(pilot, lambda: panel.estimate is not None and app.bands)
+        # selected process 1001 runs on GPU 0 (40 GiB): the panel checks the fit against it
+        assert panel.budget_bytes == 40 * GiB
+        # the panel's estimate is what the chart overlays
+        assert app.chart.bands == bands_from_estimate(panel.estimate)
+        # selecting a process on GPU 1 moves the budget to that GPU's total
+        app.table.select_pid(1003)
+        await pilot.pause()
+        assert app.chart_target == ("proc", 1003)
+        await pilot.press("e")
+        assert not app.query_one("#side").display
