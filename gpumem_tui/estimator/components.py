@@ -529,11 +529,13 @@ def _frozen_savings(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int)
 def final_saved_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
     """Saved bytes of the final norm and the LM-head input (part of
     :func:`fixed_activation_bytes`), freed before the layers run backward."""
-    if arch.coarse or arch.kind != "decoder":
+    if arch.coarse:
         return 0
     e = precision(spec).compute
     bs, h = b * s, arch.hidden_size
     lora = spec.task in ("lora", "qlora")
+    if arch.kind != "decoder":
+        return 4 * bs * h * e + 2 * bs * 4 if arch.head == "mlm" else 0
     if arch.norm == "layernorm":
         return bs * h * e + 2 * bs * 4 + (0 if lora else bs * h * e)
     if arch.model_type == "gemma2":
@@ -645,11 +647,22 @@ def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
     if arch.coarse:
         return LayerBackward(total=int(2 * bs * f * e + 12 * h * h * g), grads=int(12 * h * h * g))
     fused = _fused_sdpa(arch, spec)
+    targets = {l.role for l in _targets(arch, spec)} if lora else set()
+
+    def saves_input(role: str) -> bool:
+        return not lora or role in targets
+
+    mb = _dropout_mask_bytes(spec, e)
+    p_hid = arch.hidden_dropout > 0 and spec.task != "inference"
+    gemma_norm = 2 * bs * h * 4 + bs * 4  # a Gemma-2 RMSNorm keeps x and x*rsqrt in fp32
+    if arch.norms_per_layer == 4:  # Gemma 2: post-feedforward norm runs backward first
+        w.alloc(4 * bs * h * 4)
+        w.free(4 * bs * h * 4 + gemma_norm)
     if arch.gated_mlp:
         bsf = bs * f * e * mult
-        w.alloc(bsf)
+        w.alloc(bsf)  # grad of the down-projection input
         wgrad(f, h, n_exp)
-        w.free(bsf)  # saved product
+        w.free(bsf if saves_input("down") else 0)  # saved product
         w.alloc(2 * bsf)
         w.free(3 * bsf)  # product grad, saved act output and up output
         w.alloc(bs * h * e)
@@ -664,26 +677,42 @@ def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
         w.free(2 * bs * h * e)
     else:
         bsf = bs * f * e
-        mlp_saved = (5 if arch.activation == "gelu_new" else 2) * bsf
+        if p_hid:  # residual dropout backward: grad x mask, then the mask is freed
+            w.alloc(bs * h * e)
+            w.free(bs * h * mb)
         wgrad(f, h)
         w.alloc(bsf)  # c_proj / output dense input gradient
-        w.alloc(2 * bsf if arch.activation == "gelu_new" else bsf)  # activation backward products
-        w.free(mlp_saved + (3 * bsf if arch.activation == "gelu_new" else 2 * bsf))
-        wgrad(h, f)
+        w.free((bs * h * e if p_hid else 0) + (bsf if saves_input("down") else 0))
+        if arch.activation == "gelu_new":
+            # gelu_new = 0.5 x (1 + tanh(c (x + 0.044715 x^3))): product backward (2 grads),
+            # then tanh / polynomial backward; 4 saved intermediates + the input
+            w.alloc(2 * bsf)
+            w.free(3 * bsf)  # incoming grad, saved 0.5x and (1 + tanh)
+            w.alloc(bsf)
+            w.free(2 * bsf)  # tanh grad path, saved tanh
+            w.alloc(bsf)
+            w.free(bsf)
+        else:
+            w.alloc(bsf)
+            w.free(2 * bsf)  # incoming grad, saved GELU input... (input freed below)
         w.alloc(bs * h * e)
-        w.free(bs * h * e)
-    # norm between the blocks: a few fp32 (RMSNorm) or compute-dtype temporaries
-    norm_tmp = 2 * bs * h * (4 if arch.norm == "rmsnorm" else e)
+        wgrad(h, f)
+        w.free(2 * bsf if arch.activation == "gelu_new" else 0)
+        # norm between the blocks: a few fp32 (RMSNorm) or compute-dtype temporaries
+    norm_tmp = (4 * bs * h * 4) if arch.norm == "rmsnorm" else 2 * bs * h * e
     w.alloc(norm_tmp)
     w.free(norm_tmp)
-    if arch.norm == "rmsnorm":
+    if arch.norms_per_layer == 4:  # pre-feedforward norm (+ its output) and post-attention norm
+        w.free(2 * gemma_norm + bs * h * e)
+    elif arch.norm == "rmsnorm":
         w.free(bs * h * 4 + bs * 4 + (0 if lora else bs * h * e) + bs * h * e)  # norm's saved tensors
     else:
         w.free(2 * bs * h * e + 2 * bs * 4)
     # attention
     wgrad(q, h)
     w.alloc(bs * q * e)
-    w.free(bs * q * e if not fused else 0)  # o-projection input (fused: it is the kept output)
+    # o-projection input (fused: it is the kept attention output)
+    w.free(bs * q * e if not fused and saves_input("o") else 0)
     if fused:
         extra = bs * q * 4 if e != 4 else 0  # fp32 accumulators of the CPU/CUDA flash backward
         w.alloc(bs * (q + 2 * kv) * e + extra)

@@ -158,6 +158,13 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
         parameters=P, optimizer_states=O, gradients=grads(head_w), activations=A + amp_casts + grad_hidden,
         logits_and_loss=LL.head_grad)))
     final = C.final_saved_bytes(arch, spec, b, s)
+    # final norm backward: its fp32 (RMSNorm) or compute-dtype temporaries while the whole
+    # forward's activations are still saved and the LM-head gradient exists
+    norm_tmp = 4 * b * s * h * 4 if arch.norm == "rmsnorm" else 2 * b * s * h * e
+    head_input = b * s * h * e if arch.kind == "decoder" and full_training else 0
+    moments.append(("backward", "final norm backward", _moment(
+        parameters=P, optimizer_states=O, gradients=grads(head_w),
+        activations=A - head_input - labels_freed + amp_casts + grad_hidden + norm_tmp)))
     moments.append(("backward", "last layer backward", _moment(
         parameters=P, optimizer_states=O, gradients=grads(head_w) + (0 if persist else X_grads),
         activations=A - final - labels_freed + amp_casts + grad_hidden + X - X_grads + recompute)))
