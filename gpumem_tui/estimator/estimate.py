@@ -118,6 +118,7 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     recompute = 0
     if spec.grad_ckpt == "full":
         recompute = per_layer  # one layer re-run in backward
+
         per_saved = b * s * h * e / spec.tp
     else:
         per_saved = per_layer
@@ -151,6 +152,12 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     moments.append(("forward", "end of forward", _moment(
         parameters=P, optimizer_states=O, gradients=grads(0), activations=A + amp_casts,
         logits_and_loss=LL.forward_peak)))
+    if spec.grad_ckpt == "full":
+        # a checkpointed layer runs forward without saving: its working set is transient, as
+        # in a no-grad forward (minus the residual tensors, which are the saved layer inputs)
+        work = C.inference_working_bytes(arch, spec, b, s) - 3 * b * s * h * e
+        moments.append(("forward", "checkpointed layer forward", _moment(
+            parameters=P, optimizer_states=O, gradients=grads(0), activations=A + amp_casts + work)))
     moments.append(("backward", "log-softmax backward", _moment(
         parameters=P, optimizer_states=O, gradients=grads(0), activations=A + amp_casts - labels_freed,
         logits_and_loss=LL.backward_peak)))
