@@ -372,3 +372,61 @@ async def test_side_pane_wiring_gpu_total_probe_and_bands():
         assert app.chart_target == ("proc", 1003)
         await pilot.press("e")
         assert not app.query_one("#side").display
+
+
+class FakeReplay(FakeSource):
+    """A replay-like source: pause/resume/seek/set_speed with position and duration."""
+
+    def __init__(self):
+        super().__init__()
+        self.paused = False
+        self.position = 30.0
+        self.duration = 100.0
+        self.speed = 1.0
+        self.seeks = []
+
+    def pause(self):
+        self.paused = True
+
+    def resume(self):
+        self.paused = False
+
+    def seek(self, seconds):
+        self.seeks.append(seconds)
+        self.position = seconds
+
+    def set_speed(self, speed):
+        self.speed = speed
+
+
+async def test_replay_controls():
+    source = FakeReplay()
+    app = make_app(source)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        bar = app.replay_bar
+        assert bar.display
+        assert "▶ playing · 30.0 s / 100.0 s · ×1" in str(bar.render())
+        await pilot.press("space")
+        assert source.paused and "⏸ paused" in str(bar.render())
+        await pilot.press("space")
+        assert not source.paused
+        await pilot.press("right", "right", "left")
+        assert source.seeks == [40.0, 50.0, 40.0]
+        await pilot.press("plus", "plus", "minus")
+        assert source.speed == 2.0
+        assert "×2" in str(bar.render())
+        ids = {row[2] for row in app.help_rows()}
+        assert {"replay_pause", "replay_back", "replay_forward", "replay_faster"} <= ids
+
+
+async def test_live_source_has_no_replay_keys():
+    app = make_app(FakeSource(steps=1))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        assert not app.replay_bar.display
+        ids = {row[2] for row in app.help_rows()}
+        assert "replay_pause" not in ids
+        before = app.table.cursor_row
+        await pilot.press("down")  # arrows still move the table cursor
+        assert app.table.cursor_row == before + 1

@@ -49,8 +49,8 @@ class Series:
     """Time series (epoch seconds, value) with bounded, tiered storage.
 
     Values are whatever the caller stores (bytes for memory). ``add`` expects non-decreasing
-    times; a sample older than the newest one is dropped (a clock step back must not corrupt
-    the order the chart relies on).
+    times; a sample not newer than the newest one is dropped (a paused replay repeats its
+    last record, and a clock step back must not corrupt the order the chart relies on).
     """
 
     __slots__ = ("_raw", "_tiers", "_points", "_open")
@@ -73,7 +73,7 @@ class Series:
         """Append one sample; older samples cascade down the tiers. NaN values are dropped."""
         if value is None or (isinstance(value, float) and math.isnan(value)):
             return
-        if self._raw and time < self._raw[-1][0]:
+        if self._raw and time <= self._raw[-1][0]:
             return
         self._push(0, time, value)
 

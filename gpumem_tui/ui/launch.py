@@ -33,9 +33,9 @@ def _interval(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--interval must be a number of seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"--interval must be > 0 seconds, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text!r}")
     return value
 
 
