@@ -267,7 +267,10 @@ def optimizer_intermediate_bytes(arch: ModelArchitecture, spec: TrainingSpec) ->
     if impl == "fused":
         return 0
     if impl == "single":
-        return int(2 * min(largest, n) * prec.state)
+        # measured on torch 2.13 (MemTracker, CPU): AdamW and Adafactor 2, Adam 3 x the
+        # largest tensor (Adam's update keeps one more parameter-sized temporary)
+        factor = 3 if opt == "adam" else 2
+        return int(factor * min(largest, n) * prec.state)
     return int(n * prec.state)
 
 
