@@ -43,19 +43,20 @@ def main() -> int:
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-    def step() -> float:
-        started = time.perf_counter()
+    def step() -> tuple[float, float]:
+        started, cpu = time.perf_counter(), time.process_time()
         tokens = torch.randint(0, job_args.vocab, (job_args.batch, job_args.seq))
         out = model(input_ids=tokens, labels=tokens)
         loss = out["loss"] if isinstance(out, dict) else out.loss
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return time.perf_counter() - started
+        return time.perf_counter() - started, time.process_time() - cpu
 
     for _ in range(2):  # warm up: lazy optimizer state, allocator, kernels, torch._dynamo import
         step()
     times: dict[str, list[float]] = {"without probe": [], "probe (tracker on)": [], "probe (tracker off)": []}
+    cpu_times: dict[str, list[float]] = {name: [] for name in times}
     attach_cost: list[float] = []
     written: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,20 +72,26 @@ def main() -> int:
                     attach_cost.append(time.perf_counter() - t0)
                     step()  # first step under a fresh probe: not timed
                     size0 = probe.path.stat().st_size
-                times[name] += [step() for _ in range(args.steps)]
+                for _ in range(args.steps):
+                    wall, cpu = step()
+                    times[name].append(wall)
+                    cpu_times[name].append(cpu)
                 if probe is not None:
                     written.append((probe.path.stat().st_size - size0) / args.steps)
                     probe.close()
 
-    base = statistics.median(times["without probe"])
-    base_min = min(times["without probe"])
     print(f"demo model ({args.model}): {sum(p.numel() for p in model.parameters()) / 1e6:.2f} M params, "
           f"b={job_args.batch} s={job_args.seq}, torch threads {torch.get_num_threads()}, "
           f"{args.rounds} rounds x {args.steps} steps")
-    for name, values in times.items():
-        med = statistics.median(values)
-        print(f"  {name:<22} median step {med * 1000:8.1f} ms  ratio {med / base:5.3f}   "
-              f"min step {min(values) * 1000:8.1f} ms  ratio {min(values) / base_min:5.3f}")
+    print("  (CPU time = this process's CPU seconds per step, probe thread included; less sensitive to")
+    print("   other processes than wall time. Ratios are to 'without probe'.)")
+    for label, table in (("wall", times), ("CPU", cpu_times)):
+        base_med = statistics.median(table["without probe"])
+        base_min = min(table["without probe"])
+        for name, values in table.items():
+            med, low = statistics.median(values), min(values)
+            print(f"  {label:<4} {name:<20} median {med * 1000:8.1f} ms (x{med / base_med:5.3f})   "
+                  f"min {low * 1000:8.1f} ms (x{low / base_min:5.3f})")
     print(f"  attach(): median {statistics.median(attach_cost) * 1000:.1f} ms; "
           f"stream: {statistics.median(written):.0f} bytes/step")
     return 0

@@ -157,3 +157,22 @@ def test_cli_without_torch_names_the_extra():
     proc = _cli("measure", "gpt2", extra="\nsys.modules['torch'] = None")
     assert proc.returncode == 2
     assert "torch extra" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_adafactor_refused_on_meta():
+    with pytest.raises(MeasureError, match="adafactor"):
+        run(MeasureRequest(config=TINY, optimizer="adafactor", on="meta"))
+
+
+def test_tiny_case_matches_the_estimator(tiny_cpu):
+    estimate_mod = pytest.importorskip("gpumem_tui.estimator.estimate")
+    from gpumem_tui.estimator.architecture import architecture_from_config
+    from gpumem_tui.estimator.spec import TrainingSpec
+
+    arch = architecture_from_config(dict(TINY), name="tiny-gpt2")
+    spec = TrainingSpec(batch=B, seq=S, dtype="fp32", attention="eager", device="cpu")
+    predicted = estimate_mod.estimate(arch, spec)
+    assert predicted.total_params == tiny_cpu.total_params
+    assert predicted.components_bytes["parameters"] == tiny_cpu.components_bytes["parameters"]
+    error = abs(predicted.peak_bytes - tiny_cpu.peak_bytes) / tiny_cpu.peak_bytes
+    assert error <= 0.05, f"peak: predicted {predicted.peak_bytes:,} vs measured {tiny_cpu.peak_bytes:,}"

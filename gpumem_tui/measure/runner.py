@@ -190,6 +190,8 @@ def validate(req: MeasureRequest) -> None:
         raise MeasureError(f"dtype {req.dtype!r}: one of {', '.join(DTYPES)}")
     if req.optimizer not in OPTIMIZERS:
         raise MeasureError(f"optimizer {req.optimizer!r}: measure supports {', '.join(OPTIMIZERS)} (8-bit Adam needs bitsandbytes)")
+    if req.optimizer == "adafactor" and req.on == "meta":
+        raise MeasureError("adafactor reads parameter norms with .item(), which the meta device cannot answer: use --on cpu")
     if req.optimizer_impl not in ("single", "foreach"):
         raise MeasureError(f"optimizer implementation {req.optimizer_impl!r}: single or foreach")
     if req.grad_ckpt not in ("none", "full"):
@@ -329,7 +331,7 @@ def run(
     req: MeasureRequest,
     *,
     capture_modules: tuple[str, ...] = (),
-    inspect: Any = None,
+    hook: Any = None,
 ) -> Measurement:
     """Run the workload and return the last step's measurement.
 
@@ -375,8 +377,8 @@ def run(
     logits_rows = max(1, b * (s - 1)) if not inference else b
     tracker = PhaseMemTracker(vocab_size=vocab, logits_rows=logits_rows)
     tracker.capture_modules = set(capture_modules)
-    if inspect is not None:  # diagnosis hook: inspect(model, tracker) may register module hooks
-        inspect(model, tracker)
+    if hook is not None:  # diagnosis hook: hook(model, tracker) may register module hooks
+        hook(model, tracker)
     compute_dtype = _torch_dtype(torch, req.dtype)
     autocast = (
         torch.autocast("cpu", dtype=compute_dtype) if req.mixed_precision else contextlib.nullcontext()
