@@ -314,6 +314,8 @@ class MemoryChart(Vertical):
         if text == self._legend_shown:
             return
         self._legend_shown = text
+        text.no_wrap = True  # one legend row per line, cut with "…" when narrow
+        text.overflow = "ellipsis"
         lines = max(text.plain.count("\n") + 1, 1)
         if legend.styles.height is None or legend.styles.height.value != lines:
             legend.styles.height = lines

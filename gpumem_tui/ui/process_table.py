@@ -175,10 +175,14 @@ class ProcessTable(DataTable):
 
     @property
     def effective_sort(self) -> tuple[str, bool]:
-        """(column, reverse) actually applied: a hidden sort column falls back to RSS."""
+        """(column, reverse) actually applied: a hidden sort column falls back to a shown one
+        (RSS, else CPU %, else PID), so the arrow in the header always says what is applied."""
         if self.sort_column in self.visible_columns:
             return self.sort_column, self.sort_reverse
-        return "rss", True
+        for fallback in ("rss", "cpu", "pid"):
+            if fallback in self.visible_columns:
+                return fallback, fallback != "pid"
+        return self.sort_column, self.sort_reverse
 
     def on_resize(self) -> None:
         if self._processes and self._wanted_columns() != self.visible_columns:
