@@ -267,10 +267,7 @@ def optimizer_intermediate_bytes(arch: ModelArchitecture, spec: TrainingSpec) ->
     if impl == "fused":
         return 0
     if impl == "single":
-        # measured on torch 2.13 (MemTracker, CPU): AdamW and Adafactor 2, Adam 3 x the
-        # largest tensor (Adam's update keeps one more parameter-sized temporary)
-        factor = 3 if opt == "adam" else 2
-        return int(factor * min(largest, n) * prec.state)
+        return int(2 * min(largest, n) * prec.state)
     return int(n * prec.state)
 
 
@@ -349,8 +346,9 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     q, kv = arch.q_dim, arch.kv_dim
     bs = b * s
     if arch.coarse:
-        # Korthikanti eq. (1) (16-bit, with dropout): sbh(34 + 5as/h) bytes -> scale by e/2
-        quad = 5 * a * s * s * b * e // 2
+        # Korthikanti eq. (1) (16-bit, with dropout): sbh(34 + 5as/h) bytes -> scale by e/2;
+        # fused attention keeps no s x s tensors (the 5as/h term vanishes)
+        quad = 0 if _fused_sdpa(arch, spec) else 5 * a * s * s * b * e // 2
         return LayerActivations(replicated=bs * h * 10 * e // 2, parallel=bs * h * 24 * e // 2 + quad, quadratic=quad)
     lora = spec.task in ("lora", "qlora")
     targets = {l.role for l in _targets(arch, spec)} if lora else set()
@@ -641,7 +639,8 @@ def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
     sq = b * arch.num_heads * s * s
     lora = spec.task in ("lora", "qlora")
     w = _Walk()
-    mult = arch.experts_per_token if arch.num_experts else 1
+    # MoE experts run backward one at a time, each on ~k/E of the tokens (uniform routing)
+    mult = arch.experts_per_token / arch.num_experts if arch.num_experts else 1
     n_exp = max(1, arch.num_experts)
 
     def wgrad(d_in: int, d_out: int, count: int = 1) -> None:
@@ -833,10 +832,13 @@ def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int,
             attn = bs * q * e + rep + bs * kv * e + sq * (e + 4 + (4 if e != 4 else 0))
         else:
             attn = bs * (q + 2 * kv) * e + 2 * sq * e
-    mult = arch.experts_per_token if arch.num_experts else 1
+    # MoE: transformers runs the experts one after another, each on its share of the tokens
+    # (k/E of them with uniform routing), into an accumulator of the layer output
+    mult = arch.experts_per_token / arch.num_experts if arch.num_experts else 1
+    moe_acc = bs * h * e if arch.num_experts else 0
     # during the MLP the layer input (still bound in the model's layer loop) and the
     # post-attention residual are both alive: one more bsh e than during attention
-    mlp = (3 if arch.gated_mlp else 2) * bs * f * e * mult + bs * h * e * spec.tp
+    mlp = (3 if arch.gated_mlp else 2) * bs * f * e * mult + bs * h * e * spec.tp + moe_acc
     return int(base + mask + max(attn, mlp) / spec.tp)
 
 
