@@ -213,6 +213,21 @@ def test_gradient_accumulation_keeps_the_step_and_inference_counts_forwards(atta
     assert marks(records(probe2))[1:] == [("forward", 1), ("idle", 1), ("forward", 2), ("idle", 2)]
 
 
+def test_watch_loss_marks_backward_when_the_loss_backward_starts(attach):
+    model, opt = tiny()
+    probe = attach(model, opt, hooks=False)  # no model hooks: only watch_loss can mark it
+    probe.mark("forward")
+    logits = model(torch.randn(4, 32))
+    loss = torch.nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2, 3]))
+    seen = {}
+    logits.grad_fn.register_prehook(lambda grads: seen.update(phase_at_logits=probe.phase_name))
+    probe.watch_loss(loss)
+    loss.backward()
+    # backward was already marked when the gradient reached the model's output
+    assert seen["phase_at_logits"] == "backward"
+    assert [p for p, _ in marks(records(probe))] == ["init", "forward", "backward"]
+
+
 def test_explicit_phase_api_without_hooks(attach):
     model, opt = tiny()
     probe = attach(model, opt, hooks=False)
@@ -260,6 +275,12 @@ def test_one_probe_per_process_and_validation(attach, tmp_path):
         gprobe.attach(object(), directory=tmp_path)
     with pytest.raises(gprobe.ProbeError, match="interval"):
         gprobe.attach(model, opt, directory=tmp_path, interval=0)
+    with pytest.raises(gprobe.ProbeError, match="batch must be a positive integer"):
+        gprobe.attach(model, opt, directory=tmp_path, batch=0)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(gprobe.ProbeError, match="cannot write the probe stream"):
+        gprobe.attach(model, opt, directory=blocker / "sub")
     again = attach(model, opt)  # allowed once the first is closed
     assert not again.closed
 

@@ -123,6 +123,9 @@ class Probe:
             raise ProbeError(f"optimizer must be a torch.optim.Optimizer, not {type(optimizer).__name__}")
         if interval <= 0 or min_step_interval < 0:
             raise ProbeError("interval must be > 0 and min_step_interval >= 0 (seconds)")
+        for name, value in (("batch", batch), ("seq", seq)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ProbeError(f"{name} must be a positive integer or None, got {value!r}")
 
         self._torch = torch
         self.model = model
@@ -146,7 +149,6 @@ class Probe:
         self._saw_optimizer_phase = optimizer is not None
         self._hook_handles: list[Any] = []
         self._closed = False
-        self._phase_stack: list[str] = []
 
         if track_tensors is None:
             track_tensors = self.device.type == "cpu"
@@ -159,7 +161,10 @@ class Probe:
         directory = Path(directory) if directory is not None else default_probe_dir()
         self.path = directory / f"{self.pid}.jsonl"
         info = self._info_record(batch, seq, dtype, task, config, extra, params)
-        self._writer = StreamWriter(self.path, info, max_bytes=max_file_bytes)
+        try:
+            self._writer = StreamWriter(self.path, info, max_bytes=max_file_bytes)
+        except OSError as exc:
+            raise ProbeError(f"cannot write the probe stream {self.path}: {exc.strerror or exc}") from None
         _cleanup_stale(directory, self.path)
 
         if self._tracker is not None:
@@ -486,7 +491,10 @@ class Probe:
         model; without this, backward is marked when it reaches the model's output)."""
         node = getattr(loss, "grad_fn", None)
         if node is not None:
-            node.register_prehook(lambda grads: self._guard(self.mark, Phase.BACKWARD.value))
+            def on_backward(grad_outputs: Any) -> None:
+                self._guard(self.mark, Phase.BACKWARD.value)  # returns None: gradients untouched
+
+            node.register_prehook(on_backward)
 
     def _step_pre_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self._guard(self.mark, Phase.OPTIMIZER_STEP.value)
@@ -574,13 +582,21 @@ def attach(model: Any, optimizer: Any = None, **kwargs: Any) -> Probe:
     (``gpumem_tui.probe.tracker``; ``track_tensors=False`` turns it off), with the bytes
     split into parameters, gradients, optimizer_states, activations (and temporaries, buffers).
 
-    Keyword arguments: batch, seq (ints), dtype, task ("train" or "inference"), config (dict),
+    Keyword arguments: batch (micro-batch size), seq (sequence length), dtype (of the
+    parameters; default the first floating parameter's), task (the estimator's: "train",
+    "lora", "qlora", "inference"), config (a HF-style config dict for non-HF models),
     directory, interval, min_step_interval (seconds), track_tensors, hooks (False: mark phases
-    only with ``probe.phase``/``probe.mark``), device, extra (more setup keys), max_file_bytes.
+    only with ``probe.phase``/``probe.mark``), device, max_file_bytes, and extra: more setup
+    keys the probe cannot see itself, named as the estimator's TrainingSpec fields, e.g.
+    ``extra={"mixed_precision": True, "zero": 2, "dp": 8, "grad_ckpt": "full"}``.
+
+    Loss computed outside the model: call ``probe.watch_loss(loss)`` before ``backward()`` to
+    mark backward at its true start (otherwise it is marked when backward reaches the model's
+    output, after the loss's own backward).
 
     Raises:
-        ProbeError: not a Module/Optimizer, bad intervals, or a probe already attached in this
-            process (close it first).
+        ProbeError: not a Module/Optimizer, bad intervals or batch/seq, a stream file that
+            cannot be written, or a probe already attached in this process (close it first).
     """
     global _active
     with _active_lock:

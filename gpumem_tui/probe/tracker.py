@@ -36,6 +36,15 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 
+class _StorageRef(weakref.ref):
+    """A weak reference to a storage that carries what the tracker knows about it: one
+    object per live storage (a lambda + tuple per storage would double the objects the
+    garbage collector has to look at, and its full collections are what a big training
+    process pays for)."""
+
+    __slots__ = ("key", "nbytes", "tag", "sequence")
+
+
 class LiveTensorTracker(TorchDispatchMode):
     """Counts live tensor storage bytes on one device type (``"cpu"`` or ``"cuda"``).
 
@@ -47,14 +56,15 @@ class LiveTensorTracker(TorchDispatchMode):
     def __init__(self, device_type: str = "cpu") -> None:
         super().__init__()
         self.device_type = device_type
+        self._cpu = device_type == "cpu"
         self.tag = "init"
         self.enabled = True
         self.live_bytes = 0
         self.peak_bytes = 0
         self._by_tag: dict[str, int] = {}
-        # id(storage) -> (weakref, nbytes, tag, sequence number); the weakref keeps the
-        # callback alive; the sequence number orders creations (see retag).
-        self._storages: dict[int, tuple[weakref.ref, int, str, int]] = {}
+        # id(storage) -> its reference; the sequence number orders creations (see retag).
+        self._storages: dict[int, _StorageRef] = {}
+        self._callback = self._freed  # one bound method for all references
         self._sequence = 0
         self._lock = threading.Lock()
         self._thread: int | None = None
@@ -67,17 +77,16 @@ class LiveTensorTracker(TorchDispatchMode):
 
     # -- counting --------------------------------------------------------------------------
 
-    def _freed(self, key: int, _ref: weakref.ref) -> None:
+    def _freed(self, ref: _StorageRef) -> None:
         with self._lock:
-            entry = self._storages.get(key)
-            if entry is None or entry[0] is not _ref:
+            if self._storages.get(ref.key) is not ref:
                 return
-            del self._storages[key]
-            self.live_bytes -= entry[1]
-            self._by_tag[entry[2]] -= entry[1]
+            del self._storages[ref.key]
+            self.live_bytes -= ref.nbytes
+            self._by_tag[ref.tag] -= ref.nbytes
 
     def _add(self, tensor: torch.Tensor, tag: str | None = None) -> None:
-        if tensor.device.type != self.device_type:
+        if not tensor.is_cpu if self._cpu else tensor.device.type != self.device_type:
             return
         try:
             storage = tensor.untyped_storage()
@@ -90,12 +99,14 @@ class LiveTensorTracker(TorchDispatchMode):
         if nbytes == 0:
             return
         tag = tag or self.tag
-        ref = weakref.ref(storage, lambda r, key=key: self._freed(key, r))
+        ref = _StorageRef(storage, self._callback)
+        ref.key, ref.nbytes, ref.tag = key, nbytes, tag
         with self._lock:
             if key in self._storages:
                 return
             self._sequence += 1
-            self._storages[key] = (ref, nbytes, tag, self._sequence)
+            ref.sequence = self._sequence
+            self._storages[key] = ref
             self.live_bytes += nbytes
             self._by_tag[tag] = self._by_tag.get(tag, 0) + nbytes
             if self.live_bytes > self.peak_bytes:
@@ -125,12 +136,12 @@ class LiveTensorTracker(TorchDispatchMode):
                 continue
             with self._lock:
                 entry = self._storages.get(key)
-                if entry is not None and entry[2] != tag:
-                    ref, nbytes, old, sequence = entry
-                    self._storages[key] = (ref, nbytes, tag, sequence)
+                if entry is not None and entry.tag != tag:
+                    nbytes, old = entry.nbytes, entry.tag
+                    entry.tag = tag
                     self._by_tag[old] -= nbytes
                     self._by_tag[tag] = self._by_tag.get(tag, 0) + nbytes
-                    if sequence <= self._window_sequence:
+                    if entry.sequence <= self._window_sequence:
                         # Alive then and now, so alive at the window's peak: relabel it there too.
                         window = self._window_tags
                         window[old] = window.get(old, 0) - nbytes
@@ -163,13 +174,17 @@ class LiveTensorTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         out = func(*args, **(kwargs or {}))
-        if self.enabled:
-            if isinstance(out, torch.Tensor):
+        # Views share their input's storage and in-place ops return their input: neither
+        # allocates, and skipping them early halves the per-op cost of a training step.
+        if not self.enabled or func.is_view:
+            return out
+        if isinstance(out, torch.Tensor):
+            if not (args and out is args[0]):
                 self._add(out)
-            elif isinstance(out, (tuple, list)):
-                for item in out:
-                    if isinstance(item, torch.Tensor):
-                        self._add(item)
+        elif isinstance(out, (tuple, list)):
+            for item in out:
+                if isinstance(item, torch.Tensor):
+                    self._add(item)
         return out
 
     # -- lifetime --------------------------------------------------------------------------
