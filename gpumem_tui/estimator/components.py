@@ -326,8 +326,8 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     - Eager attention: q, k, v as matmul operands (``bsq e`` each; GQA keys/values are
       repeated to ``a`` heads by ``repeat_kv``), softmax output (fp32 in the Llama family,
       then cast), dropout mask + output when attention dropout is on, output projection
-      input. GPT-2 with ``b = 1``: the batched matmul folds q/v as views of the fused
-      ``c_attn`` output, which then stays alive whole (+2 bsh measured).
+      input (at ``b = 1`` and short sequences torch sometimes keeps the fused ``c_attn``
+      output instead of the copies: up to +2 bsh e per layer, not modelled).
     - Fused SDPA / FlashAttention (Dao et al. 2022, arXiv 2205.14135): q, k, v (k, v at ``k``
       heads), output and the fp32 log-sum-exp ``b a s x 4`` instead of the ``s x s`` terms.
     - MLP: GELU (``gelu_new`` keeps 4 intermediates of its tanh formula + output; exact and
@@ -405,8 +405,6 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     else:
         if arch.model_type in ("gpt2", "gpt_bigcode"):
             par += bs * (q + 2 * kv) * e  # q, k^T, v copies made by batched matmul
-            if b == 1 and arch.model_type == "gpt2":
-                par += 2 * bs * h * e
         elif arch.model_type == "bert":
             par += 3 * bs * q * e
         else:
