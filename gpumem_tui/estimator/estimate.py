@@ -1,9 +1,13 @@
 """Phases of one step -> live bytes per phase -> peak and its breakdown.
 
 Training (steady state, i.e. the second step: optimizer states exist, gradients were freed by
-``zero_grad(set_to_none=True)``): forward, backward (the largest of several moments: the loss
-backward, the LM head, the first and last layer, the embedding), optimizer step.
-Inference: prefill and decode. Each moment is a sum of component terms from
+``zero_grad(set_to_none=True)``): forward (end of forward; with checkpointing also a layer's
+transient working set), backward (the largest of several moments: the log-softmax backward,
+the LM head, the final norm, the last and the first layer -- a walk through the layer's
+backward in autograd order, see ``components.layer_backward_excess`` -- and the embedding),
+optimizer step. Inference: prefill (attention/MLP working set of a layer, then the logits)
+and decode. Checked against torch's MemTracker on 44 cases of 7 model families
+(benchmarks/estimator_accuracy.py): median error 0.00 %, worst 0.85 %. Each moment is a sum of component terms from
 :mod:`gpumem_tui.estimator.components`; the peak is the largest moment and its breakdown is the
 ``components_bytes`` of the result.
 
