@@ -191,6 +191,10 @@ def test_tracker_counts_new_storages_once_and_frees_them(attach):
     assert tracker.live_bytes - before == 8000
     del x, view, y
     assert tracker.live_bytes == before
+    data = torch.tensor([1.0, 2.0, 3.0])  # made from Python data: seen through lift_fresh
+    assert tracker.live_bytes - before == 12
+    del data
+    assert tracker.live_bytes == before
     assert tracker.peak_bytes >= before + 8000
 
 

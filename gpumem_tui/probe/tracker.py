@@ -36,6 +36,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
 
+_LIFT_FRESH = torch.ops.aten.lift_fresh.default
+
+
 class _StorageRef(weakref.ref):
     """A weak reference to a storage that carries what the tracker knows about it: one
     object per live storage (a lambda + tuple per storage would double the objects the
@@ -176,9 +179,14 @@ class LiveTensorTracker(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         # Views share their input's storage and in-place ops return their input: neither
         # allocates, and skipping them early halves the per-op cost of a training step.
-        if not self.enabled or func.is_view:
+        # lift_fresh is the exception: it is how torch.tensor(data) first shows its new storage.
+        if not self.enabled:
             return out
-        if isinstance(out, torch.Tensor):
+        if func is _LIFT_FRESH:
+            self._add(out)
+        elif func.is_view:
+            return out
+        elif isinstance(out, torch.Tensor):
             if not (args and out is args[0]):
                 self._add(out)
         elif isinstance(out, (tuple, list)):
