@@ -135,6 +135,18 @@ def parameter_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
     return int(math.ceil(total)) + buffer_bytes(arch)
 
 
+def dequant_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
+    """Transient 16-bit copy of one 4-bit weight: bitsandbytes dequantizes an NF4 Linear's
+    weight to the compute dtype for each matmul, forward and backward (QLoRA, Dettmers et
+    al. 2023, Sec. 3: "we dequantize the storage data type to the computation data type").
+    The largest layer Linear (one expert for MoE); 0 without 4-bit weights."""
+    quant = "nf4" if spec.task == "qlora" else spec.quant
+    if quant != "nf4" or arch.coarse:
+        return 0
+    e = precision(spec).compute
+    return int(max(l.d_in * l.d_out for l in arch.layer_linears()) * e / spec.tp)
+
+
 def buffer_bytes(arch: ModelArchitecture) -> int:
     """Non-parameter buffers that live with the weights: rotary ``inv_freq`` and
     ``original_inv_freq`` (``d/2`` fp32 each, transformers' RotaryEmbedding), BERT's

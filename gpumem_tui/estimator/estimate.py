@@ -119,6 +119,7 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
         per_layer -= layer.quadratic / spec.tp
     XB = C.layer_backward_excess(arch, spec, b, s)
     X, X_grads = XB.total / spec.tp, XB.grads / (spec.tp * spec.pp)
+    X += C.dequant_bytes(arch, spec)  # a 4-bit weight dequantized for its backward matmul
     recompute = 0
     if spec.grad_ckpt == "full":
         recompute = per_layer  # one layer re-run in backward
@@ -196,7 +197,7 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
 def _inference_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple[str, str, dict[str, int]]]:
     b, s = spec.batch, spec.seq
     P = C.parameter_bytes(arch, spec)
-    work = C.inference_working_bytes(arch, spec, b, s)
+    work = C.inference_working_bytes(arch, spec, b, s) + C.dequant_bytes(arch, spec)
     logits = C.inference_logits_bytes(arch, spec, b)
     ids = 8 * b * s
     if arch.kind == "encoder":
