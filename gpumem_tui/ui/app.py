@@ -129,7 +129,7 @@ class GpuMemApp(App[None]):
         self.start_notices = list(notices)
         self.banner = banner
         self.select_pid = select_pid
-        self._selected_once = select_pid is None
+        self._selected_once = False
         self.snapshot: Snapshot | None = None
         self.poll_error: str | None = None
         self.history = HistoryStore()
@@ -269,9 +269,15 @@ class GpuMemApp(App[None]):
         devices.show(snap.devices)
         table = self.table
         keep = None
-        if not self._selected_once and self.select_pid is not None:
+        # Select the requested process once it appears; without one, the first probed process
+        # (a replayed or instrumented training job is what the user came to see).
+        wanted = self.select_pid
+        if wanted is None and not self._selected_once:
+            probed = [i.pid for i in snap.probe_infos] + [p.pid for p in snap.probes]
+            wanted = probed[0] if probed else None
+        if not self._selected_once and wanted is not None:
             for p in snap.processes:
-                if p.pid == self.select_pid:
+                if p.pid == wanted:
                     keep = row_key(p)
                     self._selected_once = True
                     self.chart_target = ("proc", p.pid)

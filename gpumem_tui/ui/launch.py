@@ -101,7 +101,7 @@ def run_dashboard(
     source: Any = None,
     *,
     interval: float = 1.0,
-    theme: str = "dark",
+    theme: str | None = None,
     select_pid: int | None = None,
     demo_job: Any = None,
     readonly: bool = False,
@@ -115,7 +115,8 @@ def run_dashboard(
     Args:
         source: a TelemetrySource; None means LiveSource() (NVML + psutil + probes).
         interval: seconds between polls (> 0).
-        theme: theme name; one that cannot be loaded falls back with a notification.
+        theme: theme name (None: the default); one that cannot be loaded falls back with a
+            notification.
         select_pid: process to select once it appears.
         demo_job: a running demo job (``.pid``, ``.stop()``) that is stopped on exit.
         readonly: remove the signal keys.
@@ -152,7 +153,7 @@ def run_dashboard(
         app = GpuMemApp(
             source,
             interval=interval,
-            theme=theme,
+            theme=theme or "dark",
             themes=themes if themes is not None else load_themes(),
             readonly=readonly,
             select_pid=select_pid,
