@@ -430,3 +430,38 @@ async def test_live_source_has_no_replay_keys():
         before = app.table.cursor_row
         await pilot.press("down")  # arrows still move the table cursor
         assert app.table.cursor_row == before + 1
+
+
+async def test_first_probed_process_is_selected_without_select_pid():
+    from dataclasses import replace
+
+    from gpumem_tui.telemetry.model import ProbeInfo, ProbeSample
+
+    class ProbedElsewhere(FakeSource):
+        def poll(self):
+            snap = super().poll()
+            return replace(snap, probes=(ProbeSample(snap.time, 1006, "cpu", 123 * 2**20),),
+                           probe_infos=(ProbeInfo(1006),), phase_marks=())
+
+    app = make_app(ProbedElsewhere(steps=3))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        assert app.table.selected.pid == 1006
+        assert app.chart_target == ("proc", 1006)
+        await pilot.press("up")
+        await wait_for(pilot, lambda: app.snapshot.time >= 1_700_000_002)
+        assert app.table.selected.pid != 1006  # the user's move sticks
+        assert app.chart.curves[0].label == "NVML used"
+
+
+async def test_keymap_from_config_rebinds_by_id():
+    app = make_app(FakeSource(steps=1), keymap=(("quit", "x"), ("toggle_bands", "B")))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await pilot.press("B")
+        assert app.chart.show_bands is False
+        keys = {row[2]: row[0] for row in app.help_rows()}
+        assert keys["quit"] == "x"
+        await pilot.press("x")
+        await pilot.pause()
+    assert not app.is_running
