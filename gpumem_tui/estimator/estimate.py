@@ -281,7 +281,8 @@ def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -
     if spec.tp > 1:
         out.append("tensor parallelism with sequence parallelism (Korthikanti et al. 2022)")
     if spec.pp > 1:
-        out.append("pipeline parallelism 1F1B: first stage holds p micro-batches in flight")
+        out.append("pipeline parallelism 1F1B: the first stage's p micro-batches of activations and the last "
+                   "stage's logits are both counted (an upper bound for any one stage)")
     if spec.device == "cuda":
         out.append(
             f"peak includes CUDA context ({C.CUDA_CONTEXT_BYTES >> 20} MiB) and allocator reserve: "
