@@ -82,7 +82,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--device", default="cuda",
-        help="kernel profile: cuda (adds CUDA context + allocator reserve) | cpu (default cuda)",
+        help=f"kernel profile: {' | '.join(DEVICES)} (cuda adds CUDA context + allocator reserve; default cuda)",
     )
 
 
