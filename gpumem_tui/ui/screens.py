@@ -53,7 +53,7 @@ class HelpScreen(ModalScreen[None]):
 def detail_rows(proc: ProcessSample, now: float, probe: ProbeInfo | None) -> list[tuple[str, Text]]:
     """(label, literal Text) rows describing one process; untrusted text via printable()."""
     running = None if proc.start_time is None else now - proc.start_time
-    rows: list[tuple[str, Text]] = [
+    rows: list[tuple[str, Text]] = [  # every value literal: Text, never markup
         ("PID", Text(str(proc.pid))),
         ("GPU", Text("-" if proc.device_index is None else str(proc.device_index))),
         ("type", Text(proc.type.value)),
@@ -70,8 +70,10 @@ def detail_rows(proc: ProcessSample, now: float, probe: ProbeInfo | None) -> lis
     if probe is not None:
         setup = ", ".join(f"{printable(str(k), 64)}={printable(str(v), 128)}" for k, v in probe.setup)
         rows.append(("probe", Text(("ended; " if probe.ended else "") + (setup or "attached"))))
+    shown = {"used_memory_bytes", "sm_percent", "cpu_percent", "rss_bytes", "user", "command"}
     for name, reason in proc.field_errors:
-        rows.append((f"{name}", Text(printable(reason, 256), style="dim")))
+        if name not in shown:  # those rows already say why they are missing
+            rows.append((printable(name, 64), Text(printable(reason, 256), style="dim")))
     return rows
 
 
