@@ -134,7 +134,11 @@ def request_from_spec(arch: Any, spec: Any, *, on: str, steps: int = 2) -> Any:
 
 def _table(data: dict[str, Any]) -> str:
     comps = data["components_bytes"]
-    lines = [
+    lines = []
+    if data["on"] == "meta" and data["attention"] == "sdpa":
+        lines += ["WARNING: SDPA on the meta device runs the math path (stores s x s probabilities): "
+                  "this overstates CPU/CUDA SDPA memory; use --attention eager on meta", ""]
+    lines += [
         f"measured on {data['on']} ({data['model_class']}, attention {data['attention']}): "
         f"peak {format_bytes(data['peak_bytes'])} in {data['peak_phase']}",
         f"parameters: {data['total_params']:,} total, {data['trainable_params']:,} trainable",
