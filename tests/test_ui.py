@@ -465,3 +465,48 @@ async def test_keymap_from_config_rebinds_by_id():
         await pilot.press("x")
         await pilot.pause()
     assert not app.is_running
+
+
+async def test_signal_end_to_end_with_real_signals_module():
+    """A real child process: SIGTERM after confirmation; a wrong start time is refused."""
+    import subprocess
+    from dataclasses import replace
+
+    import psutil
+
+    from gpumem_tui.telemetry.model import ProcessSample, ProcessType
+
+    child = subprocess.Popen(["sleep", "60"])
+    decoy = subprocess.Popen(["sleep", "60"])
+    try:
+        me = psutil.Process(child.pid)
+        good = ProcessSample(child.pid, 0, ProcessType.COMPUTE, 2**30, user=me.username(),
+                             command="sleep 60", start_time=me.create_time())
+        # same PID shown with another start time: what a reused PID looks like
+        stale = ProcessSample(decoy.pid, 0, ProcessType.COMPUTE, 2**29, user=me.username(),
+                              command="sleep 60", start_time=psutil.Process(decoy.pid).create_time() - 1000)
+
+        class Real(FakeSource):
+            def poll(self):
+                return replace(super().poll(), processes=(good, stale), probes=(), probe_infos=())
+
+        app = make_app(Real(steps=1))
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: app.snapshot is not None)
+            assert app.table.select_pid(decoy.pid)
+            await pilot.press("T", "y")
+            await pilot.pause()
+            notes = [str(n.message) for n in app._notifications]
+            assert any(f"SIGTERM not sent to PID {decoy.pid}" in n and "start time" in n for n in notes), notes
+            assert decoy.poll() is None  # still running
+            assert app.table.select_pid(child.pid)
+            await pilot.press("T", "y")
+            await pilot.pause()
+            assert child.wait(timeout=5) == -signal.SIGTERM
+            notes = [str(n.message) for n in app._notifications]
+            assert any(f"SIGTERM sent to PID {child.pid}" in n for n in notes)
+    finally:
+        for proc in (child, decoy):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
