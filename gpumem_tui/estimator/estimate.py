@@ -153,6 +153,10 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     def grads(partial: float) -> float:
         return G if persist else partial
 
+    # a tied LM head's (V, h) gradient is a backward temporary until the embedding backward
+    # adds its part and AccumulateGrad stores the sum: report it with the activations
+    tied_temp = head_w if arch.tie_word_embeddings and not persist else 0
+
     moments: list[tuple[str, str, dict[str, int]]] = []
     moments.append(("forward", "end of forward", _moment(
         parameters=P, optimizer_states=O, gradients=grads(0), activations=A + amp_casts,
@@ -167,25 +171,25 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
         parameters=P, optimizer_states=O, gradients=grads(0), activations=A + amp_casts - labels_freed,
         logits_and_loss=LL.backward_peak)))
     moments.append(("backward", "LM head backward", _moment(
-        parameters=P, optimizer_states=O, gradients=grads(head_w), activations=A + amp_casts + grad_hidden,
-        logits_and_loss=LL.head_grad)))
+        parameters=P, optimizer_states=O, gradients=grads(head_w) - tied_temp,
+        activations=A + amp_casts + grad_hidden + tied_temp, logits_and_loss=LL.head_grad)))
     final = C.final_saved_bytes(arch, spec, b, s)
     # final norm backward: its fp32 (RMSNorm) or compute-dtype temporaries while the whole
     # forward's activations are still saved and the LM-head gradient exists
     norm_tmp = 4 * b * s * h * 4 if arch.norm == "rmsnorm" else 2 * b * s * h * e
     head_input = b * s * h * e if arch.kind == "decoder" and full_training else 0
     moments.append(("backward", "final norm backward", _moment(
-        parameters=P, optimizer_states=O, gradients=grads(head_w),
-        activations=A - head_input - labels_freed + amp_casts + grad_hidden + norm_tmp)))
+        parameters=P, optimizer_states=O, gradients=grads(head_w) - tied_temp,
+        activations=A - head_input - labels_freed + amp_casts + grad_hidden + norm_tmp + tied_temp)))
     moments.append(("backward", "last layer backward", _moment(
-        parameters=P, optimizer_states=O, gradients=grads(head_w) + (0 if persist else X_grads),
-        activations=A - final - labels_freed + amp_casts + grad_hidden + X - X_grads + recompute)))
+        parameters=P, optimizer_states=O, gradients=grads(head_w) - tied_temp + (0 if persist else X_grads),
+        activations=A - final - labels_freed + amp_casts + grad_hidden + X - X_grads + recompute + tied_temp)))
     layer_g = (G - emb_g - head_w * (not arch.tie_word_embeddings)) / max(1, arch.num_layers)
     # a tied embedding already holds the LM head's gradient
     emb_pending = emb_g - (head_w if arch.tie_word_embeddings else 0)
     moments.append(("backward", "first layer backward", _moment(
-        parameters=P, optimizer_states=O, gradients=grads(G - emb_pending - layer_g + X_grads),
-        activations=fixed - final - labels_freed + per_saved + grad_hidden + X - X_grads + recompute
+        parameters=P, optimizer_states=O, gradients=grads(G - emb_pending - layer_g + X_grads) - tied_temp,
+        activations=fixed - final - labels_freed + per_saved + grad_hidden + X - X_grads + recompute + tied_temp
         + amp_casts / max(1, arch.num_layers))))
     moments.append(("backward", "embedding backward", _moment(
         parameters=P, optimizer_states=O, gradients=G, activations=ids + tied_extra)))
