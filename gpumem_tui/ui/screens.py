@@ -16,7 +16,6 @@ from textual.widgets import Button, Static
 from gpumem_tui.telemetry.model import ProbeInfo, ProcessSample
 from gpumem_tui.text import printable
 from gpumem_tui.ui import cells
-from gpumem_tui.units import format_bytes
 
 
 class HelpScreen(ModalScreen[None]):
