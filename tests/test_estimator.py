@@ -218,23 +218,37 @@ def _ground_truth_cases() -> list:
     return json.loads(path.read_text())["cases"]
 
 
-@pytest.mark.parametrize("case", _ground_truth_cases(), ids=lambda c: c["id"])
-def test_matches_measured_ground_truth(case: dict) -> None:
-    """Every MemTracker ground-truth case (benchmarks/data/measured_cpu.json, written by
-    `gpumem-tui measure`) within 2 % of the measured peak."""
+def _relative_error(case: dict) -> float:
     from pathlib import Path
+
+    from gpumem_tui.estimator.spec import parse_lora_targets
 
     root = Path(__file__).resolve().parents[1]
     arch = load_architecture(str(root / case["config"]))
     fields = {k: v for k, v in case["spec"].items() if k in TrainingSpec.__dataclass_fields__}
     if "lora_targets" in fields:
-        from gpumem_tui.estimator.spec import parse_lora_targets
-
-        fields["lora_targets"] = parse_lora_targets(",".join(fields["lora_targets"])
-                                                    if isinstance(fields["lora_targets"], list) else fields["lora_targets"])
+        targets = fields["lora_targets"]
+        fields["lora_targets"] = parse_lora_targets(",".join(targets) if isinstance(targets, list) else targets)
     est = estimate(arch, TrainingSpec(**fields))
     measured = case["measured"]["peak_bytes"]
-    assert abs(est.peak_bytes - measured) / measured < 0.02
+    return (est.peak_bytes - measured) / measured
+
+
+@pytest.mark.parametrize("case", _ground_truth_cases(), ids=lambda c: c["id"])
+def test_matches_measured_ground_truth(case: dict) -> None:
+    """Every MemTracker ground-truth case (benchmarks/data/measured_cpu.json, written by
+    `gpumem-tui measure`) within the worst-case target of 5 % of the measured peak."""
+    assert abs(_relative_error(case)) < 0.05
+
+
+def test_median_error_over_ground_truth() -> None:
+    """Median |error| of the peak over all ground-truth cases <= 2 % (issue 3 target)."""
+    import statistics
+
+    cases = _ground_truth_cases()
+    if len(cases) < 12:
+        pytest.skip("ground truth not collected")
+    assert statistics.median(abs(_relative_error(c)) for c in cases) <= 0.02
 
 
 # Measured with `gpumem-tui measure --on meta` (torch 2.13 MemTracker, transformers 5.23, two
