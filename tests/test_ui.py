@@ -510,3 +510,23 @@ async def test_signal_end_to_end_with_real_signals_module():
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+async def test_hanging_poll_is_reported():
+    import threading
+
+    release = threading.Event()
+
+    class Hanging(FakeSource):
+        def poll(self):
+            if self.polls >= 1:
+                release.wait(10)
+            return super().poll()
+
+    app = make_app(Hanging(), interval=0.5)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        await wait_for(pilot, lambda: app.poll_error is not None, timeout=10)
+        assert "the last poll has been running for" in str(app.status_bar.render())
+        release.set()
+        await wait_for(pilot, lambda: app.poll_error is None)

@@ -230,6 +230,8 @@ class GpuMemApp(App[None]):
         self.table.focus()
         self._update_status()
         self.poller.start()
+        # A poll that hangs (a wedged driver) must show, not freeze the screen silently.
+        self.set_interval(max(2.0, self.interval), self._watch_poll, name="poll-watchdog")
         if self.side_pane_enabled:
             self.call_after_refresh(self._mount_side_pane)
 
@@ -369,6 +371,12 @@ class GpuMemApp(App[None]):
             text.append(printable(self.poll_error, 300))
             text.append(" (retrying)")
         return text
+
+    def _watch_poll(self) -> None:
+        stuck = self.poller.in_flight_seconds()
+        if stuck > max(5.0, 3 * self.interval):
+            self.poll_error = f"the last poll has been running for {stuck:.0f} s (NVML or /proc not answering)"
+            self._update_status()
 
     def _update_status(self) -> None:
         # Static.update re-lays out the screen: skip it when nothing changed.

@@ -62,6 +62,7 @@ class Poller:
         self._worker: Worker | None = None
         self._stopped = False
         self._in_flight = False
+        self._started_at: float | None = None
 
     def start(self) -> None:
         """Start polling now."""
@@ -86,6 +87,12 @@ class Poller:
             self._timer = None
         self._launch()
 
+    def in_flight_seconds(self) -> float:
+        """How long the current poll has been running (0 when none is)."""
+        if not self._in_flight or self._started_at is None:
+            return 0.0
+        return time.monotonic() - self._started_at
+
     def rearm(self, poll_seconds: float) -> None:
         """Called by the app after handling a result: schedule the next poll."""
         self._in_flight = False
@@ -102,6 +109,7 @@ class Poller:
         if self._stopped or self._in_flight:
             return
         self._in_flight = True
+        self._started_at = time.monotonic()
         self._worker = self.app.run_worker(
             self._poll_once,
             name="poll",
