@@ -276,7 +276,7 @@ def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -
         impl = {"single": "single-tensor loop", "foreach": "foreach (list-wide temporaries)",
                 "fused": "fused kernel"}[spec.resolved_optimizer_impl]
         if spec.optimizer_impl == "auto":
-            impl += f" (torch default on {spec.device})"
+            impl += " (DeepSpeed default with ZeRO)" if spec.zero else f" (torch default on {spec.device})"
         out.append(f"optimizer implementation: {impl}")
         if spec.grads_persist:
             out.append("gradients stay allocated through forward and backward (accumulation / set_to_none=False)")

@@ -91,7 +91,8 @@ class TrainingSpec:
         quant: weight quantization for inference none | int8 | nf4 [none]
         device: kernel profile cuda | cpu [cuda]; cuda adds CUDA context and allocator reserve
         optimizer_impl: auto | single | foreach | fused: torch optimizer implementation
-            [auto = single-tensor loop on cpu, foreach on cuda, torch's defaults]
+            [auto = single-tensor loop on cpu, foreach on cuda (torch's defaults); fused with
+            ZeRO (DeepSpeed's FusedAdam)]
         grad_accum: micro-batches per optimizer step [1]; > 1 keeps gradients allocated
             while later micro-batches run forward and backward
         keep_grads: gradients stay allocated between steps (``zero_grad(set_to_none=False)``,
@@ -201,6 +202,8 @@ class TrainingSpec:
         """single | foreach | fused; ``auto`` resolves to torch's default for the device."""
         if self.optimizer_impl != "auto":
             return self.optimizer_impl
+        if self.zero >= 1:
+            return "fused"  # DeepSpeed's default optimizer is its fused (multi-tensor) Adam
         return "single" if self.device == "cpu" else "foreach"
 
     @property
