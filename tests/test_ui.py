@@ -530,3 +530,23 @@ async def test_hanging_poll_is_reported():
         assert "the last poll has been running for" in str(app.status_bar.render())
         release.set()
         await wait_for(pilot, lambda: app.poll_error is None)
+
+
+async def test_reused_pid_starts_a_new_curve():
+    from dataclasses import replace
+
+    class Reuse(FakeSource):
+        def poll(self):
+            snap = super().poll()
+            if snap.time >= 1_700_000_003:  # PID 1002 now names a process started later
+                procs = tuple(replace(p, start_time=snap.time - 1) if p.pid == 1002 else p for p in snap.processes)
+                snap = replace(snap, processes=procs)
+            return snap
+
+    app = make_app(Reuse())
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None and app.snapshot.time >= 1_700_000_002)
+        assert len(app.history.points(("proc", 1002))) >= 3
+        await wait_for(pilot, lambda: app.snapshot.time >= 1_700_000_004)
+        points = app.history.points(("proc", 1002))
+        assert points and points[0][0] >= 1_700_000_003

@@ -147,6 +147,7 @@ class GpuMemApp(App[None]):
         self._status_shown: Text | None = None
         self._charted_target: tuple[str, int] | None = None
         self._charted_time = 0.0
+        self._proc_start: dict[int, float] = {}
         self._highlighted_key: str | None = None
         # Widgets are kept as attributes: handlers also run while a modal screen is on top,
         # where App.query would search that screen instead of the dashboard.
@@ -303,6 +304,15 @@ class GpuMemApp(App[None]):
         for p in snap.processes:
             if p.used_memory_bytes is not None:
                 per_pid[p.pid] = per_pid.get(p.pid, 0) + p.used_memory_bytes
+            if p.start_time is not None:
+                previous = self._proc_start.get(p.pid)
+                if previous is not None and abs(previous - p.start_time) > 1.0:
+                    # the PID now names another process: its curve starts afresh
+                    self.history.drop(("proc", p.pid))
+                self._proc_start[p.pid] = p.start_time
+        if len(self._proc_start) > 4096:  # churn: keep only the PIDs listed now
+            current = {p.pid for p in snap.processes}
+            self._proc_start = {pid: st for pid, st in self._proc_start.items() if pid in current}
         for pid, used in per_pid.items():
             self.history.add(("proc", pid), t, used)
         for probe in snap.probes:

@@ -162,6 +162,10 @@ class HistoryStore:
             self._series.move_to_end(key)
         series.add(time, value)
 
+    def drop(self, key: Hashable) -> None:
+        """Forget ``key``'s series (e.g. its PID now names another process)."""
+        self._series.pop(key, None)
+
     def get(self, key: Hashable) -> Series | None:
         """The series for ``key`` or None."""
         return self._series.get(key)
