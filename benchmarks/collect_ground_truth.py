@@ -138,19 +138,21 @@ def case_spec(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def write_config(case_id: str, model: str, overrides: dict[str, Any]) -> Path:
+def write_config(case_id: str, model: str, overrides: dict[str, Any], directory: Path = CONFIGS) -> Path:
     """Write the case's config.json (catalogue entry + overrides) and return its path."""
     from gpumem_tui.estimator.architecture import CATALOGUE_DIR
 
     config = json.loads((CATALOGUE_DIR / f"{model}.json").read_text(encoding="utf-8"))
     config.update(overrides)
-    CONFIGS.mkdir(parents=True, exist_ok=True)
-    path = CONFIGS / f"{case_id}.json"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{case_id}.json"
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return path
 
 
-def measure_case(case: tuple[str, str, dict[str, Any], dict[str, Any], str]) -> dict[str, Any]:
+def measure_case(
+    case: tuple[str, str, dict[str, Any], dict[str, Any], str], directory: Path = CONFIGS
+) -> dict[str, Any]:
     """Measure one case; return its ground-truth record."""
     from gpumem_tui.estimator.architecture import load_architecture
     from gpumem_tui.estimator.spec import TrainingSpec
@@ -158,7 +160,7 @@ def measure_case(case: tuple[str, str, dict[str, Any], dict[str, Any], str]) -> 
     from gpumem_tui.measure.runner import run
 
     case_id, model, overrides, spec_fields, on = case
-    path = write_config(case_id, model, overrides)
+    path = write_config(case_id, model, overrides, directory)
     spec_dict = case_spec(spec_fields)
     arch = load_architecture(str(path))
     spec_kwargs = dict(spec_dict)
@@ -171,7 +173,7 @@ def measure_case(case: tuple[str, str, dict[str, Any], dict[str, Any], str]) -> 
     return {
         "id": case_id,
         "model": model,
-        "config": str(path.relative_to(ROOT)),
+        "config": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path),
         "overrides": overrides,
         "spec": spec_dict,
         "on": on,

@@ -10,6 +10,12 @@ worst case (targets: median <= 2 %, worst <= 5 %).
     .venv/bin/python benchmarks/estimator_accuracy.py --live       # re-measure every case first (torch)
     .venv/bin/python benchmarks/estimator_accuracy.py --components # per-component table per case
     .venv/bin/python benchmarks/estimator_accuracy.py --json       # machine-readable
+    .venv/bin/python benchmarks/estimator_accuracy.py --random 12 --seed 7   # held-out cases (torch)
+
+``--random N`` draws N cases that are in no file (family, layers, batch, sequence, dtype, optimizer,
+task, checkpointing; eager attention on the meta device, or SDPA on the real CPU for narrow
+shapes), measures them live and compares: a check that the estimator generalises beyond the
+ground-truth file it was tuned on.
 
 Component errors compare the estimator's breakdown at its peak phase with the measured
 breakdown at the measured peak; when the two peaks fall in different phases the component rows
@@ -58,7 +64,7 @@ def predict(case: dict[str, Any]) -> dict[str, Any]:
     from gpumem_tui.estimator.architecture import load_architecture
     from gpumem_tui.estimator.estimate import estimate
 
-    arch = load_architecture(str(ROOT / case["config"]))
+    arch = load_architecture(str(Path(case["config"]) if Path(case["config"]).is_absolute() else ROOT / case["config"]))
     result = estimate(arch, _spec(case["spec"]))
     return result.to_json() if hasattr(result, "to_json") else dict(result)
 
@@ -96,6 +102,53 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:,.1f}"
 
 
+_RANDOM_FAMILIES = {
+    # catalogue name: (layers key, max sequence)
+    "gpt2": ("n_layer", 1024), "gpt2-medium": ("n_layer", 1024), "bert-base-uncased": ("num_hidden_layers", 512),
+    "llama-3.2-1b": ("num_hidden_layers", 4096), "llama-3.1-8b": ("num_hidden_layers", 4096),
+    "mistral-7b": ("num_hidden_layers", 4096), "qwen2.5-0.5b": ("num_hidden_layers", 4096),
+    "qwen2.5-1.5b": ("num_hidden_layers", 4096), "phi-3-mini-4k": ("num_hidden_layers", 4096),
+    "gemma-2-2b": ("num_hidden_layers", 4096),
+}
+
+
+def random_cases(n: int, seed: int) -> list[dict[str, Any]]:
+    """Measure ``n`` random cases live (meta, eager) and return ground-truth records."""
+    import random
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import collect_ground_truth as cgt  # noqa: E402
+
+    rng = random.Random(seed)
+    tmp = Path(tempfile.mkdtemp(prefix="gpumem-accuracy-"))
+    out = []
+    for i in range(n):
+        model = rng.choice(sorted(_RANDOM_FAMILIES))
+        key, max_seq = _RANDOM_FAMILIES[model]
+        encoder = model.startswith("bert")
+        task = rng.choice(["train", "train", "train", "lora"] + ([] if encoder else ["inference"]))
+        if encoder and task == "lora":
+            task = "train"
+        spec: dict[str, Any] = {
+            "task": task,
+            "batch": rng.choice([1, 2, 3, 4, 6, 8]),
+            "seq": rng.choice([s for s in (64, 128, 200, 256, 384, 512, 1000, 1024, 2048) if s <= max_seq]),
+            "dtype": rng.choice(["fp32", "bf16", "bf16", "fp16"]),
+        }
+        if task == "train":
+            spec["optimizer"] = rng.choice(["adamw", "adamw", "adam", "sgd", "sgd-momentum"])
+            spec["grad_ckpt"] = rng.choice(["none", "none", "full"])
+        if task == "lora":
+            spec["lora_rank"] = rng.choice([4, 8, 16, 64])
+            spec["lora_targets"] = rng.choice([("q", "v"), ("q", "k", "v", "o"), ("q", "k", "v", "o", "gate", "up", "down")])
+        overrides = {key: rng.choice([1, 2, 3, 4])}
+        case_id = f"random{seed}-{i:02d}-{model}-L{overrides[key]}-{spec['dtype']}-b{spec['batch']}-s{spec['seq']}-{task}"
+        out.append(cgt.measure_case((case_id, model, overrides, spec, "meta"), directory=tmp))
+        print(f"measured {case_id}", file=sys.stderr, flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="estimator accuracy vs measured ground truth")
     parser.add_argument("--data", type=Path, default=DATA, help="ground-truth JSON (default benchmarks/data/measured_cpu.json)")
@@ -103,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=None, help="cases whose id contains this text")
     parser.add_argument("--components", action="store_true", help="print the per-component table of every case")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--random", type=int, default=0, metavar="N", help="measure N random held-out cases live (torch)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of --random (default 0)")
     args = parser.parse_args(argv)
 
     try:
@@ -111,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"estimator_accuracy: cannot read {args.data}: {exc}", file=sys.stderr)
         return 2
     cases = [c for c in data["cases"] if args.only is None or args.only in c["id"]]
-    if args.live:
+    if args.random:
+        cases = random_cases(args.random, args.seed)
+    elif args.live:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         import collect_ground_truth as cgt  # noqa: E402
 
@@ -146,12 +203,13 @@ def main(argv: list[str] | None = None) -> int:
           f"(torch {data.get('torch')}, transformers {data.get('transformers')}); figures in MiB (2^20 B), "
           "comparable to torch allocated; estimator with --device cpu")
     print()
-    head = f"{'case':<42}{'on':<6}{'measured':>11}{'predicted':>11}{'error':>9}  peak phase (measured / predicted)"
+    w = max([42] + [len(r["id"]) + 2 for r in results])
+    head = f"{'case':<{w}}{'on':<6}{'measured':>11}{'predicted':>11}{'error':>9}  peak phase (measured / predicted)"
     print(head)
     print("-" * len(head))
     for r in results:
         flag = "" if r["measured_phase"] == r["predicted_phase"] else "  phase differs"
-        print(f"{r['id']:<42}{r['on']:<6}{_mib(r['measured_peak']):>11}{_mib(r['predicted_peak']):>11}"
+        print(f"{r['id']:<{w}}{r['on']:<6}{_mib(r['measured_peak']):>11}{_mib(r['predicted_peak']):>11}"
               f"{r['error_pct']:>+8.2f}%  {r['measured_phase']} / {r['predicted_phase']}{flag}")
         if args.components:
             for comp, row in r["components"].items():
@@ -161,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {comp:<26}{_mib(row['measured']):>11}{_mib(row['predicted']):>11}{pct:>9}"
                       f"  diff {row['diff']:+,} B")
     for case_id, msg in failures:
-        print(f"{case_id:<42}estimator failed: {msg}")
+        print(f"{case_id}: estimator failed: {msg}")
     print()
     if errors:
         med, worst = summary["median_abs_error_pct"], summary["worst_abs_error_pct"]
