@@ -38,7 +38,7 @@ from textual_plotext import PlotextPlot
 from gpumem_tui.telemetry.model import Phase, PhaseMark
 from gpumem_tui.units import GiB, MiB, format_bytes
 
-TOTAL_SCALE_LIMIT = 4  # the total line stays on scale while total <= 4 x the largest value
+TOTAL_SCALE_LIMIT = 2.5  # the total line stays on scale while total <= 2.5 x the largest value
 
 PHASE_VARS: dict[Phase, str] = {
     Phase.INIT: "phase-init",
@@ -131,7 +131,9 @@ class MemoryChart(Vertical):
 
     DEFAULT_CSS = """
     MemoryChart { height: 1fr; }
-    MemoryChart > #chart-legend { height: 1; padding: 0 1; color: $text-muted; }
+    MemoryChart > #chart-legend {
+        height: 1; padding: 0 1; color: $text-muted; text-wrap: nowrap; text-overflow: ellipsis;
+    }
     """
 
     show_bands: reactive[bool] = reactive(True)
@@ -296,6 +298,8 @@ class MemoryChart(Vertical):
         plt.xlabel("time (s, 0 = latest sample)")
         plt.ylabel(f"memory ({unit})")
         plt.xlim(x_lo, x_hi)
+        xticks = sorted(-t for t in nice_ticks(-x_lo))
+        plt.xticks(xticks, [f"{t:g}" for t in xticks])
         top = peak / factor * 1.08
         ticks = nice_ticks(top)
         plt.ylim(0, top)
