@@ -338,3 +338,19 @@ def test_hf_model_config_is_published(attach):
     assert len(tied) == len(list(model.parameters()))  # tied LM head counted once
     by = {r["phase"]: r for r in recs if r["kind"] == "phase"}
     assert by["optimizer_step"]["categories"]["parameters"] == param_bytes(model)
+
+
+def test_stream_file_is_bounded_by_rotation(attach, tmp_path):
+    model, opt = tiny()
+    probe = attach(model, opt, max_file_bytes=64 << 10)
+    src = ProbeSource(tmp_path)
+    src.poll()
+    for _ in range(600):  # ~300 bytes each: several rotations
+        probe.sample()
+    assert probe.path.stat().st_size <= 64 << 10
+    lines = probe.path.read_text().splitlines()
+    assert json.loads(lines[0])["kind"] == "info"  # every generation starts with the setup
+    assert not (tmp_path / f"{probe.path.name}.new").exists()
+    reading = src.poll()
+    assert reading.probe_infos[0].pid == os.getpid() and reading.probes
+    assert any("restarted" in n for n in reading.notices)

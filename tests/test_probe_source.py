@@ -240,3 +240,17 @@ def test_probe_reader_traces_and_clis_import_no_torch_no_textual():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
+
+
+def test_replaced_file_with_the_same_inode_is_detected_by_its_first_line(tmp_path):
+    path = tmp_path / "67.jsonl"
+    path.write_bytes(_line(_info(67)) + _line(_cpu("sample", 1.0, 10)))
+    src = ProbeSource(tmp_path, alive=Alive())
+    assert len(src.poll().probes) == 1
+    inode = path.stat().st_ino
+    newer = dict(_info(67), generation=1)
+    path.write_bytes(_line(newer) + b"".join(_line(_cpu("sample", 2.0 + i, 20 + i)) for i in range(5)))
+    assert path.stat().st_ino == inode  # rewritten in place: only the content tells
+    r = src.poll()
+    assert [p.allocated_bytes for p in r.probes] == [20, 21, 22, 23, 24]
+    assert r.notices == ("probe stream 67.jsonl was restarted",)

@@ -53,7 +53,9 @@ class StreamWriter:
         self.path = Path(path)
         self.max_bytes = max(64 << 10, int(max_bytes))
         self.failed: str | None = None
-        self._info_line = encode(info)
+        self._info = dict(info)
+        self._generation = 0
+        self._info_line = encode(self._info)
         self._fd: int | None = None
         self._size = 0
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -87,6 +89,9 @@ class StreamWriter:
 
     def _rotate(self) -> None:
         tmp = self.path.with_name(self.path.name + ".new")
+        self._generation += 1
+        # A different first line tells readers this is a new file even if the inode is reused.
+        self._info_line = encode({**self._info, "generation": self._generation})
         fd = self._open(tmp, truncate=True)
         try:
             os.write(fd, self._info_line)

@@ -193,6 +193,7 @@ class _Stream:
     pid: int
     inode: int = -1
     offset: int = 0
+    head: bytes = b""  # the file's first line: a new file (rotation) has a different one
     info_seen: bool = False
     model_config: dict | None = None
     setup: tuple[tuple[str, object], ...] = ()
@@ -368,7 +369,10 @@ class ProbeSource:
         try:
             with open(stream.path, "rb") as handle:
                 st = os.fstat(handle.fileno())
-                if st.st_ino != stream.inode or st.st_size < stream.offset:
+                replaced = st.st_ino != stream.inode or st.st_size < stream.offset
+                if not replaced and stream.head:
+                    replaced = os.pread(handle.fileno(), len(stream.head), 0) != stream.head
+                if replaced:
                     # New file, or the probe replaced (rotated) it: start from the beginning.
                     first = stream.inode == -1
                     stream.inode = st.st_ino
@@ -401,6 +405,8 @@ class ProbeSource:
                 stream.offset += len(data)
             return
         complete = data[: end + 1]
+        if stream.offset == 0:
+            stream.head = complete[: complete.find(b"\n") + 1][:4096]
         stream.offset += len(complete)
         for line in complete.split(b"\n")[:-1]:
             self._handle_line(stream, line, probes, marks)
@@ -414,6 +420,7 @@ class ProbeSource:
         if line.endswith(b"\n"):
             stream.offset = len(line)
             self._handle_line(stream, line[:-1], probes, marks)
+            stream.head = line[:4096]
 
     def _handle_line(
         self, stream: _Stream, line: bytes, probes: list[ProbeSample], marks: list[PhaseMark]
