@@ -298,7 +298,7 @@ class MemoryChart(Vertical):
         plt.xlabel("time (s, 0 = latest sample)")
         plt.ylabel(f"memory ({unit})")
         plt.xlim(x_lo, x_hi)
-        xticks = sorted(-t for t in nice_ticks(-x_lo))
+        xticks = sorted(-t + 0.0 for t in nice_ticks(-x_lo))  # + 0.0 turns -0.0 into 0.0
         plt.xticks(xticks, [f"{t:g}" for t in xticks])
         top = peak / factor * 1.08
         ticks = nice_ticks(top)
