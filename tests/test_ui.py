@@ -550,3 +550,22 @@ async def test_reused_pid_starts_a_new_curve():
         await wait_for(pilot, lambda: app.snapshot.time >= 1_700_000_004)
         points = app.history.points(("proc", 1002))
         assert points and points[0][0] >= 1_700_000_003
+
+
+async def test_comparison_follows_the_selected_probed_process():
+    pytest.importorskip("gpumem_tui.ui.comparison_view")
+    from gpumem_tui.ui.comparison_view import ComparisonView
+    from gpumem_tui.ui.estimator_panel import EstimatorPanel
+
+    app = make_app(FakeSource(), side_pane=True, select_pid=1001)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await wait_for(pilot, lambda: bool(app.query(EstimatorPanel)) and app.snapshot is not None)
+        panel = app.query_one(EstimatorPanel)
+        view = app.query_one(ComparisonView)
+        await wait_for(pilot, lambda: panel.estimate is not None and view.result is not None)
+        assert view.result.pid == 1001
+        assert app.query_one("#cmp-table").row_count > 0
+        # a process without a probe: the view says why there is nothing to compare
+        app.table.select_pid(1002)
+        await wait_for(pilot, lambda: view.result is None)
+        assert "gpumem_tui.probe" in str(app.query_one("#cmp-figure").render())
