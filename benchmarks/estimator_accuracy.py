@@ -142,9 +142,27 @@ def random_cases(n: int, seed: int) -> list[dict[str, Any]]:
         if task == "lora":
             spec["lora_rank"] = rng.choice([4, 8, 16, 64])
             spec["lora_targets"] = rng.choice([("q", "v"), ("q", "k", "v", "o"), ("q", "k", "v", "o", "gate", "up", "down")])
-        overrides = {key: rng.choice([1, 2, 3, 4])}
-        case_id = f"random{seed}-{i:02d}-{model}-L{overrides[key]}-{spec['dtype']}-b{spec['batch']}-s{spec['seq']}-{task}"
-        out.append(cgt.measure_case((case_id, model, overrides, spec, "meta"), directory=tmp))
+        overrides: dict[str, Any] = {key: rng.choice([1, 2, 3, 4])}
+        on = "meta"
+        if rng.random() < 0.3:
+            # real CPU, SDPA's real kernel: narrow widths so the run is fast and fits in RAM
+            on = "cpu"
+            spec["attention"] = "eager" if model.startswith("gemma") else "sdpa"
+            spec["seq"] = min(spec["seq"], 512)
+            if model.startswith("gpt2"):
+                overrides.update({"n_embd": 256, "n_head": 4, "vocab_size": rng.choice([2048, 8192])})
+            else:
+                overrides.update({"hidden_size": 256, "intermediate_size": 704, "num_attention_heads": 4,
+                                  "vocab_size": rng.choice([2048, 8192])})
+                if not encoder:
+                    overrides["num_key_value_heads"] = rng.choice([1, 2, 4])
+                if model.startswith(("gemma", "llama")):
+                    overrides["head_dim"] = 64
+                overrides["pad_token_id"] = 0  # the catalogue's pad id may lie beyond the shrunken vocabulary
+        tag = f"{on}-{spec.get('attention', 'eager')}"
+        case_id = (f"random{seed}-{i:02d}-{model}-L{overrides[key]}-{spec['dtype']}-b{spec['batch']}-s{spec['seq']}"
+                   f"-{task}-{tag}")
+        out.append(cgt.measure_case((case_id, model, overrides, spec, on), directory=tmp))
         print(f"measured {case_id}", file=sys.stderr, flush=True)
     return out
 
