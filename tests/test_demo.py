@@ -115,3 +115,13 @@ def test_demo_job_bad_input_exit_2(capsys):
     assert demo_job.main(["--batch", "zero"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 2
+
+
+def test_headless_demo_reports_a_failed_job_with_its_log(tmp_path):
+    proc = run_cli("demo", "--headless", "--steps", "1", "--device", "cuda", "--record", str(tmp_path / "t.jsonl"),
+                   *SMALL)
+    if proc.returncode == 0:
+        pytest.skip("this machine has CUDA: the job did not fail")
+    assert proc.returncode == 1
+    assert "the job exited with code 1" in proc.stderr and "no CUDA device" in proc.stderr
+    assert "Traceback" not in proc.stderr
