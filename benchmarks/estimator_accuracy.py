@@ -159,7 +159,11 @@ def random_cases(n: int, seed: int) -> list[dict[str, Any]]:
                 if model.startswith(("gemma", "llama")):
                     overrides["head_dim"] = 64
                 overrides["pad_token_id"] = 0  # the catalogue's pad id may lie beyond the shrunken vocabulary
-        tag = f"{on}-{spec.get('attention', 'eager')}"
+            if task == "train" and spec["dtype"] != "fp32" and rng.random() < 0.4:
+                spec["mixed_precision"] = True
+            if task == "train" and rng.random() < 0.2:
+                spec["optimizer"] = "adafactor"  # CPU only: it calls .item()
+        tag = f"{on}-{spec.get('attention', 'eager')}" + ("-amp" if spec.get("mixed_precision") else "")
         case_id = (f"random{seed}-{i:02d}-{model}-L{overrides[key]}-{spec['dtype']}-b{spec['batch']}-s{spec['seq']}"
                    f"-{task}-{tag}")
         out.append(cgt.measure_case((case_id, model, overrides, spec, on), directory=tmp))
