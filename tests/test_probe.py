@@ -105,7 +105,7 @@ def test_a_peak_between_samples_is_recorded_with_its_time_and_split(attach):
     peaks = [r for r in records(probe) if r.get("at_peak")]
     assert len(peaks) == 1
     (peak,) = peaks
-    assert t0 <= peak["time"] <= t1 and peak["phase"] == "forward"
+    assert t0 <= peak["time"] <= t1 and peak["phase"] == "forward" and peak["step"] == 1
     assert peak["cpu_live_tensors"] == base + 4_000_000
     assert peak["categories"]["activations"] == 4_000_000
     assert peak["categories"]["parameters"] == param_bytes(model)
@@ -120,6 +120,7 @@ def test_peak_in_the_first_optimizer_step_names_the_new_states(attach):
                       if isinstance(t, torch.Tensor))
     peaks = [r for r in records(probe) if r.get("at_peak") and r["phase"] == "optimizer_step"]
     assert peaks, "AdamW's temporaries make a peak inside the step"
+    assert peaks[0]["step"] == 1
     cats = peaks[0]["categories"]
     assert cats["optimizer_states"] == state_bytes  # labelled states, not temporaries
     assert cats["gradients"] == param_bytes(model)

@@ -320,7 +320,7 @@ class Probe:
         tracker = self._tracker
         if tracker is None or self.device.type == "cuda":  # CUDA figures come from torch itself
             return None
-        peak, when, tags, phase = tracker.take_window()
+        peak, when, tags, phase, step = tracker.take_window()
         live = tracker.live_bytes
         if peak - live < max(4096, live // 1000):
             return None
@@ -333,7 +333,7 @@ class Probe:
         if not categories.get("buffers"):
             categories.pop("buffers", None)
         record: dict[str, Any] = {
-            "kind": "sample", "time": when, "step": self.step,
+            "kind": "sample", "time": when, "step": step,
             "phase": phase if phase in _PHASE_NAMES else self._phase,
             "at_peak": True, "device": str(self.device),
         }
@@ -409,6 +409,7 @@ class Probe:
             self._phase = name
             if self._tracker is not None:
                 self._tracker.tag = name
+                self._tracker.step = self.step
             if self._record_step or name == Phase.INIT.value:
                 self._write("phase")
 

@@ -61,6 +61,7 @@ class LiveTensorTracker(TorchDispatchMode):
         self.device_type = device_type
         self._cpu = device_type == "cpu"
         self.tag = "init"
+        self.step = 0  # set by the probe; remembered with the window's peak
         self.enabled = True
         self.live_bytes = 0
         self.peak_bytes = 0
@@ -77,6 +78,7 @@ class LiveTensorTracker(TorchDispatchMode):
         self._window_tags: dict[str, int] = {}
         self._window_sequence = 0
         self._window_phase = self.tag
+        self._window_step = 0
 
     # -- counting --------------------------------------------------------------------------
 
@@ -120,6 +122,7 @@ class LiveTensorTracker(TorchDispatchMode):
                 self._window_tags = self._by_tag.copy()
                 self._window_sequence = self._sequence
                 self._window_phase = self.tag
+                self._window_step = self.step
 
     def register(self, tensors: Iterable[Any], tag: str | None = None) -> None:
         """Count tensors that already exist (parameters, buffers, gradients, states)."""
@@ -152,16 +155,19 @@ class LiveTensorTracker(TorchDispatchMode):
             if entry is None:
                 self.register((tensor,), tag=tag)
 
-    def take_window(self) -> tuple[int, float, dict[str, int], str]:
-        """``(peak_bytes, epoch_time, bytes_by_tag_then, tag_current_then)`` of the highest
-        live bytes since the previous call; then starts a new window at the current live bytes."""
+    def take_window(self) -> tuple[int, float, dict[str, int], str, int]:
+        """``(peak_bytes, epoch_time, bytes_by_tag_then, tag_current_then, step_then)`` of the
+        highest live bytes since the previous call; then starts a new window at the current
+        live bytes."""
         with self._lock:
-            window = (self._window_peak, self._window_time, self._window_tags, self._window_phase)
+            window = (self._window_peak, self._window_time, self._window_tags, self._window_phase,
+                      self._window_step)
             self._window_peak = self.live_bytes
             self._window_time = time.time()
             self._window_tags = self._by_tag.copy()
             self._window_sequence = self._sequence
             self._window_phase = self.tag
+            self._window_step = self.step
         return window
 
     def live_by_tag(self) -> dict[str, int]:
