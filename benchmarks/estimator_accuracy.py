@@ -112,8 +112,9 @@ _RANDOM_FAMILIES = {
 }
 
 
-def random_cases(n: int, seed: int) -> list[dict[str, Any]]:
-    """Measure ``n`` random cases live (meta, eager) and return ground-truth records."""
+def random_cases(n: int, seed: int, config_dir: Path | None = None) -> list[dict[str, Any]]:
+    """Measure ``n`` random cases live and return ground-truth records (configs in ``config_dir``,
+    a temporary directory by default)."""
     import random
     import tempfile
 
@@ -121,7 +122,7 @@ def random_cases(n: int, seed: int) -> list[dict[str, Any]]:
     import collect_ground_truth as cgt  # noqa: E402
 
     rng = random.Random(seed)
-    tmp = Path(tempfile.mkdtemp(prefix="gpumem-accuracy-"))
+    tmp = config_dir or Path(tempfile.mkdtemp(prefix="gpumem-accuracy-"))
     out = []
     for i in range(n):
         model = rng.choice(sorted(_RANDOM_FAMILIES))
@@ -180,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--random", type=int, default=0, metavar="N", help="measure N random held-out cases live (torch)")
     parser.add_argument("--seed", type=int, default=0, help="seed of --random (default 0)")
+    parser.add_argument("--save", type=Path, default=None,
+                        help="with --random: write the measured cases as a ground-truth file (configs beside it)")
     args = parser.parse_args(argv)
 
     try:
@@ -189,7 +192,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cases = [c for c in data["cases"] if args.only is None or args.only in c["id"]]
     if args.random:
-        cases = random_cases(args.random, args.seed)
+        cfg_dir = args.save.parent / "configs" / args.save.stem if args.save else None
+        cases = random_cases(args.random, args.seed, cfg_dir)
+        if args.save:
+            import torch
+            import transformers
+
+            args.save.write_text(json.dumps({
+                "description": f"Held-out ground truth: {args.random} random cases (seed {args.seed}) drawn by "
+                "benchmarks/estimator_accuracy.py --random, measured like measured_cpu.json.",
+                "torch": torch.__version__, "transformers": transformers.__version__, "cases": cases,
+            }, indent=1) + "\n", encoding="utf-8")
+            data = json.loads(args.save.read_text(encoding="utf-8"))
     elif args.live:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         import collect_ground_truth as cgt  # noqa: E402
