@@ -20,14 +20,15 @@ from gpumem_tui.units import GiB, MiB
 class BusySource:
     """8 GPUs x 64 processes, values changing each poll; deterministic."""
 
-    def __init__(self, gpus: int = 8, per_gpu: int = 8) -> None:
+    def __init__(self, gpus: int = 8, per_gpu: int = 8, static: bool = False) -> None:
         self.gpus = gpus
         self.per_gpu = per_gpu
+        self.static = static  # True: every value stays the same (only time moves)
         self.t = 0
         self.start = time.time()
 
     def poll(self) -> Snapshot:
-        self.t += 1
+        self.t += 0 if self.static else 1
         now = time.time()
         devices = tuple(
             DeviceSample(i, "NVIDIA H100 80GB HBM3", f"GPU-{i}", 80 * GiB, (20 + (self.t + i) % 40) * GiB,
@@ -37,7 +38,7 @@ class BusySource:
         procs = tuple(
             ProcessSample(10_000 + g * 100 + k, g, ProcessType.COMPUTE, (1 + (self.t + k) % 9) * GiB,
                           float((self.t + k) % 100), f"user{k % 5}", f"python train_{g}_{k}.py --lr 3e-4",
-                          float(k), (2 + k % 7) * GiB // 4, self.start - 3600 * k)
+                          float(k), (2 + k % 7) * GiB // 4, None if self.static else self.start - 3600 * k)
             for g in range(self.gpus) for k in range(self.per_gpu)
         )
         return Snapshot(time=now, driver_version="550.54.15", cuda_driver_version="12.4",

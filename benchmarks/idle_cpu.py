@@ -27,7 +27,7 @@ sys.path.insert(0, {bench!r})
 from _pty_child import BusySource
 from gpumem_tui.ui.launch import run_dashboard
 live = {live!r}
-run_dashboard(None if live else BusySource(*{shape!r}), interval={interval!r}, demo=False)
+run_dashboard(None if live else BusySource(*{shape!r}, static={static!r}), interval={interval!r}, demo=False)
 """
 
 
@@ -39,6 +39,7 @@ def main() -> int:
     parser.add_argument("--live", action="store_true")
     parser.add_argument("--gpus", type=int, default=8, help="synthetic GPUs (default 8)")
     parser.add_argument("--per-gpu", type=int, default=8, help="synthetic processes per GPU (default 8)")
+    parser.add_argument("--static", action="store_true", help="synthetic values never change (only time)")
     args = parser.parse_args()
 
     import psutil
@@ -46,7 +47,7 @@ def main() -> int:
     from _pty_child import drain, run_in_pty, stop
 
     bench = str(Path(__file__).resolve().parent)
-    code = CHILD.format(bench=bench, live=args.live, interval=args.interval, shape=(args.gpus, args.per_gpu))
+    code = CHILD.format(bench=bench, live=args.live, interval=args.interval, shape=(args.gpus, args.per_gpu), static=args.static)
     os.environ["GPUMEM_TUI_CONFIG_DIR"] = "/nonexistent-gpumem-bench"
     pid, fd = run_in_pty(["-c", code], args.seconds)
     try:
@@ -62,7 +63,8 @@ def main() -> int:
         stop(pid)
     cpu = (c1.user - c0.user) + (c1.system - c0.system)
     pct = 100.0 * cpu / wall
-    source = "live" if args.live else f"synthetic {args.gpus} GPUs x {args.gpus * args.per_gpu} processes (all values change every poll)"
+    source = "live" if args.live else f"synthetic {args.gpus} GPUs x {args.gpus * args.per_gpu} processes " + (
+        " (values constant)" if args.static else " (all values change every poll)")
     print(f"source: {source}, interval {args.interval} s")
     print(f"cpu_seconds: {cpu:.3f}")
     print(f"wall_seconds: {wall:.1f}")
