@@ -176,3 +176,17 @@ def test_tiny_case_matches_the_estimator(tiny_cpu):
     assert predicted.components_bytes["parameters"] == tiny_cpu.components_bytes["parameters"]
     error = abs(predicted.peak_bytes - tiny_cpu.peak_bytes) / tiny_cpu.peak_bytes
     assert error <= 0.05, f"peak: predicted {predicted.peak_bytes:,} vs measured {tiny_cpu.peak_bytes:,}"
+
+
+def test_foreach_adamw_holds_one_state_sized_copy():
+    # The CUDA default (foreach) keeps list-wide temporaries: torch._foreach_sqrt over every
+    # exp_avg_sq = one state-sized copy of all parameters; the CPU default (single tensor) holds
+    # temporaries of one parameter at a time.
+    single = run(MeasureRequest(config=TINY, batch=1, seq=16, on="meta", optimizer_impl="single"))
+    foreach = run(MeasureRequest(config=TINY, batch=1, seq=16, on="meta", optimizer_impl="foreach"))
+    params, _ = _param_and_buffer_bytes(TINY, torch.float32)
+    step = {p["name"]: p["live_bytes"] for p in foreach.phases}["optimizer_step"]
+    base = {p["name"]: p["live_bytes"] for p in foreach.phases}["zero_grad"]  # params + states + grads
+    assert step - base >= params
+    single_step = {p["name"]: p["live_bytes"] for p in single.phases}["optimizer_step"]
+    assert single_step < step
