@@ -290,6 +290,11 @@ async def test_nvml_unavailable_line():
         assert "showing 3 host processes" in status
         assert not app.query_one(DevicePanel).display
         assert len(pids(app)) == 3
+        assert "gpumem-tui demo" not in status  # a probed job is on screen already
+        from dataclasses import replace
+
+        app.apply_snapshot(replace(app.snapshot, probes=()))
+        assert "`gpumem-tui demo` runs a built-in training job" in str(app.status_bar.render())
 
 
 async def test_poller_keeps_running_when_poll_raises():

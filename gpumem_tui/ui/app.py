@@ -359,6 +359,8 @@ class GpuMemApp(App[None]):
             text.append("NVML not available: ", style="bold")
             text.append(printable(snap.nvml_error, 300))
             text.append(f" · showing {len(snap.processes)} host processes")
+            if not self.banner and not snap.probes:
+                text.append(" · `gpumem-tui demo` runs a built-in training job to watch")
         else:
             text.append(f"{len(snap.devices)} GPU{'s' if len(snap.devices) != 1 else ''}")
             if snap.driver_version:
