@@ -82,6 +82,12 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
     ("gpt2-124m-fp32-b1-s128-adam", "gpt2", {}, dict(batch=1, seq=128, dtype="fp32", optimizer="adam"), "meta"),
     ("qwen2.5-0.5b-L4-fp32-b1-s128-sgd", "qwen2.5-0.5b", {"num_hidden_layers": 4},
      dict(batch=1, seq=128, dtype="fp32", optimizer="sgd"), "meta"),
+    # --- gradient accumulation, kept gradients, optimizer implementations -------------------------
+    ("llama-3.2-1b-L4-bf16-b2-s512-accum4", "llama-3.2-1b", {"num_hidden_layers": 4},
+     dict(batch=2, seq=512, dtype="bf16", grad_accum=4), "meta"),
+    ("gpt2-124m-fp32-b2-s256-keepgrads", "gpt2", {}, dict(batch=2, seq=256, dtype="fp32", keep_grads=True), "meta"),
+    ("qwen2.5-0.5b-L4-bf16-b1-s128-foreach", "qwen2.5-0.5b", {"num_hidden_layers": 4},
+     dict(batch=1, seq=128, dtype="bf16", optimizer_impl="foreach"), "meta"),
     # --- inference -----------------------------------------------------------------------------
     ("gpt2-124m-fp32-b4-s1024-infer", "gpt2", {}, dict(batch=4, seq=1024, dtype="fp32", task="inference"), "meta"),
     ("mistral-7b-L2-sw512-bf16-b2-s2048-infer", "mistral-7b", {"num_hidden_layers": 2, "sliding_window": 512},
@@ -122,6 +128,8 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
      dict(batch=2, seq=512, dtype="fp32", attention="sdpa", task="lora", lora_rank=8), "cpu"),
     ("llama-small-L2-fp32-b1-s64-cpu-adafactor", "llama-3.2-1b", {**_CPU_SMALL_LLAMA, "vocab_size": 32000},
      dict(batch=1, seq=64, dtype="fp32", attention="sdpa", optimizer="adafactor"), "cpu"),
+    ("llama-small-L2-fp32-b2-s128-cpu-fused", "llama-3.2-1b", _CPU_SMALL_LLAMA,
+     dict(batch=2, seq=128, dtype="fp32", attention="sdpa", optimizer_impl="fused"), "cpu"),
     ("llama-small-L2-bf16-b2-s256-cpu-mixed", "llama-3.2-1b", _CPU_SMALL_LLAMA,
      dict(batch=2, seq=256, dtype="bf16", attention="sdpa", mixed_precision=True), "cpu"),
 ]

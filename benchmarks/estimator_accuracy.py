@@ -140,6 +140,10 @@ def random_cases(n: int, seed: int, config_dir: Path | None = None) -> list[dict
         if task == "train":
             spec["optimizer"] = rng.choice(["adamw", "adamw", "adam", "sgd", "sgd-momentum"])
             spec["grad_ckpt"] = rng.choice(["none", "none", "full"])
+            spec["grad_accum"] = rng.choice([1, 1, 1, 2, 4])
+            spec["keep_grads"] = rng.random() < 0.15
+            if spec["optimizer"] in ("adamw", "adam") and rng.random() < 0.25:
+                spec["optimizer_impl"] = "foreach"
         if task == "lora":
             spec["lora_rank"] = rng.choice([4, 8, 16, 64])
             spec["lora_targets"] = rng.choice([("q", "v"), ("q", "k", "v", "o"), ("q", "k", "v", "o", "gate", "up", "down")])
@@ -164,6 +168,9 @@ def random_cases(n: int, seed: int, config_dir: Path | None = None) -> list[dict
                 spec["mixed_precision"] = True
             if task == "train" and rng.random() < 0.2:
                 spec["optimizer"] = "adafactor"  # CPU only: it calls .item()
+                spec.pop("optimizer_impl", None)
+            elif task == "train" and spec.get("optimizer") in ("adamw", "adam") and rng.random() < 0.3:
+                spec["optimizer_impl"] = "fused"  # fused CPU kernel: real CPU only
         tag = f"{on}-{spec.get('attention', 'eager')}" + ("-amp" if spec.get("mixed_precision") else "")
         case_id = (f"random{seed}-{i:02d}-{model}-L{overrides[key]}-{spec['dtype']}-b{spec['batch']}-s{spec['seq']}"
                    f"-{task}-{tag}")

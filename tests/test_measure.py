@@ -190,3 +190,12 @@ def test_foreach_adamw_holds_one_state_sized_copy():
     assert step - base >= params
     single_step = {p["name"]: p["live_bytes"] for p in single.phases}["optimizer_step"]
     assert single_step < step
+
+
+def test_grad_accumulation_keeps_gradients_through_the_next_micro_batch():
+    one = run(MeasureRequest(config=TINY, batch=B, seq=S, on="meta"))
+    accum = run(MeasureRequest(config=TINY, batch=B, seq=S, on="meta", grad_accum=2))
+    params, _ = _param_and_buffer_bytes(TINY, torch.float32)
+    # the second micro-batch runs forward and backward with every fp32 gradient allocated
+    assert accum.components_bytes["gradients"] == params
+    assert accum.peak_bytes == one.peak_bytes + params

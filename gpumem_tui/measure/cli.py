@@ -76,8 +76,9 @@ def _config_for(arch: Any) -> dict[str, Any]:
 def request_from_spec(arch: Any, spec: Any, *, on: str, steps: int = 2) -> Any:
     """Turn the estimator's (ModelArchitecture, TrainingSpec) into a ``MeasureRequest``.
 
-    The optimizer implementation follows ``spec.device``: per-tensor loop for cpu (torch's CPU
-    default), foreach for cuda (torch's CUDA default); every other kernel is the meta/CPU one.
+    The optimizer implementation follows ``--optimizer-impl`` (auto: per-tensor loop for cpu,
+    torch's CPU default; foreach for cuda, torch's CUDA default); every other kernel is the
+    meta/CPU one. ``--grad-accum`` and ``--keep-grads`` are honoured.
 
     Raises:
         MeasureError: what one process on meta/CPU cannot run (ZeRO, parallel degrees, QLoRA,
@@ -122,7 +123,9 @@ def request_from_spec(arch: Any, spec: Any, *, on: str, steps: int = 2) -> Any:
         dtype=spec.dtype,
         mixed_precision=spec.mixed_precision,
         optimizer=spec.optimizer,
-        optimizer_impl="foreach" if spec.device == "cuda" else "single",
+        optimizer_impl=_optimizer_impl(spec),
+        grad_accum=getattr(spec, "grad_accum", 1),
+        keep_grads=bool(getattr(spec, "keep_grads", False)),
         grad_ckpt=spec.grad_ckpt,
         attention=spec.attention,
         on=on,
@@ -130,6 +133,14 @@ def request_from_spec(arch: Any, spec: Any, *, on: str, steps: int = 2) -> Any:
         lora_rank=spec.lora_rank or 8,
         lora_targets=tuple(names),
     )
+
+
+def _optimizer_impl(spec: Any) -> str:
+    """The torch optimizer implementation the spec asks for (torch's device default for auto)."""
+    impl = getattr(spec, "resolved_optimizer_impl", None)
+    if isinstance(impl, str):
+        return impl
+    return "foreach" if spec.device == "cuda" else "single"
 
 
 def _table(data: dict[str, Any]) -> str:

@@ -77,13 +77,17 @@ class MeasureRequest:
         mixed_precision: fp32 parameters/gradients/optimizer with 16-bit autocast compute
             (``dtype`` gives the compute dtype); real CPU only (autocast has no meta device).
         optimizer: "adamw", "adam", "sgd", "sgd-momentum" (momentum 0.9), "adafactor".
-        optimizer_impl: "single" (per-tensor loop, torch's default on CPU and meta) or
-            "foreach" (multi-tensor, torch's default on CUDA).
+        optimizer_impl: "single" (per-tensor loop, torch's default on CPU and meta),
+            "foreach" (multi-tensor, torch's default on CUDA) or "fused" (torch's fused kernel;
+            AdamW/Adam only; the real CPU has one, the meta device does not).
         grad_ckpt: "none" or "full" (HF ``gradient_checkpointing_enable``, non-reentrant).
         attention: "eager" or "sdpa" (``attn_implementation``).
         on: "meta" (no real memory) or "cpu" (real tensors).
         steps: training iterations; the last one's peak is reported (>= 2 so optimizer states
             exist at the start of the measured step).
+        grad_accum: micro-batches (forward + backward) per optimizer step; gradients
+            accumulate in ``.grad`` across them.
+        keep_grads: ``zero_grad(set_to_none=False)``: gradients stay allocated (zeroed) between steps.
         lora_rank, lora_targets: LoRA rank r and the Linear module names (last name component)
             that get adapters.
         seed: RNG seed for the inputs and weights on the CPU.
@@ -101,6 +105,8 @@ class MeasureRequest:
     attention: str = "eager"
     on: str = "meta"
     steps: int = 2
+    grad_accum: int = 1
+    keep_grads: bool = False
     lora_rank: int = 8
     lora_targets: tuple[str, ...] = ()
     seed: int = 0
@@ -192,8 +198,12 @@ def validate(req: MeasureRequest) -> None:
         raise MeasureError(f"optimizer {req.optimizer!r}: measure supports {', '.join(OPTIMIZERS)} (8-bit Adam needs bitsandbytes)")
     if req.optimizer == "adafactor" and req.on == "meta":
         raise MeasureError("adafactor reads parameter norms with .item(), which the meta device cannot answer: use --on cpu")
-    if req.optimizer_impl not in ("single", "foreach"):
-        raise MeasureError(f"optimizer implementation {req.optimizer_impl!r}: single or foreach")
+    if req.optimizer_impl not in ("single", "foreach", "fused"):
+        raise MeasureError(f"optimizer implementation {req.optimizer_impl!r}: single, foreach or fused")
+    if req.optimizer_impl == "fused" and (req.on == "meta" or req.optimizer not in ("adamw", "adam")):
+        raise MeasureError("--optimizer-impl fused: torch has fused AdamW/Adam kernels on the real CPU only (use --on cpu)")
+    if req.grad_accum < 1:
+        raise MeasureError(f"grad-accum must be >= 1, got {req.grad_accum}")
     if req.grad_ckpt not in ("none", "full"):
         raise MeasureError(f"grad-ckpt {req.grad_ckpt!r}: measure supports none and full (HF has no selective recompute)")
     if req.attention not in ATTENTIONS:
@@ -307,10 +317,11 @@ def _apply_lora(model: Any, req: MeasureRequest, torch: Any) -> int:
 
 def _make_optimizer(req: MeasureRequest, params: list[Any], torch: Any) -> Any:
     foreach = req.optimizer_impl == "foreach"
+    fused = True if req.optimizer_impl == "fused" else None
     if req.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=1e-4, foreach=foreach)
+        return torch.optim.AdamW(params, lr=1e-4, foreach=foreach, fused=fused)
     if req.optimizer == "adam":
-        return torch.optim.Adam(params, lr=1e-4, foreach=foreach)
+        return torch.optim.Adam(params, lr=1e-4, foreach=foreach, fused=fused)
     if req.optimizer == "sgd":
         return torch.optim.SGD(params, lr=1e-4, foreach=foreach)
     if req.optimizer == "sgd-momentum":
@@ -427,21 +438,27 @@ def run(
                 if step > 1:
                     tracker.reset_mod_stats()  # MemTracker refuses a second root forward otherwise
                     tracker.module_live.clear()
-                phase(f"{step_name}.forward")
-                ids = torch.randint(0, vocab_cfg, (b, s), device=req.on)
-                with autocast, _meta_patches(req.on):
-                    out = model(input_ids=ids, labels=ids, **train_kwargs)
-                loss = out.loss
-                del out
-                phase(f"{step_name}.backward")
-                loss.backward()
-                del loss
+                for micro in range(req.grad_accum):
+                    if micro > 0:
+                        tracker.reset_mod_stats()
+                    # with accumulation the micro-batches of one step share the phase names, so a
+                    # phase peak is the largest over its micro-batches
+                    phase(f"{step_name}.forward")
+                    ids = torch.randint(0, vocab_cfg, (b, s), device=req.on)
+                    with autocast, _meta_patches(req.on):
+                        out = model(input_ids=ids, labels=ids, **train_kwargs)
+                    loss = out.loss
+                    del out
+                    phase(f"{step_name}.backward")
+                    loss.backward()
+                    del loss
+                # the last batch stays referenced through the step, as a training loop's variable does
                 phase(f"{step_name}.optimizer_step")
                 optimizer.step()
                 phase(f"{step_name}.zero_grad")
-                optimizer.zero_grad(set_to_none=True)
+                optimizer.zero_grad(set_to_none=not req.keep_grads)
                 del ids
-            measured_phases = [p for p in phase_order if p.startswith(f"{step_name}.")]
+            measured_phases = list(dict.fromkeys(p for p in phase_order if p.startswith(f"{step_name}.")))
         if optimizer is not None:
             tracker.tag_tensors([list(st.values()) for st in optimizer.state.values()], "optimizer_states")
 

@@ -169,10 +169,15 @@ class PhaseMemTracker(_mt.MemTracker):
         return int(sum(snap.get(_mt._TOTAL_KEY, 0) for snap in self._curr_mem_snap.values()))
 
     def start_phase(self, name: str) -> None:
-        """Enter phase ``name``; its peak starts at the current live bytes."""
+        """Enter phase ``name``; its peak starts at the current live bytes (re-entering a phase,
+        e.g. the next micro-batch's forward, keeps the larger peak)."""
         self.phase = name
+        total = self.current_bytes()
+        peak = self.phase_peaks.get(name)
+        if peak is not None and peak.peak_bytes >= total:
+            return
         peak = self.phase_peaks[name] = PhasePeak(name)
-        peak.peak_bytes = self.current_bytes()
+        peak.peak_bytes = total
         peak.live = [
             LiveEntry(w, int(w.mem_consumed), str(getattr(w.reftype, "value", w.reftype)))
             for w in self._live.values()
