@@ -88,6 +88,12 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
     ("gpt2-124m-fp32-b2-s256-keepgrads", "gpt2", {}, dict(batch=2, seq=256, dtype="fp32", keep_grads=True), "meta"),
     ("qwen2.5-0.5b-L4-bf16-b1-s128-foreach", "qwen2.5-0.5b", {"num_hidden_layers": 4},
      dict(batch=1, seq=128, dtype="bf16", optimizer_impl="foreach"), "meta"),
+    # --- classification heads (BERT-large: the HF "model memory anatomy" setup) ------------------
+    ("bert-large-cls-fp32-b4-s512", "bert-large-uncased", {"architectures": ["BertForSequenceClassification"]},
+     dict(batch=4, seq=512, dtype="fp32"), "meta"),
+    ("llama-3.2-1b-L4-cls-bf16-b2-s512", "llama-3.2-1b",
+     {"num_hidden_layers": 4, "architectures": ["LlamaForSequenceClassification"]},
+     dict(batch=2, seq=512, dtype="bf16"), "meta"),
     # --- inference -----------------------------------------------------------------------------
     ("gpt2-124m-fp32-b4-s1024-infer", "gpt2", {}, dict(batch=4, seq=1024, dtype="fp32", task="inference"), "meta"),
     ("mistral-7b-L2-sw512-bf16-b2-s2048-infer", "mistral-7b", {"num_hidden_layers": 2, "sliding_window": 512},

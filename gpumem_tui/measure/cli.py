@@ -103,8 +103,8 @@ def request_from_spec(arch: Any, spec: Any, *, on: str, steps: int = 2) -> Any:
         raise MeasureError("measure keeps the KV cache in the compute dtype: drop --kv-dtype")
     if spec.quant != "none":
         raise MeasureError("measure cannot run quantized weights (--quant)")
-    if arch.head not in ("lm", "mlm"):
-        raise MeasureError(f"measure supports LM and masked-LM heads, not {arch.head!r}")
+    if arch.head not in ("lm", "mlm", "classification"):
+        raise MeasureError(f"measure supports LM, masked-LM and classification heads, not {arch.head!r}")
     names: list[str] = []
     for role in spec.lora_targets:
         for name in _LORA_NAMES.get(role, ()):
@@ -126,6 +126,8 @@ def request_from_spec(arch: Any, spec: Any, *, on: str, steps: int = 2) -> Any:
         optimizer_impl=_optimizer_impl(spec),
         grad_accum=getattr(spec, "grad_accum", 1),
         keep_grads=bool(getattr(spec, "keep_grads", False)),
+        head="classification" if arch.head == "classification" else "lm",
+        num_labels=int(getattr(arch, "num_labels", 2) or 2),
         grad_ckpt=spec.grad_ckpt,
         attention=spec.attention,
         on=on,

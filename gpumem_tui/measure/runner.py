@@ -31,6 +31,7 @@ import contextlib
 import inspect
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,8 @@ class MeasureRequest:
         grad_accum: micro-batches (forward + backward) per optimizer step; gradients
             accumulate in ``.grad`` across them.
         keep_grads: ``zero_grad(set_to_none=False)``: gradients stay allocated (zeroed) between steps.
+        head: "lm" (causal-LM head for decoders, masked-LM head for encoders) or "classification"
+            (``AutoModelForSequenceClassification`` with ``num_labels``; labels random of shape (b,)).
         lora_rank, lora_targets: LoRA rank r and the Linear module names (last name component)
             that get adapters.
         seed: RNG seed for the inputs and weights on the CPU.
@@ -107,6 +110,8 @@ class MeasureRequest:
     steps: int = 2
     grad_accum: int = 1
     keep_grads: bool = False
+    head: str = "lm"
+    num_labels: int = 2
     lora_rank: int = 8
     lora_targets: tuple[str, ...] = ()
     seed: int = 0
@@ -218,6 +223,10 @@ def validate(req: MeasureRequest) -> None:
         raise MeasureError(f"lora rank must be >= 1, got {req.lora_rank}")
     if "model_type" not in req.config:
         raise MeasureError("config has no 'model_type'")
+    if req.head not in ("lm", "classification"):
+        raise MeasureError(f"head {req.head!r}: measure supports lm (causal or masked) and classification")
+    if req.head == "classification" and (req.num_labels < 1 or req.task == "inference"):
+        raise MeasureError("a classification head needs num_labels >= 1 and a training task")
 
 
 def _torch_dtype(torch: Any, name: str) -> Any:
@@ -239,6 +248,11 @@ def _build_model(req: MeasureRequest, torch: Any) -> Any:
         raise MeasureError(f"config model_type {model_type!r}: {exc}") from None
     encoder = model_type in ENCODER_TYPES
     auto = transformers.AutoModelForMaskedLM if encoder else transformers.AutoModelForCausalLM
+    if req.head == "classification":
+        auto = transformers.AutoModelForSequenceClassification
+        config.num_labels = req.num_labels
+        if getattr(config, "pad_token_id", None) is None:
+            config.pad_token_id = 0  # decoders pool the last non-pad token and need a pad id for b > 1
     param_dtype = torch.float32 if req.mixed_precision else _torch_dtype(torch, req.dtype)
     old_default = torch.get_default_dtype()
     torch.set_default_dtype(param_dtype)
@@ -352,6 +366,15 @@ def run(
         RuntimeError: the tracker internals are missing in this torch version.
     """
     validate(req)
+    with warnings.catch_warnings():
+        # ModTracker warns when a module was freed before its backward hook; transformers warns
+        # about deprecated names: neither concerns the measurement, and both would clutter the CLI.
+        warnings.filterwarnings("ignore", message="Module is None", category=UserWarning)
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        return _run(req, capture_modules=capture_modules, hook=hook)
+
+
+def _run(req: MeasureRequest, *, capture_modules: tuple[str, ...], hook: Any) -> Measurement:
     import torch
 
     from gpumem_tui.measure.tracker import PhaseMemTracker
@@ -432,7 +455,8 @@ def run(
             model.train()
             # use_cache=False: a training forward otherwise fills a DynamicCache that pins each
             # layer's post-rotary K/V (transformers defaults use_cache from config.use_cache).
-            train_kwargs = {} if type(model).__name__.endswith("ForMaskedLM") else {"use_cache": False}
+            train_kwargs = {} if type(model).__name__.endswith(("ForMaskedLM", "ForSequenceClassification")) \
+                or model.config.model_type in ENCODER_TYPES else {"use_cache": False}
             for step in range(1, req.steps + 1):
                 step_name = f"step{step}"
                 if step > 1:
@@ -445,8 +469,10 @@ def run(
                     # phase peak is the largest over its micro-batches
                     phase(f"{step_name}.forward")
                     ids = torch.randint(0, vocab_cfg, (b, s), device=req.on)
+                    labels = ids if req.head == "lm" else torch.randint(0, req.num_labels, (b,), device=req.on)
                     with autocast, _meta_patches(req.on):
-                        out = model(input_ids=ids, labels=ids, **train_kwargs)
+                        out = model(input_ids=ids, labels=labels, **train_kwargs)
+                    del labels
                     loss = out.loss
                     del out
                     phase(f"{step_name}.backward")
