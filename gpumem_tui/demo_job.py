@@ -158,6 +158,25 @@ def _build_builtin(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     return TinyGPT(cfg), cfg
 
 
+def training_loss(model: Any, tokens: Any, hf: bool) -> Any:
+    """The loss of one forward on ``tokens`` (shape (batch, seq), labels = the tokens), with
+    the model output released before it is returned.
+
+    This is the training step the estimator models (and ``gpumem-tui measure`` runs), the
+    same as Hugging Face ``Trainer.training_step`` (``compute_loss`` returns only the loss):
+    keeping the output referenced through ``backward()`` and ``optimizer.step()`` pins its
+    ``b x s x V`` logits (16 MiB at the demo's default size, 9 % of its peak) and, with
+    ``use_cache``, a KV cache of every layer. A training forward needs no KV cache, so
+    ``use_cache=False`` is passed to the HF model (as ``gpumem-tui measure`` does).
+    """
+    out = model(input_ids=tokens, labels=tokens, use_cache=False) if hf else model(
+        input_ids=tokens, labels=tokens
+    )
+    loss = out["loss"] if isinstance(out, dict) else out.loss
+    del out  # the logits go now; the loss graph keeps only what backward needs
+    return loss
+
+
 def _pick_device(choice: str) -> str:
     import torch
 
@@ -220,12 +239,11 @@ def run(args: argparse.Namespace) -> int:
                 break  # the dashboard that started us is gone: do not train on as an orphan
             started = time.perf_counter()
             tokens = torch.randint(0, args.vocab, (args.batch, args.seq), device=device)
-            out = model(input_ids=tokens, labels=tokens)
-            loss = out["loss"] if isinstance(out, dict) else out.loss
+            loss = training_loss(model, tokens, use_hf)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            del out, loss, tokens
+            del loss, tokens
             step += 1
             if not args.quiet:
                 print(f"step {step} {time.perf_counter() - started:.3f}s", flush=True)
