@@ -199,3 +199,17 @@ def test_grad_accumulation_keeps_gradients_through_the_next_micro_batch():
     # the second micro-batch runs forward and backward with every fp32 gradient allocated
     assert accum.components_bytes["gradients"] == params
     assert accum.peak_bytes == one.peak_bytes + params
+
+
+def test_classification_head_replaces_the_lm_head():
+    import transformers
+
+    cfg = dict(TINY_LLAMA)
+    cfg = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    with torch.device("meta"):
+        bare = sum(p.numel() for p in transformers.AutoModel.from_config(cfg).parameters())
+    m = run(MeasureRequest(config=TINY_LLAMA, head="classification", num_labels=3, batch=2, seq=32, on="meta"))
+    assert m.model_class == "LlamaForSequenceClassification"
+    assert m.total_params == bare + 128 * 3  # score = Linear(h, 3, bias=False), no pooler
+    assert m.components_bytes["logits_and_loss"] == 0  # no (..., V) tensors without an LM head
+    assert sum(m.components_bytes.values()) == m.peak_bytes
