@@ -317,15 +317,43 @@ def _dropout_mask_bytes(spec: TrainingSpec, e: int) -> int:
 def _fused_sdpa(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
     """Whether attention runs a fused kernel that keeps output + log-sum-exp, not s x s.
 
-    Eager never does. SDPA on the CPU falls back to the math path when dropout is on
-    (PyTorch ``sdp_utils_cpp``: the CPU flash kernel is chosen only without dropout);
-    transformers has no SDPA path for Gemma 2 (it falls back to eager).
+    Eager never does. SDPA on the CPU falls back to the math path when dropout is on, i.e.
+    in training with attention dropout (see :func:`_sdpa_math`); in inference (``eval()``)
+    dropout is off and the CPU flash kernel runs. transformers has no SDPA path for Gemma 2
+    (it falls back to eager).
     """
     if spec.attention == "eager" or arch.model_type == "gemma2" and spec.attention == "sdpa":
         return False
-    if spec.device == "cpu" and arch.attention_dropout > 0:
-        return False
-    return True
+    return not _sdpa_math(arch, spec)
+
+
+def _sdpa_math(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
+    """Whether SDPA runs torch's math path (``_scaled_dot_product_attention_math``).
+
+    torch's CPU dispatcher (``select_sdp_backend_cpp``, ``aten/src/ATen/native/transformers/
+    sdp_utils_cpp.cpp``) chooses the CPU flash kernel only when ``check_for_dropout`` passes
+    (``dropout_p == 0``, declared in ``sdp_utils_cpp.h``); measured on torch 2.13 CPU:
+    ``torch._fused_sdp_choice(q, k, v, None, 0.1, True)`` is MATH, with 0.0 FLASH_ATTENTION.
+    transformers passes ``dropout_p = attention_dropout`` only in training. CUDA's flash and
+    memory-efficient kernels support dropout, so this is a CPU fact.
+    """
+    return (
+        spec.attention == "sdpa"
+        and spec.device == "cpu"
+        and arch.attention_dropout > 0
+        and spec.task != "inference"
+        and arch.model_type != "gemma2"
+    )
+
+
+def _attention_elem(arch: ModelArchitecture, spec: TrainingSpec, e: int) -> int:
+    """Element size of the attention core's saved tensors: 4 on the math path for 16-bit
+    inputs, else ``e``. ``_scaled_dot_product_attention_math`` (``aten/src/ATen/native/
+    transformers/attention.cpp``) upcasts half / bfloat16 q, k, v to fp32 (unless
+    ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)``), so the scaled q, k, the
+    fp32 v, the scores, softmax, dropout noise and product are fp32, and only the output is
+    cast back (measured with a TorchDispatchMode, torch 2.13 CPU)."""
+    return 4 if _sdpa_math(arch, spec) and not precision(spec).amp else e
 
 
 def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> LayerActivations:
@@ -416,6 +444,15 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         if arch.fused_qkv and not arch.learned_positions:
             par += bs * (q + kv) * e  # rotary q, k are new tensors; v still pins the fused output
         par += bs * q * e + b * a * s * 4  # output (also the o-projection input) + log-sum-exp
+    elif _sdpa_math(arch, spec) and not prec.amp:
+        # CPU SDPA math path (training with attention dropout): scaled q and k^T, v (fp32 for
+        # 16-bit inputs), the softmax output, the dropout noise and its product; only the
+        # output is cast back to the compute dtype (see _sdpa_math, _attention_elem)
+        ae = _attention_elem(arch, spec, e)
+        par += (bs * (q + 2 * kv) if arch.model_type in ("gpt2", "gpt_bigcode") else 3 * bs * q) * ae
+        quad += b * a * s * s * ae * (3 if p_attn else 1)
+        if linear_saves_input("o"):
+            par += bs * q * e
     else:
         if arch.model_type in ("gpt2", "gpt_bigcode"):
             par += bs * (q + 2 * kv) * e  # q, k^T, v copies made by batched matmul
@@ -853,7 +890,10 @@ def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int,
     moe_acc = bs * h * e if arch.num_experts else 0
     # during the MLP the layer input (still bound in the model's layer loop) and the
     # post-attention residual are both alive: one more bsh e than during attention
-    mlp = (3 if arch.gated_mlp else 2) * bs * f * e * mult + bs * h * e * spec.tp + moe_acc
+    # gelu_new (GPT-2) runs its tanh formula op by op: the Linear output, 0.5 x and two
+    # intermediates are alive at once (4 bsf; measured, CPU SDPA prefill)
+    n_mlp = 3 if arch.gated_mlp else (4 if arch.activation == "gelu_new" else 2)
+    mlp = n_mlp * bs * f * e * mult + bs * h * e * spec.tp + moe_acc
     return int(base + mask + max(attn, mlp) / spec.tp)
 
 
