@@ -189,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--random", type=int, default=0, metavar="N", help="measure N random held-out cases live (torch)")
     parser.add_argument("--seed", type=int, default=0, help="seed of --random (default 0)")
     parser.add_argument("--save", type=Path, default=None,
-                        help="with --random: write the measured cases as a ground-truth file (configs beside it)")
+                        help="with --random: write the measured cases as a ground-truth file (configs beside it); "
+                        "with --live: write the re-measured cases back")
     args = parser.parse_args(argv)
 
     try:
@@ -215,8 +216,17 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(ROOT / "benchmarks"))
         import collect_ground_truth as cgt  # noqa: E402
 
-        by_id = {c[0]: c for c in cgt.CASES}
-        cases = [cgt.measure_case(by_id[c["id"]]) if c["id"] in by_id else c for c in cases]
+        fresh = []
+        for c in cases:
+            spec = dict(c["spec"])
+            if "lora_targets" in spec:
+                spec["lora_targets"] = tuple(spec["lora_targets"])
+            cfg = Path(c["config"]) if Path(c["config"]).is_absolute() else ROOT / c["config"]
+            fresh.append(cgt.measure_case((c["id"], c["model"], c["overrides"], spec, c["on"]), directory=cfg.parent))
+        cases = fresh
+        if args.save:
+            data["cases"] = [next((f for f in fresh if f["id"] == c["id"]), c) for c in data["cases"]]
+            args.save.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
     results = []
     failures = []

@@ -25,15 +25,17 @@ _SDPA_NOTE = (
     "comparable to torch 'allocated', not to 'reserved' or NVML 'used'."
 )
 
-# estimator LoRA roles -> HF module names (last name component) per family
+# estimator LoRA roles -> HF module names per family: a plain name matches the last name
+# component, a regex the full module name (GPT-2's attn.c_proj vs mlp.c_proj, BERT's
+# attention.output.dense vs layer.N.output.dense).
 _LORA_NAMES = {
     "q": ("q_proj", "query", "c_attn", "qkv_proj"),
     "k": ("k_proj", "key", "c_attn", "qkv_proj"),
     "v": ("v_proj", "value", "c_attn", "qkv_proj"),
-    "o": ("o_proj",),
+    "o": ("o_proj", r"attn\.c_proj$", r"attention\.output\.dense$"),
     "gate": ("gate_proj", "gate_up_proj"),
-    "up": ("up_proj", "gate_up_proj", "c_fc"),
-    "down": ("down_proj",),
+    "up": ("up_proj", "gate_up_proj", "c_fc", r"intermediate\.dense$"),
+    "down": ("down_proj", r"mlp\.c_proj$", r"layer\.\d+\.output\.dense$"),
 }
 
 

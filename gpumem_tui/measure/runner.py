@@ -31,6 +31,7 @@ import contextlib
 import inspect
 import json
 import math
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,8 +92,10 @@ class MeasureRequest:
         keep_grads: ``zero_grad(set_to_none=False)``: gradients stay allocated (zeroed) between steps.
         head: "lm" (causal-LM head for decoders, masked-LM head for encoders) or "classification"
             (``AutoModelForSequenceClassification`` with ``num_labels``; labels random of shape (b,)).
-        lora_rank, lora_targets: LoRA rank r and the Linear module names (last name component)
-            that get adapters.
+        lora_rank, lora_targets: LoRA rank r and the Linear modules that get adapters: plain
+            names match the last name component (``q_proj``); entries holding a dot or a regex
+            character are regular expressions searched in the full module name
+            (``mlp\\.c_proj$``).
         seed: RNG seed for the inputs and weights on the CPU.
     """
 
@@ -310,12 +313,14 @@ def _apply_lora(model: Any, req: MeasureRequest, torch: Any) -> int:
     """Freeze every parameter and wrap the target Linear layers; return the number wrapped."""
     cls = _lora_class(torch)
     targets = set(req.lora_targets or DEFAULT_LORA_TARGETS)
+    patterns = [re.compile(t if re.search(r"[.\\$^|()\[\]*+?]", t) else rf"(^|\.){re.escape(t)}$") for t in targets]
     for p in model.parameters():
         p.requires_grad_(False)
     wrapped = 0
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
-            if child_name not in targets:
+            full = f"{name}.{child_name}" if name else child_name
+            if not any(pat.search(full) for pat in patterns):
                 continue
             if type(child).__name__ == "Conv1D":
                 child = _conv1d_to_linear(torch, child)
