@@ -213,3 +213,16 @@ def test_classification_head_replaces_the_lm_head():
     assert m.total_params == bare + 128 * 3  # score = Linear(h, 3, bias=False), no pooler
     assert m.components_bytes["logits_and_loss"] == 0  # no (..., V) tensors without an LM head
     assert sum(m.components_bytes.values()) == m.peak_bytes
+
+
+def test_cli_lora_all_linear_adapts_every_gpt2_linear(tmp_path: Path, capsys):
+    from gpumem_tui.measure.cli import main
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(TINY), encoding="utf-8")
+    r = 4
+    assert main([str(cfg), "--task", "lora", "--lora-rank", str(r), "--lora-targets", "all-linear",
+                 "--batch", "1", "--seq", "16", "--dtype", "fp32", "--attention", "eager", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # per layer: c_attn h->3h, attn.c_proj h->h, c_fc h->4h, mlp.c_proj 4h->h: r*(4h + 2h + 5h + 5h)
+    assert data["trainable_params"] == L * r * 16 * H
