@@ -346,6 +346,20 @@ def _sdpa_math(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
     )
 
 
+def _v_pins_fused_qkv(arch: ModelArchitecture, spec: TrainingSpec, b: int) -> bool:
+    """GPT-2 on the math path at ``b = 1`` in fp32: ``v`` (a head-split view of the fused
+    ``c_attn`` output) needs no copy for the batched matmul (batch and head dims fold into
+    one stride), so the saved ``v`` keeps the whole ``b s (q + 2 kv)`` projection output
+    alive; at ``b > 1`` (or upcast to fp32) it is a copy (measured, torch 2.13 CPU:
+    +2 bsh e per layer at b = 1)."""
+    return (
+        b == 1
+        and arch.model_type == "gpt2"
+        and arch.fused_qkv
+        and _attention_elem(arch, spec, precision(spec).compute) == precision(spec).compute
+    )
+
+
 def _attention_elem(arch: ModelArchitecture, spec: TrainingSpec, e: int) -> int:
     """Element size of the attention core's saved tensors: 4 on the math path for 16-bit
     inputs, else ``e``. ``_scaled_dot_product_attention_math`` (``aten/src/ATen/native/
@@ -450,6 +464,8 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         # output is cast back to the compute dtype (see _sdpa_math, _attention_elem)
         ae = _attention_elem(arch, spec, e)
         par += (bs * (q + 2 * kv) if arch.model_type in ("gpt2", "gpt_bigcode") else 3 * bs * q) * ae
+        if _v_pins_fused_qkv(arch, spec, b):
+            par += bs * (q + kv) * e
         quad += b * a * s * s * ae * (3 if p_attn else 1)
         if linear_saves_input("o"):
             par += bs * q * e
@@ -771,6 +787,30 @@ def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
         extra = bs * q * 4 if e != 4 else 0  # fp32 accumulators of the CPU/CUDA flash backward
         w.alloc(bs * (q + 2 * kv) * e + extra)
         w.free(extra + bs * q * e)
+    elif _sdpa_math(arch, spec) and not prec.amp:
+        # CPU SDPA math path, autograd order (TorchDispatchMode trace, torch 2.13 CPU):
+        # cast of the output gradient to fp32 (16-bit inputs), bmm backward, dropout, softmax,
+        # bmm backward, unscaling, casts of the q/k/v gradients back; tensors at ``a`` heads
+        ae = _attention_elem(arch, spec, e)
+        p_attn = arch.attention_dropout > 0
+        v_saved = bs * q * ae + (bs * (q + kv) * e if _v_pins_fused_qkv(arch, spec, b) else 0)
+        if ae != e:
+            w.alloc(bs * q * ae)
+            w.free(bs * q * e)
+        w.alloc(sq * ae + bs * q * ae)  # grads of the (dropped) probabilities and of v
+        w.free(bs * q * ae + sq * ae + v_saved)  # output grad, saved product and v
+        if p_attn:
+            w.alloc(sq * ae)  # grad x noise
+            w.free(2 * sq * ae)
+        w.alloc(sq * ae)  # softmax backward
+        w.free(2 * sq * ae)
+        w.alloc(2 * bs * q * ae)  # grads of the scaled q and k^T
+        w.free(sq * ae + 2 * bs * q * ae)  # scores grad, saved scaled q and k^T
+        w.alloc(bs * q * ae)  # unscaling
+        w.free(bs * q * ae)
+        if ae != e:
+            w.alloc(3 * bs * q * e)
+            w.free(3 * bs * q * ae)
     else:
         mb = _dropout_mask_bytes(spec, e)
         p_attn = arch.attention_dropout > 0 and spec.task != "inference"
