@@ -1,0 +1,73 @@
+"""The built-in demo job against the estimator: its probed peak must match the prediction.
+
+A regression here means the demo's training step and the step the estimator models have
+drifted apart (e.g. the loop keeping the model output -- its b x s x V logits and, with
+use_cache, a KV cache -- alive through backward: +9 % at the demo's default size), or the
+probe's published setup no longer configures the estimator (attention, dropout, dtype...).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from gpumem_tui.comparison import compare_snapshots, spec_from_probe_info  # noqa: E402
+from gpumem_tui.telemetry.model import Snapshot  # noqa: E402
+from gpumem_tui.telemetry.probe_source import ProbeSource  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+GROUP = "activations+logits_and_loss+optimizer_intermediates"
+
+
+def _run_demo_job(tmp_path: Path, *args: str) -> Snapshot:
+    """Run the demo job (HF GPT-2, small) to completion with the probe; one snapshot of all
+    it streamed."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TRANSFORMERS_VERBOSITY="error")
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpumem_tui.demo_job", "--steps", "3", "--probe-dir", str(tmp_path),
+         "--model", "hf", "--quiet", "--threads", "1", *args],
+        capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    reading = ProbeSource(tmp_path, alive=lambda pid, create_time: False).poll()
+    assert reading.probe_infos and reading.probes
+    return Snapshot(time=time.time(), probes=reading.probes, probe_infos=reading.probe_infos,
+                    phase_marks=reading.phase_marks)
+
+
+@pytest.mark.parametrize(
+    "size",
+    [
+        # attention dropout 0.1 (GPT2Config default): CPU SDPA takes the math path
+        ("--layers", "2", "--hidden", "64", "--heads", "2", "--vocab", "2048", "--batch", "2", "--seq", "64"),
+        # longer sequence: the s x s attention terms weigh more than the logits
+        ("--layers", "1", "--hidden", "64", "--heads", "4", "--vocab", "512", "--batch", "1", "--seq", "256"),
+    ],
+    ids=["logits-heavy", "attention-heavy"],
+)
+def test_demo_job_peak_matches_the_estimate(tmp_path, size):
+    snap = _run_demo_job(tmp_path, *size)
+    (info,) = snap.probe_infos
+    setup = dict(info.setup)
+    # the probe publishes what configures the estimator: SDPA, and the config's dropout
+    assert setup["attention"] == "sdpa"
+    assert info.model_config["attn_pdrop"] > 0
+    arch, spec = spec_from_probe_info(info, device="cpu")
+    assert (spec.attention, spec.device, spec.dtype, spec.optimizer) == ("sdpa", "cpu", "fp32", "adamw")
+    assert arch.attention_dropout > 0
+
+    result = compare_snapshots([snap])
+    head = result.headline
+    assert head.measured_bytes is not None and head.measured_bytes > 0
+    assert abs(head.error_percent) <= 2.0, (head.predicted_bytes, head.measured_bytes)
+    group = result.row(GROUP)
+    assert group is not None and group.measured_bytes
+    assert abs(group.error_percent) <= 5.0, (group.predicted_bytes, group.measured_bytes)
