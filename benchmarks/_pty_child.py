@@ -20,8 +20,11 @@ from gpumem_tui.units import GiB, MiB
 class BusySource:
     """8 GPUs x 64 processes, values changing each poll; deterministic."""
 
-    def __init__(self, gpus: int = 8, per_gpu: int = 8, static: bool = False) -> None:
+    def __init__(self, gpus: int = 8, per_gpu: int = 8, static: bool = False, prefill: float = 0.0) -> None:
         self.gpus = gpus
+        # > 0: the first snapshot is dated this many seconds ago, so the chart's time window is
+        # already spanned (the steady state of a dashboard left running), not still growing.
+        self.prefill = prefill
         self.per_gpu = per_gpu
         self.static = static  # True: every value stays the same (only time moves)
         self.t = 0
@@ -30,6 +33,8 @@ class BusySource:
     def poll(self) -> Snapshot:
         self.t += 0 if self.static else 1
         now = time.time()
+        if self.prefill:
+            now, self.prefill = now - self.prefill, 0.0
         devices = tuple(
             DeviceSample(i, "NVIDIA H100 80GB HBM3", f"GPU-{i}", 80 * GiB, (20 + (self.t + i) % 40) * GiB,
                          float((self.t * 7 + i) % 100), 55.0, 300.0, 700.0)

@@ -4,7 +4,8 @@ Runs the real app in a pseudo-terminal (so Textual renders and writes every fram
 synthetic 8 GPU x 64 process source whose values change every poll, waits for it to settle,
 then measures the child's CPU time (user + system, from psutil) over the window.
 
-    .venv/bin/python benchmarks/idle_cpu.py [--seconds 30] [--interval 1.0] [--gpus 8 --per-gpu 8] [--live]
+    .venv/bin/python benchmarks/idle_cpu.py [--seconds 30] [--interval 1.0] [--gpus 8 --per-gpu 8]
+        [--static] [--steady] [--live]
 
 ``--live`` uses the real LiveSource instead (NVML if present, else host processes).
 Prints: cpu_percent_of_one_core, cpu_seconds, wall_seconds, rss_mib.
@@ -27,7 +28,7 @@ sys.path.insert(0, {bench!r})
 from _pty_child import BusySource
 from gpumem_tui.ui.launch import run_dashboard
 live = {live!r}
-run_dashboard(None if live else BusySource(*{shape!r}, static={static!r}), interval={interval!r}, demo=False)
+run_dashboard(None if live else BusySource(*{shape!r}, static={static!r}, prefill={prefill!r}), interval={interval!r}, demo=False)
 """
 
 
@@ -40,6 +41,10 @@ def main() -> int:
     parser.add_argument("--gpus", type=int, default=8, help="synthetic GPUs (default 8)")
     parser.add_argument("--per-gpu", type=int, default=8, help="synthetic processes per GPU (default 8)")
     parser.add_argument("--static", action="store_true", help="synthetic values never change (only time)")
+    parser.add_argument("--steady", action="store_true",
+                        help="date the first synthetic sample 300 s back, so the chart's default 300 s "
+                             "window is already spanned (the state of a dashboard left running); "
+                             "without it the first minutes are measured, while the time axis still grows")
     args = parser.parse_args()
 
     import psutil
@@ -47,7 +52,8 @@ def main() -> int:
     from _pty_child import drain, run_in_pty, stop
 
     bench = str(Path(__file__).resolve().parent)
-    code = CHILD.format(bench=bench, live=args.live, interval=args.interval, shape=(args.gpus, args.per_gpu), static=args.static)
+    code = CHILD.format(bench=bench, live=args.live, interval=args.interval, shape=(args.gpus, args.per_gpu), static=args.static,
+                       prefill=300.0 if args.steady else 0.0)
     os.environ["GPUMEM_TUI_CONFIG_DIR"] = "/nonexistent-gpumem-bench"
     pid, fd = run_in_pty(["-c", code], args.seconds)
     try:
@@ -64,7 +70,8 @@ def main() -> int:
     cpu = (c1.user - c0.user) + (c1.system - c0.system)
     pct = 100.0 * cpu / wall
     source = "live" if args.live else f"synthetic {args.gpus} GPUs x {args.gpus * args.per_gpu} processes " + (
-        " (values constant)" if args.static else " (all values change every poll)")
+        " (values constant)" if args.static else " (all values change every poll)") + (
+        ", chart window already spanned (--steady)" if args.steady else ", first minute (chart axis still growing)")
     print(f"source: {source}, interval {args.interval} s")
     print(f"cpu_seconds: {cpu:.3f}")
     print(f"wall_seconds: {wall:.1f}")

@@ -9,17 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
-from textual.widgets import DataTable
 
 from gpumem_tui.telemetry.model import DeviceSample
 from gpumem_tui.ui import cells
+from gpumem_tui.ui.fast_table import IncrementalTable
 
 BAR_WIDTH = 20
 NARROW_BAR_WIDTH = 8
 NARROW_WIDTH = 110  # below this many columns the bar and the name shrink to fit 80 columns
 
 
-class DevicePanel(DataTable):
+class DevicePanel(IncrementalTable):
     """DataTable of GPUs; the app feeds it with :meth:`show`. Row keys are ``str(index)``."""
 
     DEFAULT_CSS = """
@@ -33,6 +33,7 @@ class DevicePanel(DataTable):
         self.devices: tuple[DeviceSample, ...] = ()
         self._last: dict[str, list[Text]] = {}
         self._narrow: bool | None = None
+        self._shown_key: tuple[Any, ...] | None = None
 
     def on_mount(self) -> None:
         self._add_columns(False)
@@ -80,6 +81,10 @@ class DevicePanel(DataTable):
         keep = self.selected_index
         devices = tuple(sorted(devices, key=lambda d: d.index))
         used_style, free_style = self._bar_styles()
+        key = (used_style, free_style, self.size.width)
+        if devices == self.devices and key == self._shown_key and self.row_count == len(devices):
+            return  # nothing on screen would change
+        self._shown_key = key
         rows = {str(dev.index): self._cells(dev, used_style, free_style) for dev in devices}
         same = [str(d.index) for d in self.devices] == list(rows) and self.row_count == len(rows)
         self.devices = devices

@@ -118,6 +118,21 @@ def thin(points: Sequence[tuple[float, float]], buckets: int) -> list[tuple[floa
     return out
 
 
+def _dots(xs: Sequence[float], ys: Sequence[float], x_lo: float, x_dot: float, y_dot: float) -> tuple:
+    """A polyline in dot coordinates with repeated dots and inner points of flat runs dropped
+    (a flat curve keeps its two ends), so a curve that only moved in time compares equal."""
+    out: list[tuple[int, int]] = []
+    for x, y in zip(xs, ys):
+        dot = (round((x - x_lo) / x_dot), round(y / y_dot))
+        if out and out[-1] == dot:
+            continue
+        if len(out) >= 2 and out[-1][1] == dot[1] == out[-2][1]:
+            out[-1] = dot  # extend the flat run
+            continue
+        out.append(dot)
+    return tuple(out)
+
+
 class MemoryPlot(PlotextPlot):
     """The plot area; the owning :class:`MemoryChart` fills it."""
 
@@ -151,6 +166,8 @@ class MemoryChart(Vertical):
         self.now: float | None = None
         self.message: str | None = None
         self._legend_shown: Text | None = None
+        self._drawn_key: tuple | None = None
+        self.redraws = 0  # plotext rebuilds so far (for tests and benchmarks)
 
     def compose(self) -> ComposeResult:
         yield MemoryPlot(id="chart-plot")
@@ -220,7 +237,12 @@ class MemoryChart(Vertical):
         return [m for m in self.phase_marks if lo <= m.time <= self.now]
 
     def replot(self) -> None:
-        """Redraw from the current inputs."""
+        """Redraw from the current inputs.
+
+        The plot commands are collected first and compared, at the plot's resolution (braille
+        dots), with those last drawn: plotext rebuilds its whole canvas in Python (~15 ms), so
+        a poll that changes nothing visible (a flat curve, the same bands) draws nothing.
+        """
         if not self.is_mounted:
             return
         try:
@@ -228,9 +250,7 @@ class MemoryChart(Vertical):
             legend = self.query_one("#chart-legend", Static)
         except Exception:  # noqa: BLE001 -- not composed yet
             return
-        plt = plot.plt
-        plt.clear_data()
-        plt.clear_figure()
+        ops: list[tuple[str, tuple, dict]] = []
         legend_text = Text()
         now = self.now
         lo = (now - self.window) if now is not None else 0.0
@@ -238,10 +258,12 @@ class MemoryChart(Vertical):
             CurveSpec(c.label, [p for p in c.points if p[0] >= lo], c.color_var) for c in self.curves
         ]
         curves = [c for c in curves if c.points]
+        width = max(plot.size.width - 10, 10)
         if now is None or not curves:
-            plt.title(self.message or f"{self.title}: no samples yet")
-            plt.xlim(-self.window, 0)
-            plot.refresh()
+            ops.append(("title", (self.message or f"{self.title}: no samples yet",), {}))
+            ops.append(("xlim", (-self.window, 0), {}))
+            key: tuple = ("empty", tuple(ops), plot.size)
+            self._draw(plot, ops, key)
             self._set_legend(legend, legend_text)
             return
         bands = self.bands if self.show_bands else []
@@ -254,34 +276,39 @@ class MemoryChart(Vertical):
         total_on_scale = bool(total) and (self.fit_total or total <= TOTAL_SCALE_LIMIT * max(data_peak, 1))
         peak = max(data_peak, total) if total_on_scale and total else data_peak
         unit, factor = choose_unit(peak)
-        width = max(plot.size.width - 10, 10)
         marks = self.visible_phase_marks()
         # Until the history fills the window, span only what there is (at least 30 s), so a
         # fresh start does not squeeze the curve against the right edge.
         oldest = min(c.points[0][0] for c in curves)
         x_lo = -min(self.window, max(now - oldest, 30.0))
         x_hi = 0.0
+        top = peak / factor * 1.08
+        # Resolution of the key: finer than the canvas (2 dots per cell of the whole widget).
+        x_dot = -x_lo / max(2 * plot.size.width, 1)
+        y_dot = top / max(4 * plot.size.height, 1)
+        curve_keys: list[tuple] = []
         theme = self.app.theme_variables
         # Bands and the total first, so the measured curves are drawn over them. The legend is
         # drawn under the plot, not by plotext, whose legend box would hide the data.
         for label, value, var in bands:
-            plt.plot([x_lo, x_hi], [value / factor] * 2, color=self._rgb(var), marker="braille")
+            ops.append(("plot", ([x_lo, x_hi], [value / factor] * 2), {"color": self._rgb(var), "marker": "braille"}))
         if total_on_scale and total:
-            plt.plot([x_lo, x_hi], [total / factor] * 2, color=self._rgb("line-total"), marker="━")
+            ops.append(("plot", ([x_lo, x_hi], [total / factor] * 2), {"color": self._rgb("line-total"), "marker": "━"}))
         if marks and len(marks) <= width // 8:
             for m in marks:
                 var = PHASE_VARS.get(m.phase)
                 if var:
-                    plt.vline(m.time - now, color=self._rgb(var))
+                    ops.append(("vline", (m.time - now,), {"color": self._rgb(var)}))
+                    curve_keys.append(("vline", round((m.time - now) / x_dot)))
         for index, curve in enumerate(curves):
             pts = thin(curve.points, width)
             phased = index == 0 and bool(marks)
             if phased:
-                self._plot_by_phase(plt, pts, now, factor)
+                self._plot_by_phase(ops, pts, now, factor)
             else:
                 xs = [t - now for t, _ in pts]
                 ys = [v / factor for _, v in pts]
-                plt.plot(xs, ys, color=self._rgb(curve.color_var), marker="braille")
+                ops.append(("plot", (xs, ys), {"color": self._rgb(curve.color_var), "marker": "braille"}))
             style = theme.get(curve.color_var, "") if not phased else theme.get("phase-forward", "")
             legend_text.append("⣿⣿ ", style=style)
             legend_text.append(curve.label + (" (coloured by phase)" if phased else "") + "  ")
@@ -294,23 +321,42 @@ class MemoryChart(Vertical):
         for label, value, var in bands:
             legend_text.append("── ", style=theme.get(var, ""))
             legend_text.append(f"{label} {format_bytes(value)}  ")
-        plt.title(self.title)
-        plt.xlabel("time (s, 0 = latest sample)")
-        plt.ylabel(f"memory ({unit})")
-        plt.xlim(x_lo, x_hi)
+        ops.append(("title", (self.title,), {}))
+        ops.append(("xlabel", ("time (s, 0 = latest sample)",), {}))
+        ops.append(("ylabel", (f"memory ({unit})",), {}))
+        ops.append(("xlim", (x_lo, x_hi), {}))
         xticks = sorted(-t + 0.0 for t in nice_ticks(-x_lo))  # + 0.0 turns -0.0 into 0.0
-        plt.xticks(xticks, [f"{t:g}" for t in xticks])
-        top = peak / factor * 1.08
+        ops.append(("xticks", (xticks, [f"{t:g}" for t in xticks]), {}))
         ticks = nice_ticks(top)
-        plt.ylim(0, top)
-        plt.yticks(ticks, [f"{t:g}" for t in ticks])
+        ops.append(("ylim", (0, top), {}))
+        ops.append(("yticks", (ticks, [f"{t:g}" for t in ticks]), {}))
         if marks:
             legend_text.append("\nphases: ")
             for phase, var in PHASE_VARS.items():
                 legend_text.append("━━ ", style=theme.get(var, ""))
                 legend_text.append(f"{PHASE_LABELS[phase]}  ")
-        plot.refresh()
+        # The key: everything drawn, with positions in dots (x relative to the left edge).
+        for name, args, kwargs in ops:
+            if name == "plot":
+                curve_keys.append((_dots(args[0], args[1], x_lo, x_dot, y_dot), tuple(sorted(kwargs.items()))))
+            elif name not in ("vline", "xlim", "ylim"):
+                curve_keys.append((name, repr(args)))
+        key = (tuple(curve_keys), round(x_lo / x_dot), round(top / y_dot), plot.size, self.app.theme)
+        self._draw(plot, ops, key)
         self._set_legend(legend, legend_text)
+
+    def _draw(self, plot: MemoryPlot, ops: list[tuple[str, tuple, dict]], key: tuple) -> None:
+        """Run the plotext commands and repaint, unless ``key`` equals the last one drawn."""
+        if key == self._drawn_key:
+            return
+        self._drawn_key = key
+        self.redraws += 1
+        plt = plot.plt
+        plt.clear_data()
+        plt.clear_figure()
+        for name, args, kwargs in ops:
+            getattr(plt, name)(*args, **kwargs)
+        plot.refresh()
 
     def _set_legend(self, legend: Static, text: Text) -> None:
         # Height set explicitly, so the text can change without a layout pass (a layout
@@ -325,7 +371,7 @@ class MemoryChart(Vertical):
             legend.styles.height = lines
         legend.update(text, layout=False)
 
-    def _plot_by_phase(self, plt, pts, now, factor) -> None:  # noqa: ANN001
+    def _plot_by_phase(self, ops: list, pts, now, factor) -> None:  # noqa: ANN001
         """Plot one curve in segments coloured by the phase each sample fell in."""
         times = [m.time for m in self.phase_marks]
         segments: list[tuple[str, list[tuple[float, float]]]] = []
@@ -340,7 +386,8 @@ class MemoryChart(Vertical):
                     segments[-1][1].append((t, v))  # join segments without a gap
                 segments.append((var, [(t, v)]))
         for var, seg in segments:
-            plt.plot([t - now for t, _ in seg], [v / factor for _, v in seg], color=self._rgb(var), marker="braille")
+            ops.append(("plot", ([t - now for t, _ in seg], [v / factor for _, v in seg]),
+                        {"color": self._rgb(var), "marker": "braille"}))
 
     def on_resize(self) -> None:
         self.replot()

@@ -19,6 +19,7 @@ from textual.widgets import DataTable
 
 from gpumem_tui.telemetry.model import ProcessSample
 from gpumem_tui.ui import cells
+from gpumem_tui.ui.fast_table import IncrementalTable
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ def sort_processes(
     return known + unknown
 
 
-class ProcessTable(DataTable):
+class ProcessTable(IncrementalTable):
     """DataTable of processes; the app feeds it with :meth:`show`."""
 
     BINDINGS = [
@@ -150,6 +151,7 @@ class ProcessTable(DataTable):
         self.shown: list[ProcessSample] = []
         self.visible_columns: tuple[str, ...] = COLUMN_KEYS
         self._cells: dict[str, list[Text | str]] = {}
+        self._shown_key: tuple[Any, ...] | None = None
 
     def on_mount(self) -> None:
         self._set_columns(COLUMN_KEYS)
@@ -217,6 +219,14 @@ class ProcessTable(DataTable):
 
     def show(self, processes: tuple[ProcessSample, ...], now: float, keep: str | None = None) -> None:
         """Replace the rows; keep the cursor on row ``keep`` (or the current row) if present."""
+        # The same rows again (a quiet box) change nothing on screen: skip filtering, sorting
+        # and rendering. Time matters only through the TIME column of timed processes.
+        timed = "time" in self.visible_columns and any(p.start_time is not None for p in processes)
+        key = (int(now) if timed else None, self.size.width)
+        if keep is None and self.row_count and key == self._shown_key and processes == self._processes:
+            self._now = now
+            return
+        self._shown_key = key
         self._processes = processes
         self._now = now
         self._rebuild(keep if keep is not None else self.selected_key)

@@ -1,0 +1,105 @@
+"""A DataTable whose rendered cells survive updates of other cells.
+
+Textual's DataTable keys its cell-render cache on a table-wide update counter, so changing one
+cell re-renders every visible cell (Rich layout of each: most of the dashboard's CPU at 1 Hz),
+and ``update_cell`` repaints the whole widget. :class:`IncrementalTable` instead keys data
+cells on a per-cell version plus a "structure" generation (every change other than
+``update_cell``: rows added/cleared, sort, resize, columns) and repaints only the changed row.
+
+It relies on DataTable internals (``_update_count``, ``_data``, ``_row_locations``, ...,
+checked with textual 8.2); if they are missing it falls back to the stock behaviour.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.widgets import DataTable
+from textual.widgets.data_table import CellDoesNotExist, CellKey, ColumnKey, RowKey
+
+_INTERNALS = ("_update_count", "_data", "_row_locations", "_column_locations", "_cell_render_cache",
+              "_updated_cells", "_require_update_dimensions", "_show_hover_cursor")
+
+
+class IncrementalTable(DataTable):
+    """DataTable with per-cell render caching and row-only repaints (see module doc)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._cell_versions: dict[tuple[RowKey, ColumnKey], int] = {}
+        self._cell_bumps = 0  # how many _update_count increments came from update_cell
+        self._incremental = all(hasattr(self, name) for name in _INTERNALS)
+
+    def update_cell(
+        self,
+        row_key: RowKey | str,
+        column_key: ColumnKey | str,
+        value: Any,
+        *,
+        update_width: bool = False,
+    ) -> None:
+        """As DataTable.update_cell; repaints only this row unless the column must widen."""
+        if not self._incremental:
+            super().update_cell(row_key, column_key, value, update_width=update_width)
+            return
+        if isinstance(row_key, str):
+            row_key = RowKey(row_key)
+        if isinstance(column_key, str):
+            column_key = ColumnKey(column_key)
+        if row_key not in self._row_locations or column_key not in self._column_locations:
+            raise CellDoesNotExist(f"No cell exists for row_key={row_key!r}, column_key={column_key!r}.")
+        self._data[row_key][column_key] = value
+        self._update_count += 1
+        self._cell_bumps += 1
+        cell = (row_key, column_key)
+        self._cell_versions[cell] = self._cell_versions.get(cell, 0) + 1
+        if update_width:
+            self._updated_cells.add(CellKey(row_key, column_key))
+            self._require_update_dimensions = True
+            self.refresh()
+        else:
+            self.refresh_row(self._row_locations.get(row_key))
+
+    def clear(self, columns: bool = False) -> Any:
+        self._cell_versions = {}
+        return super().clear(columns)
+
+    def remove_row(self, row_key: RowKey | str) -> None:
+        key = RowKey(row_key) if isinstance(row_key, str) else row_key
+        self._cell_versions = {k: v for k, v in self._cell_versions.items() if k[0] != key}
+        super().remove_row(row_key)
+
+    def _render_cell(
+        self,
+        row_index: int,
+        column_index: int,
+        base_style: Any,
+        width: int,
+        cursor: bool = False,
+        hover: bool = False,
+    ) -> Any:
+        if not self._incremental or row_index < 0 or column_index < 0:
+            # header and row labels: rare, and their labels change without a counter
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        row_key = self._row_locations.get_key(row_index)
+        column_key = self._column_locations.get_key(column_index)
+        key = (
+            "incremental",
+            row_key,
+            column_key,
+            row_index,  # the cell's meta (click target) names its row index
+            width,
+            self._cell_versions.get((row_key, column_key), 0),
+            self._update_count - self._cell_bumps,  # structure generation
+            base_style,
+            cursor,
+            hover,
+            self._show_hover_cursor,
+            self._pseudo_class_state,
+        )
+        cache = self._cell_render_cache
+        lines = cache.get(key)
+        if lines is None:
+            lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+            cache[key] = lines
+        return lines
