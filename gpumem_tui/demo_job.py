@@ -94,6 +94,11 @@ def gpt2_config_dict(args: argparse.Namespace) -> dict[str, Any]:
         "bos_token_id": 0,
         "eos_token_id": 0,
         "tie_word_embeddings": True,
+        # GPT2Config's defaults, stated: the builtin model uses the same (the estimator reads
+        # them; attention dropout decides the CPU SDPA kernel)
+        "attn_pdrop": 0.1,
+        "resid_pdrop": 0.1,
+        "embd_pdrop": 0.1,
     }
 
 
@@ -129,7 +134,13 @@ def _build_builtin(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
             q, k, v = (t.view(b, s, self.heads, h // self.heads).transpose(1, 2) for t in (q, k, v))
             y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=0.1 if self.training else 0.0)
             x = x + self.drop(self.proj(y.transpose(1, 2).reshape(b, s, h)))
-            return x + self.drop(self.out(nn.functional.gelu(self.fc(self.ln_2(x)), approximate="tanh")))
+            return x + self.drop(self.out(_gelu_new(self.fc(self.ln_2(x)))))
+
+    def _gelu_new(x: torch.Tensor) -> torch.Tensor:
+        # GPT-2's tanh approximation of GELU written op by op, as transformers' "gelu_new"
+        # runs it (Hendrycks & Gimpel 2016, arXiv 1606.08415, Sec. 2): its saved
+        # intermediates are what the estimator counts (a fused F.gelu keeps 3 bsf fewer)
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
     class TinyGPT(nn.Module):
         def __init__(self, cfg: dict[str, Any]) -> None:
@@ -149,8 +160,11 @@ def _build_builtin(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
             logits = self.ln_f(x) @ self.wte.weight.t()  # tied LM head, as GPT-2
             if labels is None:
                 return logits
+            # shift the labels, not the logits (as transformers' causal-LM loss): no copy of
+            # the logits, the last position ignored
+            shifted = nn.functional.pad(labels, (0, 1), value=-100)[:, 1:]
             loss = nn.functional.cross_entropy(
-                logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1)
+                logits.float().view(-1, logits.shape[-1]), shifted.reshape(-1), ignore_index=-100
             )
             return {"loss": loss, "logits": logits}
 
@@ -230,7 +244,9 @@ def run(args: argparse.Namespace) -> int:
         probe = gpumem_tui.probe.attach(
             model, optimizer, batch=args.batch, seq=args.seq, task="train",
             config=config, directory=args.probe_dir,
-            extra={"model_name": "gpumem-tui demo GPT-2", "demo_model": "hf" if use_hf else "builtin"},
+            extra={"model_name": "gpumem-tui demo GPT-2", "demo_model": "hf" if use_hf else "builtin",
+                   # the builtin model calls SDPA (HF publishes config._attn_implementation itself)
+                   **({} if use_hf else {"attention": "sdpa"})},
         )
     step = 0
     try:

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("torch")
-pytest.importorskip("transformers")
 
 from gpumem_tui.comparison import compare_snapshots, spec_from_probe_info  # noqa: E402
 from gpumem_tui.telemetry.model import Snapshot  # noqa: E402
@@ -27,13 +26,13 @@ ROOT = Path(__file__).resolve().parents[1]
 GROUP = "activations+logits_and_loss+optimizer_intermediates"
 
 
-def _run_demo_job(tmp_path: Path, *args: str) -> Snapshot:
-    """Run the demo job (HF GPT-2, small) to completion with the probe; one snapshot of all
-    it streamed."""
+def _run_demo_job(tmp_path: Path, model: str, *args: str) -> Snapshot:
+    """Run the demo job (``model`` hf or builtin, small) to completion with the probe; one
+    snapshot of all it streamed."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), TRANSFORMERS_VERBOSITY="error")
     proc = subprocess.run(
         [sys.executable, "-m", "gpumem_tui.demo_job", "--steps", "3", "--probe-dir", str(tmp_path),
-         "--model", "hf", "--quiet", "--threads", "1", *args],
+         "--model", model, "--quiet", "--threads", "1", *args],
         capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
@@ -54,7 +53,19 @@ def _run_demo_job(tmp_path: Path, *args: str) -> Snapshot:
     ids=["logits-heavy", "attention-heavy"],
 )
 def test_demo_job_peak_matches_the_estimate(tmp_path, size):
-    snap = _run_demo_job(tmp_path, *size)
+    pytest.importorskip("transformers")
+    _check_demo_job(tmp_path, "hf", size)
+
+
+def test_builtin_demo_model_matches_the_estimate(tmp_path):
+    """The hand-written model (used without transformers) runs HF GPT-2's ops: gelu_new op by
+    op, the labels shifted rather than the logits, SDPA with dropout."""
+    size = ("--layers", "2", "--hidden", "64", "--heads", "2", "--vocab", "2048", "--batch", "2", "--seq", "64")
+    _check_demo_job(tmp_path, "builtin", size)
+
+
+def _check_demo_job(tmp_path, model, size):
+    snap = _run_demo_job(tmp_path, model, *size)
     (info,) = snap.probe_infos
     setup = dict(info.setup)
     # the probe publishes what configures the estimator: SDPA, and the config's dropout
