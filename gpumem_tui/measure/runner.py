@@ -365,6 +365,14 @@ def run(
 ) -> Measurement:
     """Run the workload and return the last step's measurement.
 
+    Args:
+        req: what to measure (validated here).
+        capture_modules: diagnosis only: module FQNs (e.g. ``"LlamaForCausalLM.model.layers.1"``)
+            whose forward / backward peak moments are described tensor by tensor in
+            ``Measurement.module_tensors``; non-empty also fills ``Measurement.peak_tensors``.
+        hook: diagnosis only: ``hook(model, tracker)`` is called before the first step (it may
+            register module hooks and read ``tracker``).
+
     Raises:
         MeasureError: unsupported or invalid request (e.g. mixed precision on meta, LoRA target
             names absent from the model, an unknown ``model_type``).
