@@ -21,8 +21,9 @@ from gpumem_tui.units import format_bytes
 _SDPA_NOTE = (
     "On the meta device SDPA takes the math path and stores the s x s attention probabilities, "
     "unlike the CPU and CUDA kernels: measure eager attention on meta (any size, no real memory) "
-    "and SDPA on the real CPU (shapes that fit in RAM). Figures are live tensor storage bytes, "
-    "comparable to torch 'allocated', not to 'reserved' or NVML 'used'."
+    "and SDPA on the real CPU (shapes that fit in RAM). (The CPU also falls back to the math path, "
+    "in fp32, when attention dropout is active in training, e.g. GPT-2 and BERT.) Figures are live "
+    "tensor storage bytes, comparable to torch 'allocated', not to 'reserved' or NVML 'used'."
 )
 
 # estimator LoRA roles -> HF module names per family: a plain name matches the last name
