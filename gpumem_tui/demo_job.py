@@ -78,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--parent-pid", type=int, default=None,
                         help="stop when this process is no longer the parent (the dashboard died)")
     parser.add_argument("--no-probe", action="store_true", help="run without the probe (benchmarks)")
+    parser.add_argument("--keep-output", action="store_true",
+                        help="keep the model output referenced through backward and the optimizer step, "
+                        "as many hand-written loops do (the probe detects and publishes it)")
     parser.add_argument("--quiet", action="store_true", help="no per-step line on stdout")
     return parser
 
@@ -255,11 +258,18 @@ def run(args: argparse.Namespace) -> int:
                 break  # the dashboard that started us is gone: do not train on as an orphan
             started = time.perf_counter()
             tokens = torch.randint(0, args.vocab, (args.batch, args.seq), device=device)
-            loss = training_loss(model, tokens, use_hf)
+            if args.keep_output:  # outputs = model(...); outputs.loss.backward(); ...
+                out = model(input_ids=tokens, labels=tokens, use_cache=False) if use_hf else model(
+                    input_ids=tokens, labels=tokens
+                )
+                loss = out["loss"] if isinstance(out, dict) else out.loss
+            else:
+                out = None
+                loss = training_loss(model, tokens, use_hf)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            del loss, tokens
+            del out, loss, tokens
             step += 1
             if not args.quiet:
                 print(f"step {step} {time.perf_counter() - started:.3f}s", flush=True)

@@ -64,8 +64,19 @@ def test_builtin_demo_model_matches_the_estimate(tmp_path):
     _check_demo_job(tmp_path, "builtin", size)
 
 
-def _check_demo_job(tmp_path, model, size):
-    snap = _run_demo_job(tmp_path, model, *size)
+def test_demo_job_keeping_its_output_matches_the_estimate(tmp_path):
+    """A loop that holds the model output through backward (``--keep-output``): the probe
+    publishes it and the estimator counts the kept logits."""
+    pytest.importorskip("transformers")
+    size = ("--layers", "2", "--hidden", "64", "--heads", "2", "--vocab", "2048", "--batch", "2", "--seq", "64")
+    snap = _check_demo_job(tmp_path, "hf", size, "--keep-output")
+    setup = dict(snap.probe_infos[0].setup)
+    assert setup["keep_outputs"] is True
+    assert setup["kept_output_bytes"] == 2 * 64 * 2048 * 4  # the fp32 logits
+
+
+def _check_demo_job(tmp_path, model, size, *more):
+    snap = _run_demo_job(tmp_path, model, *size, *more)
     (info,) = snap.probe_infos
     setup = dict(info.setup)
     # the probe publishes what configures the estimator: SDPA, and the config's dropout
@@ -82,3 +93,4 @@ def _check_demo_job(tmp_path, model, size):
     group = result.row(GROUP)
     assert group is not None and group.measured_bytes
     assert abs(group.error_percent) <= 5.0, (group.predicted_bytes, group.measured_bytes)
+    return snap

@@ -142,3 +142,23 @@ def test_estimate_matches_live_cpu_measurement(tmp_path, config, spec):
     measured = run(request_from_spec(arch, training, on="cpu")).to_json()["peak_bytes"]
     predicted = estimate(arch, training).peak_bytes
     assert abs(predicted - measured) <= 0.01 * measured, (predicted, measured)
+
+
+def test_kept_model_output_adds_its_logits_after_the_forward():
+    """``keep_outputs``: the loop's reference keeps b x s x V logits (compute dtype) alive in
+    backward and the optimizer step; the forward is unchanged (they are alive there anyway)."""
+    arch = _gpt2()
+    for dtype, e in (("fp32", 4), ("bf16", 2)):
+        base = TrainingSpec(batch=2, seq=128, dtype=dtype, attention="sdpa", device="cpu")
+        kept = dataclasses.replace(base, keep_outputs=True)
+        phases = {p.name: p.live_bytes for p in estimate(arch, base).phases}
+        kept_phases = {p.name: p.live_bytes for p in estimate(arch, kept).phases}
+        logits = 2 * 128 * arch.vocab_size * e
+        assert kept_phases["forward"] == phases["forward"]
+        assert kept_phases["backward"] - phases["backward"] == logits
+        assert kept_phases["optimizer_step"] - phases["optimizer_step"] == logits
+    from gpumem_tui.estimator.spec import SpecError
+
+    with pytest.raises(SpecError) as err:
+        TrainingSpec(task="inference", keep_outputs=True)
+    assert err.value.field == "keep_outputs"

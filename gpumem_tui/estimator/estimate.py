@@ -157,6 +157,10 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     # adds its part and AccumulateGrad stores the sum: report it with the activations
     tied_temp = head_w if arch.tie_word_embeddings and not persist else 0
 
+    # the training loop keeps the model output: its logits (b x s x V, compute dtype; the loss
+    # upcasts a copy) outlive the loss through backward and the optimizer step
+    kept = C.kept_output_bytes(arch, spec, b, s)
+
     moments: list[tuple[str, str, dict[str, int]]] = []
     moments.append(("forward", "end of forward", _moment(
         parameters=P, optimizer_states=O, gradients=grads(0), activations=A + amp_casts,
@@ -169,10 +173,10 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
             parameters=P, optimizer_states=O, gradients=grads(0), activations=A + amp_casts + work)))
     moments.append(("backward", "log-softmax backward", _moment(
         parameters=P, optimizer_states=O, gradients=grads(0), activations=A + amp_casts - labels_freed,
-        logits_and_loss=LL.backward_peak)))
+        logits_and_loss=LL.backward_peak + kept)))
     moments.append(("backward", "LM head backward", _moment(
         parameters=P, optimizer_states=O, gradients=grads(head_w) - tied_temp,
-        activations=A + amp_casts + grad_hidden + tied_temp, logits_and_loss=LL.head_grad)))
+        activations=A + amp_casts + grad_hidden + tied_temp, logits_and_loss=LL.head_grad + kept)))
     final = C.final_saved_bytes(arch, spec, b, s)
     # final norm backward: its fp32 (RMSNorm) or compute-dtype temporaries while the whole
     # forward's activations are still saved and the LM-head gradient exists
@@ -180,21 +184,24 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     head_input = b * s * h * e if arch.kind == "decoder" and full_training else 0
     moments.append(("backward", "final norm backward", _moment(
         parameters=P, optimizer_states=O, gradients=grads(head_w) - tied_temp,
-        activations=A - head_input - labels_freed + amp_casts + grad_hidden + norm_tmp + tied_temp)))
+        activations=A - head_input - labels_freed + amp_casts + grad_hidden + norm_tmp + tied_temp,
+        logits_and_loss=kept)))
     moments.append(("backward", "last layer backward", _moment(
         parameters=P, optimizer_states=O, gradients=grads(head_w) - tied_temp + (0 if persist else X_grads),
-        activations=A - final - labels_freed + amp_casts + grad_hidden + X - X_grads + recompute + tied_temp)))
+        activations=A - final - labels_freed + amp_casts + grad_hidden + X - X_grads + recompute + tied_temp,
+        logits_and_loss=kept)))
     layer_g = (G - emb_g - head_w * (not arch.tie_word_embeddings)) / max(1, arch.num_layers)
     # a tied embedding already holds the LM head's gradient
     emb_pending = emb_g - (head_w if arch.tie_word_embeddings else 0)
     moments.append(("backward", "first layer backward", _moment(
         parameters=P, optimizer_states=O, gradients=grads(G - emb_pending - layer_g + X_grads) - tied_temp,
         activations=fixed - final - labels_freed + per_saved + grad_hidden + X - X_grads + recompute + tied_temp
-        + amp_casts / max(1, arch.num_layers))))
+        + amp_casts / max(1, arch.num_layers), logits_and_loss=kept)))
     moments.append(("backward", "embedding backward", _moment(
-        parameters=P, optimizer_states=O, gradients=G, activations=ids + tied_extra)))
+        parameters=P, optimizer_states=O, gradients=G, activations=ids + tied_extra, logits_and_loss=kept)))
     moments.append(("optimizer_step", "optimizer step", _moment(
-        parameters=P, optimizer_states=O, gradients=G, optimizer_intermediates=T, activations=ids)))
+        parameters=P, optimizer_states=O, gradients=G, optimizer_intermediates=T, activations=ids,
+        logits_and_loss=kept)))
     return moments
 
 
@@ -280,6 +287,8 @@ def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -
         out.append(f"optimizer implementation: {impl}")
         if spec.grads_persist:
             out.append("gradients stay allocated through forward and backward (accumulation / set_to_none=False)")
+        if spec.keep_outputs:
+            out.append("the loop keeps the model output: its logits stay alive through backward and the optimizer step")
     if arch.model_type == "gemma2" and spec.attention == "sdpa":
         out.append("transformers has no SDPA path for gemma2: modelled as eager attention")
     if spec.tp > 1:

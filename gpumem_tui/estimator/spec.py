@@ -97,6 +97,10 @@ class TrainingSpec:
             while later micro-batches run forward and backward
         keep_grads: gradients stay allocated between steps (``zero_grad(set_to_none=False)``,
             the default before PyTorch 2.0) [False]
+        keep_outputs: the training loop keeps the model output referenced through backward
+            and the optimizer step (``outputs = model(**batch); outputs.loss.backward()``), so
+            its ``b x s x V`` logits stay alive; HF ``Trainer`` and ``gpumem-tui measure``
+            release it before backward [False]
 
     Raises:
         SpecError: on construction, for any invalid value or contradiction (``.field`` names it).
@@ -122,6 +126,7 @@ class TrainingSpec:
     optimizer_impl: str = "auto"
     grad_accum: int = 1
     keep_grads: bool = False
+    keep_outputs: bool = False
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -139,6 +144,8 @@ class TrainingSpec:
         _positive("grad_accum", self.grad_accum, 1 << 16)
         if not isinstance(self.keep_grads, bool):
             raise SpecError("keep_grads", "keep_grads must be true or false")
+        if not isinstance(self.keep_outputs, bool):
+            raise SpecError("keep_outputs", "keep_outputs must be true or false")
         if not isinstance(self.mixed_precision, bool):
             raise SpecError("mixed_precision", "mixed_precision must be true or false")
         if isinstance(self.zero, bool) or not isinstance(self.zero, int) or not 0 <= self.zero <= 3:
@@ -180,6 +187,8 @@ class TrainingSpec:
                 raise SpecError("zero", "ZeRO stages 1-2 shard optimizer states/gradients: no use for inference")
             if self.grad_accum != 1 or self.keep_grads:
                 raise SpecError("grad_accum", "--grad-accum / --keep-grads apply to training only")
+            if self.keep_outputs:
+                raise SpecError("keep_outputs", "--keep-outputs applies to training only")
         else:
             if self.kv_dtype is not None:
                 raise SpecError("kv_dtype", f"--kv-dtype applies to inference only (task is {self.task})")

@@ -8,6 +8,7 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,11 @@ class Probe:
         directory = Path(directory) if directory is not None else default_probe_dir()
         self.path = directory / f"{self.pid}.jsonl"
         info = self._info_record(batch, seq, dtype, task, config, extra, params)
+        self._info = info
+        # weak references to the last forward's output tensors (not its loss), checked when
+        # backward starts: alive then means the training loop keeps the output
+        self._output_refs: tuple[Any, ...] = ()
+        self._kept_output_published = False
         try:
             self._writer = StreamWriter(self.path, info, max_bytes=max_file_bytes)
         except OSError as exc:
@@ -474,18 +480,48 @@ class Probe:
         # The start of backward: prefer the loss the model returned (HF ModelOutput.loss);
         # otherwise whichever output tensor backward reaches first.
         loss = getattr(output, "loss", None)
-        targets = [loss] if isinstance(loss, torch.Tensor) else _tensors(output, torch)
+        has_loss = isinstance(loss, torch.Tensor)
+        targets = [loss] if has_loss else _tensors(output, torch)
+        if has_loss and not self._kept_output_published:
+            self._output_refs = tuple(weakref.ref(t) for t in _tensors(output, torch) if t is not loss)
         fired = [False]
 
         def on_backward(grad_outputs: Any) -> None:
             if not fired[0]:
                 fired[0] = True
                 self._guard(self.mark, Phase.BACKWARD.value)
+                self._guard(self._check_kept_output)
 
         for tensor in targets:
             node = tensor.grad_fn
             if node is not None:
                 node.register_prehook(on_backward)
+
+    def _check_kept_output(self) -> None:
+        """At the start of backward: if tensors of the model output other than the loss (the
+        logits) are still alive, the training loop holds the output through backward; publish
+        ``keep_outputs`` (a TrainingSpec field) and ``kept_output_bytes`` once, in a new info
+        line, so the estimator counts the logits it keeps."""
+        refs, self._output_refs = self._output_refs, ()
+        if self._kept_output_published or not refs:
+            return
+        alive = [t for t in (r() for r in refs) if t is not None]
+        if not alive:
+            return
+        storages: dict[int, int] = {}
+        for tensor in alive:
+            with contextlib.suppress(RuntimeError, NotImplementedError):
+                storage = tensor.untyped_storage()
+                storages[storage.data_ptr() or id(storage)] = int(storage.nbytes())
+        self._kept_output_published = True
+        with self._lock:
+            if self._closed:
+                return
+            info = dict(self._info)
+            info["setup"] = {**info["setup"], "keep_outputs": True, "kept_output_bytes": sum(storages.values())}
+            info["time"] = time.time()
+            self._info = info
+            self._writer.update_info(info)
 
     def watch_loss(self, loss: Any) -> None:
         """Mark backward when ``loss.backward()`` starts (for a loss computed outside the

@@ -87,6 +87,13 @@ class StreamWriter:
         except OSError as exc:
             self._fail(f"cannot write {self.path}: {exc.strerror or exc}")
 
+    def update_info(self, info: dict[str, Any]) -> None:
+        """Append a new info line (readers replace the setup they had with it) and start
+        rotated files with it from now on."""
+        self._info = dict(info)
+        self._info_line = encode({**self._info, "generation": self._generation} if self._generation else self._info)
+        self.write(self._info)
+
     def _rotate(self) -> None:
         tmp = self.path.with_name(self.path.name + ".new")
         self._generation += 1
