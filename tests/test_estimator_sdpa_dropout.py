@@ -162,3 +162,21 @@ def test_kept_model_output_adds_its_logits_after_the_forward():
     with pytest.raises(SpecError) as err:
         TrainingSpec(task="inference", keep_outputs=True)
     assert err.value.field == "keep_outputs"
+
+
+def test_estimate_cli_keep_outputs(capsys):
+    from gpumem_tui.estimator import cli
+
+    argv = ["gpt2", "--batch", "2", "--seq", "128", "--dtype", "fp32", "--device", "cpu", "--json"]
+    assert cli.main(argv) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert cli.main([*argv, "--keep-outputs"]) == 0
+    kept = json.loads(capsys.readouterr().out)
+    assert kept["peak_bytes"] - plain["peak_bytes"] == 2 * 128 * plain_vocab() * 4
+    assert any("keeps the model output" in a for a in kept["assumptions"])
+    assert cli.main(["gpt2", "--task", "inference", "--keep-outputs"]) == 2
+    assert "training only" in capsys.readouterr().err
+
+
+def plain_vocab() -> int:
+    return load_architecture("gpt2").vocab_size

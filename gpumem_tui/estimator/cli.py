@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Predict the peak memory of one training or inference step (bytes; shown in MiB/GiB = 2^20/2^30).",
     )
     add_spec_arguments(p)
+    p.add_argument("--keep-outputs", action="store_true",
+                   help="the training loop keeps the model output through backward and the optimizer step "
+                   "(outputs = model(...); outputs.loss.backward()): its logits stay alive")
     p.add_argument("--json", action="store_true", help="print the estimate as JSON (bytes)")
     p.add_argument("--fit", default=None, metavar="SIZE|GPU",
                    help="memory budget: a size (24GiB, 80GB) or a GPU index on this machine (reads NVML)")
@@ -107,6 +110,8 @@ def _table(est: Estimate) -> str:
 def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     arch, spec = spec_from_args(args)
+    if args.keep_outputs:
+        spec = spec.replace(keep_outputs=True)
     if args.method not in METHODS:
         raise _BadInput(f"unknown --method {args.method!r} (choose from {', '.join(METHODS)})")
     est = run_method(args.method, arch, spec)
