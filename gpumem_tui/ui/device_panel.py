@@ -12,7 +12,7 @@ from rich.text import Text
 
 from gpumem_tui.telemetry.model import DeviceSample
 from gpumem_tui.ui import cells
-from gpumem_tui.ui.fast_table import IncrementalTable
+from gpumem_tui.ui.fast_table import IncrementalTable, content_width
 
 BAR_WIDTH = 20
 NARROW_BAR_WIDTH = 8
@@ -25,6 +25,7 @@ class DevicePanel(IncrementalTable):
     DEFAULT_CSS = """
     DevicePanel { height: auto; max-height: 10; }
     """
+    defer_repaint = True  # full width: repaint in a frame of its own (see IncrementalTable)
 
     def __init__(self, **kwargs: Any) -> None:
         # The cursor shows only while the panel has focus: otherwise the process table's
@@ -94,7 +95,7 @@ class DevicePanel(IncrementalTable):
                 for index, cell in enumerate(cells_):
                     if old is None or old[index] != cell:
                         column = self.ordered_columns[index]
-                        self.update_cell(key, column.key, cell, update_width=cell.cell_len > column.width)
+                        self.update_cell(key, column.key, cell, update_width=cell.cell_len > content_width(column))
             self._last = rows
             return
         self._last = rows

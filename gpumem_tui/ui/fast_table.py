@@ -21,11 +21,24 @@ _INTERNALS = ("_update_count", "_data", "_row_locations", "_column_locations", "
               "_updated_cells", "_require_update_dimensions", "_show_hover_cursor")
 
 
+def content_width(column: Any) -> int:
+    """Cells a column's content may take now: an auto-width column's ``width`` is only its
+    label's, so comparing a cell with it would re-measure the whole column on every update."""
+    return column.content_width if getattr(column, "auto_width", False) else column.width
+
+
 class IncrementalTable(DataTable):
     """DataTable with per-cell render caching and row-only repaints (see module doc)."""
 
+    #: Repaint updated rows after the next screen refresh instead of in it. For a full-width
+    #: table above narrower widgets: the compositor re-renders every widget inside the box that
+    #: bounds all dirty regions of a frame, so a full-width row repainted in the same frame as
+    #: the process table would drag the whole side pane into that frame.
+    defer_repaint = False
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._pending_rows: set[RowKey] = set()
         self._cell_versions: dict[tuple[RowKey, ColumnKey], int] = {}
         self._cell_bumps = 0  # how many _update_count increments came from update_cell
         self._incremental = all(hasattr(self, name) for name in _INTERNALS)
@@ -57,8 +70,18 @@ class IncrementalTable(DataTable):
             self._updated_cells.add(CellKey(row_key, column_key))
             self._require_update_dimensions = True
             self.refresh()
+        elif self.defer_repaint:
+            if not self._pending_rows:
+                self.call_after_refresh(self._flush_rows)
+            self._pending_rows.add(row_key)
         else:
             self.refresh_row(self._row_locations.get(row_key))
+
+    def _flush_rows(self) -> None:
+        rows, self._pending_rows = self._pending_rows, set()
+        for key in rows:
+            if key in self._row_locations:
+                self.refresh_row(self._row_locations.get(key))
 
     def clear(self, columns: bool = False) -> Any:
         self._cell_versions = {}

@@ -19,7 +19,7 @@ from textual.widgets import DataTable
 
 from gpumem_tui.telemetry.model import ProcessSample
 from gpumem_tui.ui import cells
-from gpumem_tui.ui.fast_table import IncrementalTable
+from gpumem_tui.ui.fast_table import IncrementalTable, content_width
 
 
 @dataclass(frozen=True)
@@ -306,7 +306,7 @@ class ProcessTable(IncrementalTable):
             old = self._cells.get(key)
             for index, cell in enumerate(cells_):
                 if old is None or old[index] != cell:
-                    width = self.columns[self._column_key(keys[index])].width
+                    width = content_width(self.columns[self._column_key(keys[index])])
                     grow = Text(cell).cell_len > width if isinstance(cell, str) else cell.cell_len > width
                     self.update_cell(key, keys[index], cell, update_width=grow)
         order = {key: i for i, key in enumerate(new_rows)}
