@@ -53,7 +53,8 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
      dict(batch=1, seq=1024, dtype="bf16", attention="sdpa"), "cpu"),
     ("sdpa-drop-gpt2-L2-fp32-b1-s1024-v1024", "gpt2", dict(_GPT2_SMALL, vocab_size=1024, n_positions=1024),
      dict(batch=1, seq=1024, dtype="fp32", attention="sdpa"), "cpu"),
-    ("sdpa-drop-llama-L2-bf16-b1-s1024-v1024", "llama-3.2-1b", dict(_LLAMA_SMALL, attention_dropout=0.1, vocab_size=1024),
+    ("sdpa-drop-llama-L2-bf16-b1-s1024-v1024", "llama-3.2-1b",
+     dict(_LLAMA_SMALL, attention_dropout=0.1, vocab_size=1024),
      dict(batch=1, seq=1024, dtype="bf16", attention="sdpa"), "cpu"),
     # inference (eval mode): dropout is off, so the fused kernel runs despite the config's dropout
     ("sdpa-drop-gpt2-L2-bf16-b2-s512-infer", "gpt2", _GPT2_SMALL,
