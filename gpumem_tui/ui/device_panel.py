@@ -90,12 +90,8 @@ class DevicePanel(IncrementalTable):
         same = [str(d.index) for d in self.devices] == list(rows) and self.row_count == len(rows)
         self.devices = devices
         if same:
-            for key, cells_ in rows.items():
-                old = self._last.get(key)
-                for index, cell in enumerate(cells_):
-                    if old is None or old[index] != cell:
-                        column = self.ordered_columns[index]
-                        self.update_cell(key, column.key, cell, update_width=cell.cell_len > content_width(column))
+            with self.batch():
+                self._update_rows(rows)
             self._last = rows
             return
         self._last = rows
@@ -107,6 +103,15 @@ class DevicePanel(IncrementalTable):
             self.add_row(*cells_, key=key)
         if self.devices:
             self.move_cursor(row=target, animate=False)
+
+    def _update_rows(self, rows: dict[str, list[Text]]) -> None:
+        """Update only the cells that differ from the ones shown."""
+        for key, cells_ in rows.items():
+            old = self._last.get(key)
+            for index, cell in enumerate(cells_):
+                if old is None or old[index] != cell:
+                    column = self.ordered_columns[index]
+                    self.update_cell(key, column.key, cell, update_width=cell.cell_len > content_width(column))
 
     def _cells(self, dev: DeviceSample, used_style: str, free_style: str) -> list[Text]:
         narrow = self.size.width and self.size.width < NARROW_WIDTH

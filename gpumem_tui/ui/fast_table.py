@@ -12,13 +12,17 @@ checked with textual 8.2); if they are missing it falls back to the stock behavi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from textual.geometry import Region
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist, CellKey, ColumnKey, RowKey
 
 _INTERNALS = ("_update_count", "_data", "_row_locations", "_column_locations", "_cell_render_cache",
-              "_updated_cells", "_require_update_dimensions", "_show_hover_cursor")
+              "_updated_cells", "_require_update_dimensions", "_show_hover_cursor", "_refresh_region",
+              "_row_label_column_width")
 
 
 def content_width(column: Any) -> int:
@@ -39,6 +43,7 @@ class IncrementalTable(DataTable):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._pending_rows: set[RowKey] = set()
+        self._batching = 0
         self._cell_versions: dict[tuple[RowKey, ColumnKey], int] = {}
         self._cell_bumps = 0  # how many _update_count increments came from update_cell
         self._incremental = all(hasattr(self, name) for name in _INTERNALS)
@@ -75,13 +80,33 @@ class IncrementalTable(DataTable):
                 self.call_after_refresh(self._flush_rows)
             self._pending_rows.add(row_key)
         else:
-            self.refresh_row(self._row_locations.get(row_key))
+            self._pending_rows.add(row_key)
+            if not self._batching:
+                self._flush_rows()
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Collect the rows changed by ``update_cell`` calls inside and repaint them once."""
+        self._batching += 1
+        try:
+            yield
+        finally:
+            self._batching -= 1
+            if not self._batching and not self.defer_repaint:
+                self._flush_rows()
 
     def _flush_rows(self) -> None:
+        """Repaint the pending rows (one pass over the rows, not one per changed cell)."""
         rows, self._pending_rows = self._pending_rows, set()
-        for key in rows:
-            if key in self._row_locations:
-                self.refresh_row(self._row_locations.get(key))
+        if not rows:
+            return
+        y = self.header_height if self.show_header else 0
+        width = sum(column.get_render_width(self) for column in self.columns.values())
+        width = max(self.size.width, width + self._row_label_column_width)
+        for row in self.ordered_rows:
+            if row.key in rows:
+                self._refresh_region(Region(0, y, width, row.height))
+            y += row.height
 
     def clear(self, columns: bool = False) -> Any:
         self._cell_versions = {}

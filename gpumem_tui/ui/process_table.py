@@ -152,6 +152,8 @@ class ProcessTable(IncrementalTable):
         self.visible_columns: tuple[str, ...] = COLUMN_KEYS
         self._cells: dict[str, list[Text | str]] = {}
         self._shown_key: tuple[Any, ...] | None = None
+        self._sources: dict[str, ProcessSample] = {}  # row key -> sample its cells show
+        self._sources_columns: tuple[str, ...] = ()
 
     def on_mount(self) -> None:
         self._set_columns(COLUMN_KEYS)
@@ -274,12 +276,33 @@ class ProcessTable(IncrementalTable):
         column, reverse = self.effective_sort
         self.shown = sort_processes(rows, column, reverse, self._now)
         visible = [col for col in COLUMNS if col.key in self.visible_columns]
-        new_rows = {row_key(p): [col.render(p, self._now) for col in visible] for p in self.shown}
-        if self.row_count and set(new_rows) == set(self._cells):
-            self._update_in_place(new_rows, visible, keep)
+        now = self._now
+        # A row whose sample is unchanged keeps its rendered cells (only TIME moves with now).
+        same_columns = self._sources_columns == self.visible_columns
+        time_index = self.visible_columns.index("time") if "time" in self.visible_columns else None
+        sources = self._sources if same_columns else {}
+        new_rows: dict[str, list[Text | str]] = {}
+        new_sources: dict[str, ProcessSample] = {}
+        for p in self.shown:
+            key = row_key(p)
+            new_sources[key] = p
+            cached = self._cells.get(key) if sources.get(key) == p else None
+            if cached is None:
+                new_rows[key] = [col.render(p, now) for col in visible]
+            elif time_index is not None and p.start_time is not None:
+                cached = list(cached)
+                cached[time_index] = visible[time_index].render(p, now)
+                new_rows[key] = cached
+            else:
+                new_rows[key] = cached
+        if self.row_count and new_rows.keys() == self._cells.keys():
+            with self.batch():
+                self._update_in_place(new_rows, visible, keep)
         else:
             self._replace_rows(new_rows, keep)
         self._cells = new_rows
+        self._sources = new_sources
+        self._sources_columns = self.visible_columns
 
     def _replace_rows(self, new_rows: dict[str, list[Text | str]], keep: str | None) -> None:
         scroll_y = self.scroll_y
@@ -304,8 +327,10 @@ class ProcessTable(IncrementalTable):
         keys = [c.key for c in visible]
         for key, cells_ in new_rows.items():
             old = self._cells.get(key)
+            if old is cells_:
+                continue
             for index, cell in enumerate(cells_):
-                if old is None or old[index] != cell:
+                if old is None or (old[index] is not cell and old[index] != cell):
                     width = content_width(self.columns[self._column_key(keys[index])])
                     grow = Text(cell).cell_len > width if isinstance(cell, str) else cell.cell_len > width
                     self.update_cell(key, keys[index], cell, update_width=grow)
