@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import math
 import os
 import shutil
 import signal
@@ -28,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import gpumem_tui
+from gpumem_tui.cli_support import InputError, OneLineParser, non_negative_int, positive_int, positive_seconds
 
 
 class DemoError(RuntimeError):
@@ -158,50 +158,21 @@ def start_demo_job(
 # -- CLI -----------------------------------------------------------------------------------
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise _BadInput(message)
-
-
-class _BadInput(Exception):
-    pass
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="gpumem-tui demo", description="Run the built-in training job and watch or record it.")
+    parser = OneLineParser(prog="gpumem-tui demo", description="Run the built-in training job and watch or record it.")
     parser.add_argument("--headless", action="store_true", help="no dashboard: run the job (and record it)")
-    parser.add_argument("--steps", type=_non_negative_int, default=None,
+    parser.add_argument("--steps", type=non_negative_int, default=None,
                         help="training steps (default: until you quit; headless: 10)")
     parser.add_argument("--record", type=Path, default=None, metavar="TRACE", help="record a trace (JSONL)")
-    parser.add_argument("--interval", type=_seconds, default=None, metavar="SECONDS",
+    parser.add_argument("--interval", type=positive_seconds, default=None, metavar="SECONDS",
                         help="seconds between polls (default 1.0; headless 0.25)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--model", choices=("auto", "hf", "builtin"), default="auto",
                         help="hf: transformers GPT2LMHeadModel; builtin: the hand-written equivalent")
-    parser.add_argument("--batch", type=int, default=None, help="micro-batch size of the job")
-    parser.add_argument("--seq", type=int, default=None, help="sequence length of the job")
+    parser.add_argument("--batch", type=positive_int, default=None, help="micro-batch size of the job")
+    parser.add_argument("--seq", type=positive_int, default=None, help="sequence length of the job")
     parser.add_argument("--theme", default="dark", metavar="NAME", help="dashboard theme")
-    parser.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+    parser.add_argument("--timeout", type=positive_seconds, default=None, metavar="SECONDS",
                         help="headless: stop the job after this long")
     return parser
 
@@ -211,8 +182,6 @@ def _job_args(args: argparse.Namespace) -> list[str]:
     for name in ("batch", "seq"):
         value = getattr(args, name)
         if value is not None:
-            if value < 1:
-                raise _BadInput(f"--{name} must be >= 1, got {value}")
             out += [f"--{name}", str(value)]
     return out
 
@@ -223,10 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
         job_args = _job_args(args)
         if args.record is not None and not args.headless:
-            raise _BadInput("--record needs --headless (in the dashboard, record with 'gpumem-tui record')")
+            raise InputError("--record needs --headless (in the dashboard, record with 'gpumem-tui record')")
         if args.record is not None and args.record.is_dir():
-            raise _BadInput(f"--record {args.record} is a directory")
-    except _BadInput as exc:
+            raise InputError(f"--record {args.record} is a directory")
+    except InputError as exc:
         print(f"gpumem-tui demo: {exc}", file=sys.stderr)
         return 2
     if args.headless:

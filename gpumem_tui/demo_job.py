@@ -27,53 +27,26 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from gpumem_tui.cli_support import InputError, OneLineParser, non_negative_seconds, positive_int
+
 DEFAULTS = {"vocab": 8192, "layers": 4, "hidden": 256, "heads": 4, "batch": 4, "seq": 128}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise _BadInput(message)
-
-
-class _BadInput(Exception):
-    pass
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m gpumem_tui.demo_job", description="Built-in demo training job.")
+    parser = OneLineParser(prog="python -m gpumem_tui.demo_job", description="Built-in demo training job.")
     parser.add_argument("--steps", type=int, default=0, help="training steps (0: until stopped) [0]")
     parser.add_argument("--probe-dir", default=None, help="where the probe writes (default: the probe default)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--model", choices=("auto", "hf", "builtin"), default="auto",
                         help="hf: transformers GPT2LMHeadModel; builtin: the hand-written equivalent")
-    parser.add_argument("--batch", type=_positive_int, default=DEFAULTS["batch"])
-    parser.add_argument("--seq", type=_positive_int, default=DEFAULTS["seq"])
-    parser.add_argument("--layers", type=_positive_int, default=DEFAULTS["layers"])
-    parser.add_argument("--hidden", type=_positive_int, default=DEFAULTS["hidden"])
-    parser.add_argument("--heads", type=_positive_int, default=DEFAULTS["heads"])
-    parser.add_argument("--vocab", type=_positive_int, default=DEFAULTS["vocab"])
-    parser.add_argument("--pause", type=_seconds, default=0.0, help="idle seconds between steps [0]")
-    parser.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads")
+    parser.add_argument("--batch", type=positive_int, default=DEFAULTS["batch"])
+    parser.add_argument("--seq", type=positive_int, default=DEFAULTS["seq"])
+    parser.add_argument("--layers", type=positive_int, default=DEFAULTS["layers"])
+    parser.add_argument("--hidden", type=positive_int, default=DEFAULTS["hidden"])
+    parser.add_argument("--heads", type=positive_int, default=DEFAULTS["heads"])
+    parser.add_argument("--vocab", type=positive_int, default=DEFAULTS["vocab"])
+    parser.add_argument("--pause", type=non_negative_seconds, default=0.0, help="idle seconds between steps [0]")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads")
     parser.add_argument("--nice", type=int, default=0, help="niceness increment (lower CPU priority)")
     parser.add_argument("--parent-pid", type=int, default=None,
                         help="stop when this process is no longer the parent (the dashboard died)")
@@ -285,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit code."""
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    except _BadInput as exc:
+    except InputError as exc:
         print(f"demo_job: {exc}", file=sys.stderr)
         return 2
     if args.hidden % args.heads:

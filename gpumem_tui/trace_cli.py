@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import signal
 import sys
 import threading
@@ -22,44 +21,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise _BadInput(message)
+from gpumem_tui.cli_support import InputError, OneLineParser, number_arg, positive_seconds
 
 
-class _BadInput(Exception):
-    pass
-
-
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected seconds > 0, got {text!r}")
-    return value
-
-
-def _speed(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--speed must be a number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"--speed must be > 0, got {text!r}")
-    return value
+_speed_factor = number_arg(float)
 
 
 def _parser(name: str) -> argparse.ArgumentParser:
-    parser = _Parser(prog=f"gpumem-tui {name}")
+    parser = OneLineParser(prog=f"gpumem-tui {name}")
     if name == "record":
         parser.description = "Record samples and phase marks to a JSONL trace, without the UI."
         parser.add_argument("-o", "--output", type=Path, required=True, metavar="TRACE", help="trace file to write")
-        parser.add_argument("--interval", type=_positive_seconds, default=1.0, metavar="SECONDS",
+        parser.add_argument("--interval", type=positive_seconds, default=1.0, metavar="SECONDS",
                             help="seconds between samples [1.0]")
-        parser.add_argument("--duration", type=_positive_seconds, default=None, metavar="SECONDS",
+        parser.add_argument("--duration", type=positive_seconds, default=None, metavar="SECONDS",
                             help="stop after this long (default: until Ctrl-C / SIGTERM)")
         parser.add_argument("--probe-dir", type=Path, default=None, help="probe stream directory (default: the usual)")
         parser.add_argument("--fsync", action="store_true", help="fsync every line (survives a power cut)")
@@ -67,8 +42,8 @@ def _parser(name: str) -> argparse.ArgumentParser:
     elif name == "replay":
         parser.description = "Open the dashboard on a recorded trace (pause, seek, speed keys)."
         parser.add_argument("trace", type=Path)
-        parser.add_argument("--speed", type=_speed, default=1.0, help="playback speed factor [1.0]")
-        parser.add_argument("--interval", type=_positive_seconds, default=0.5, metavar="SECONDS",
+        parser.add_argument("--speed", type=_speed_factor, default=1.0, help="playback speed factor [1.0]")
+        parser.add_argument("--interval", type=positive_seconds, default=0.5, metavar="SECONDS",
                             help="seconds between screen updates [0.5]")
         parser.add_argument("--theme", default="dark", metavar="NAME")
     else:
@@ -88,7 +63,7 @@ def main(argv: Sequence[str]) -> int:
     name = args_list.pop(0)
     try:
         args = _parser(name).parse_args(args_list)
-    except _BadInput as exc:
+    except InputError as exc:
         print(f"gpumem-tui {name}: {exc}", file=sys.stderr)
         return 2
     if name == "record":

@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 
+from gpumem_tui.cli_support import InputError, OneLineParser
 from gpumem_tui.estimator.cli_args import add_spec_arguments, spec_from_args
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS, Estimate
 from gpumem_tui.estimator.methods import METHODS, run_method
@@ -20,23 +21,12 @@ from gpumem_tui.estimator.solve import max_batch, max_seq
 from gpumem_tui.units import GiB, MiB, parse_bytes
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage + exiting, so errors are one line."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise _BadInput(message)
-
-
-class _BadInput(ValueError):
-    pass
-
-
 class _RuntimeFailure(RuntimeError):
     pass
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="gpumem-tui estimate",
         description="Predict the peak memory of one training or inference step (bytes; shown in MiB/GiB = 2^20/2^30).",
     )
@@ -80,13 +70,13 @@ def _budget(text: str) -> tuple[int, str]:
                 if dev.memory_total_bytes is None:
                     raise _RuntimeFailure(f"--fit {index}: GPU {index} memory total is not readable")
                 return int(dev.memory_total_bytes), f"GPU {index} ({dev.name or 'unknown'})"
-        raise _BadInput(f"--fit {index}: no GPU {index} (found {len(reading.devices)})")
+        raise InputError(f"--fit {index}: no GPU {index} (found {len(reading.devices)})")
     try:
         size = parse_bytes(text)
     except ValueError as exc:
-        raise _BadInput(f"--fit: {exc}") from None
+        raise InputError(f"--fit: {exc}") from None
     if size <= 0:
-        raise _BadInput(f"--fit must be > 0, got {text!r}")
+        raise InputError(f"--fit must be > 0, got {text!r}")
     return size, text
 
 
@@ -113,7 +103,7 @@ def run(argv: list[str]) -> int:
     if args.keep_outputs:
         spec = spec.replace(keep_outputs=True)
     if args.method not in METHODS:
-        raise _BadInput(f"unknown --method {args.method!r} (choose from {', '.join(METHODS)})")
+        raise InputError(f"unknown --method {args.method!r} (choose from {', '.join(METHODS)})")
     est = run_method(args.method, arch, spec)
     out: dict = est.to_json()
     text = [_table(est)]
@@ -129,13 +119,13 @@ def run(argv: list[str]) -> int:
         )
     if args.max_batch:
         if args.method != "detailed":
-            raise _BadInput("--max-batch uses the detailed method; drop --method")
+            raise InputError("--max-batch uses the detailed method; drop --method")
         mb = max_batch(arch, spec, budget or 0)
         out["max_batch"] = mb
         text.append(f"largest micro-batch that fits: {mb}" + (" (even batch 1 does not fit)" if mb == 0 else ""))
     if args.max_seq:
         if args.method != "detailed":
-            raise _BadInput("--max-seq uses the detailed method; drop --method")
+            raise InputError("--max-seq uses the detailed method; drop --method")
         ms = max_seq(arch, spec, budget or 0)
         out["max_seq"] = ms
         text.append(f"longest sequence that fits at batch {spec.batch}: {ms:,}" + (" (even 1 token does not fit)" if ms == 0 else ""))

@@ -29,6 +29,7 @@ import sys
 import time
 from typing import Any
 
+from gpumem_tui.cli_support import InputError, OneLineParser
 from gpumem_tui.telemetry.model import DeviceSample, ProcessSample, Snapshot
 from gpumem_tui.text import json_safe, printable
 from gpumem_tui.units import format_bytes
@@ -36,14 +37,8 @@ from gpumem_tui.units import format_bytes
 PROG = "gpumem-tui snapshot"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
-        print(f"{PROG}: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Print one sample of every GPU and GPU process, then exit.")
+    p = OneLineParser(prog=PROG, description="Print one sample of every GPU and GPU process, then exit.")
     p.add_argument("--json", action="store_true", help="machine-readable JSON (bytes, watts; null when unknown)")
     p.add_argument("--cpu-interval", type=float, default=0.2, metavar="SECONDS",
                    help="time between the two readings used for CPU %% (default 0.2; 0 leaves CPU %% null)")
@@ -162,7 +157,10 @@ def main(argv: list[str]) -> int:
 
     try:
         args = _parser().parse_args(argv)
-    except SystemExit as exc:
+    except InputError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
         return int(exc.code or 0)
     if not args.cpu_interval >= 0 or args.cpu_interval > 60:
         print(f"{PROG}: --cpu-interval must be between 0 and 60 seconds", file=sys.stderr)

@@ -1,0 +1,55 @@
+"""What every subcommand's argument parsing shares: one-line errors and checked numbers.
+
+argparse prints the usage block and exits on bad input; the project's rule is one line on
+stderr and exit code 2, so parsers here raise :class:`InputError` and each ``main`` turns it
+into that line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+
+class InputError(ValueError):
+    """Bad command-line input: the caller prints ``str(error)`` as one line and exits 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors raise :class:`InputError` instead of printing usage."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InputError(message)
+
+
+def number_arg(
+    convert: type[int] | type[float], *, minimum: float = 0, strict: bool = True, unit: str = ""
+) -> Callable[[str], int | float]:
+    """An argparse ``type=`` that accepts finite numbers above ``minimum``.
+
+    ``strict`` means "> minimum", otherwise ">= minimum". Errors read e.g.
+    "must be > 0 seconds, got '0'" or "must be a number of seconds, got 'abc'".
+    """
+    kind = "a whole number" if convert is int else "a number"
+    of_unit = f" of {unit}" if unit else ""
+    unit_suffix = f" {unit}" if unit else ""
+    relation = ">" if strict else ">="
+
+    def parse(text: str) -> int | float:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {kind}{of_unit}, got {text!r}") from None
+        too_small = value <= minimum if strict else value < minimum
+        if not math.isfinite(value) or too_small:
+            raise argparse.ArgumentTypeError(f"must be {relation} {minimum:g}{unit_suffix}, got {text!r}")
+        return value
+
+    return parse
+
+
+positive_seconds = number_arg(float, unit="seconds")
+non_negative_seconds = number_arg(float, strict=False, unit="seconds")
+positive_int = number_arg(int)
+non_negative_int = number_arg(int, strict=False)
