@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpumem_tui.estimator.estimate import COMPONENT_KEYS
 from gpumem_tui.telemetry.model import PhaseMark, ProbeInfo, ProbeSample, ProcessSample, Snapshot
 
 __all__ = [
@@ -61,17 +62,7 @@ __all__ = [
 ]
 
 #: The estimator's components, in the order the estimator reports them (ESTIMATOR.md).
-COMPONENTS: tuple[str, ...] = (
-    "parameters",
-    "gradients",
-    "optimizer_states",
-    "optimizer_intermediates",
-    "activations",
-    "logits_and_loss",
-    "kv_cache",
-    "cuda_context",
-    "allocator_reserve",
-)
+COMPONENTS: tuple[str, ...] = COMPONENT_KEYS
 
 FIGURE_ALLOCATED = "torch allocated"
 FIGURE_RESERVED = "torch reserved"
