@@ -223,6 +223,36 @@ class TimedSource:
         self.source.close()
 
 
+class _Tracer:
+    """tracemalloc snapshots at the end of the warm-up and at the end; prints the top growth."""
+
+    def __init__(self, warmup: float) -> None:
+        import tracemalloc
+
+        self.tracemalloc = tracemalloc
+        tracemalloc.start(12)
+        self.first = None
+        self.timer = threading.Timer(warmup, self._take_first)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _take_first(self) -> None:
+        self.first = self.tracemalloc.take_snapshot()
+
+    def report(self) -> None:
+        self.timer.cancel()
+        if self.first is None:
+            print("tracemalloc: the run ended before the warm-up did")
+            return
+        last = self.tracemalloc.take_snapshot()
+        stats = last.compare_to(self.first, "traceback")
+        grown = sum(s.size_diff for s in stats)
+        print(f"tracemalloc: traced memory changed by {grown / MiB:+.2f} MiB after the warm-up; top sites:")
+        for stat in stats[:6]:
+            frames = [f"{f.filename.rsplit('site-packages/', 1)[-1]}:{f.lineno}" for f in stat.traceback][-4:]
+            print(f"  {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks  " + " <- ".join(reversed(frames)))
+
+
 def _rss_sampler(samples: list[tuple[float, int]], stop: threading.Event) -> None:
     me = psutil.Process()
     while not stop.is_set():
@@ -275,7 +305,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=None,
                         help="processes started per second (default: enough for 1,000 in the run, at least 2)")
     parser.add_argument("--no-app", action="store_true", help="poll in a loop instead of running the dashboard")
+    parser.add_argument("--tracemalloc", action="store_true",
+                        help="also print the allocation sites that grew most between the warm-up and the end "
+                             "(slows the run down)")
     args = parser.parse_args(argv)
+    tracer = _Tracer(args.seconds * 0.2) if args.tracemalloc else None
     rate = args.rate or max(2.0, 1200.0 / args.seconds)
 
     fake = FakeNvml(gpus=4)
@@ -339,8 +373,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"poll CPU time ms (poller thread): p50 {_percentile(source.cpu_ms, 0.5):.2f}  "
           f"p95 {_percentile(source.cpu_ms, 0.95):.2f}  p99 {_percentile(source.cpu_ms, 0.99):.2f}")
     if rss:
-        print(f"RSS: start {rss[0][1] / MiB:.1f} MiB, end {rss[-1][1] / MiB:.1f} MiB, "
-              f"growth {_slope_mib_per_hour(rss):+.1f} MiB/hour (slope after 20 % warm-up)")
+        warm = next((r for t, r in rss if t >= rss[0][0] + 0.2 * (rss[-1][0] - rss[0][0])), rss[-1][1])
+        print(f"RSS: start {rss[0][1] / MiB:.1f} MiB, after 20 % warm-up {warm / MiB:.1f} MiB, "
+              f"end {rss[-1][1] / MiB:.1f} MiB, growth {_slope_mib_per_hour(rss):+.1f} MiB/hour "
+              f"(slope after the warm-up)")
+    if tracer is not None:
+        tracer.report()
     unique = sorted(set(failures))
     print(f"failures: {len(failures)}")
     for text in unique[:20]:
