@@ -35,15 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DATA = ROOT / "benchmarks" / "data" / "measured_cpu.json"
 
-COMPONENTS = (
-    "parameters",
-    "gradients",
-    "optimizer_states",
-    "optimizer_intermediates",
-    "activations",
-    "logits_and_loss",
-    "kv_cache",
-)
+from gpumem_tui.estimator.estimate import COMPONENT_KEYS as COMPONENTS  # noqa: E402 (after sys.path)
 
 MEDIAN_TARGET = 2.0
 WORST_TARGET = 5.0

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpumem_tui.cli_support import OneLineParser
 from gpumem_tui.units import format_bytes
 
 _SDPA_NOTE = (
@@ -40,17 +41,11 @@ _LORA_NAMES = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage otherwise)
-        print(f"gpumem-tui measure: {message}", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``measure`` argument parser (estimate's flags + --on, --json, --steps)."""
     from gpumem_tui.estimator.cli_args import add_spec_arguments
 
-    parser = _Parser(
+    parser = OneLineParser(
         prog="gpumem-tui measure",
         description="Measure the peak memory of two training steps (or an inference prefill + decode) "
         "with torch's MemTracker, split like the estimator's components. " + _SDPA_NOTE,
@@ -174,13 +169,12 @@ def _table(data: dict[str, Any]) -> str:
 
 def main(argv: list[str]) -> int:
     """Entry point of ``gpumem-tui measure``; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
     from gpumem_tui.estimator.cli_args import spec_from_args
 
     try:
+        args = build_parser().parse_args(argv)
         arch, spec = spec_from_args(args)
-    except ValueError as exc:
+    except ValueError as exc:  # InputError, ArchitectureError, SpecError
         print(f"gpumem-tui measure: {exc}", file=sys.stderr)
         return 2
     if args.on not in ("meta", "cpu"):

@@ -37,17 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-COMPONENTS = (
-    "parameters",
-    "gradients",
-    "optimizer_states",
-    "optimizer_intermediates",
-    "activations",
-    "logits_and_loss",
-    "kv_cache",
-    "cuda_context",
-    "allocator_reserve",
-)
+from gpumem_tui.estimator.estimate import COMPONENT_KEYS
+
+COMPONENTS = COMPONENT_KEYS
 
 DTYPES = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "adafactor")
