@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpumem_tui.probe.writer import StreamWriter, json_safe
+from gpumem_tui.probe.writer import StreamWriter
+from gpumem_tui.telemetry.serialize import jsonable
 from gpumem_tui.telemetry.model import Phase
 from gpumem_tui.telemetry.probe_source import PROBE_FORMAT, PROBE_VERSION, default_probe_dir
 
@@ -48,7 +49,7 @@ def _hf_config(model: Any) -> dict | None:
     if not callable(to_dict):
         return None
     try:
-        return json_safe(to_dict())
+        return jsonable(to_dict())
     except Exception:  # a config that cannot describe itself is not worth failing the job for
         return None
 
@@ -222,7 +223,7 @@ class Probe:
         if self.optimizer is not None:
             opt = self.optimizer
             setup["optimizer"] = type(opt).__name__
-            hparams = json_safe(dict(getattr(opt, "defaults", {}) or {}))
+            hparams = jsonable(dict(getattr(opt, "defaults", {}) or {}))
             setup["optimizer_hparams"] = hparams
             if isinstance(hparams, dict) and hparams.get("momentum") is not None:
                 setup["momentum"] = hparams["momentum"]
@@ -237,7 +238,7 @@ class Probe:
         if isinstance(attn, str):
             setup["attention"] = attn
         if extra:
-            setup.update(json_safe(dict(extra)))
+            setup.update(jsonable(dict(extra)))
         create_time = None
         with contextlib.suppress(Exception):
             import psutil
@@ -250,8 +251,8 @@ class Probe:
             "pid": self.pid,
             "time": time.time(),
             "create_time": create_time,
-            "model_config": json_safe(hf_config) if hf_config is not None else None,
-            "setup": json_safe(setup),
+            "model_config": jsonable(hf_config) if hf_config is not None else None,
+            "setup": jsonable(setup),
         }
 
     # -- memory ----------------------------------------------------------------------------

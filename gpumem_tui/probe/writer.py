@@ -11,30 +11,12 @@ and warns once.
 from __future__ import annotations
 
 import json
-import math
 import os
 import warnings
 from pathlib import Path
 from typing import Any
 
-
-def json_safe(value: Any, depth: int = 0) -> Any:
-    """A copy of ``value`` that ``json.dumps(allow_nan=False)`` accepts.
-
-    Non-finite floats become None, unknown objects (``torch.dtype``, paths, ...) their ``str``,
-    mapping keys strings; nesting deeper than 32 levels is cut to a string.
-    """
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if depth > 32:
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): json_safe(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v, depth + 1) for v in value]
-    return str(value)
+from gpumem_tui.telemetry.serialize import jsonable
 
 
 def encode(record: dict[str, Any]) -> bytes:
@@ -42,7 +24,7 @@ def encode(record: dict[str, Any]) -> bytes:
     try:
         text = json.dumps(record, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError):
-        text = json.dumps(json_safe(record), separators=(",", ":"), allow_nan=False)
+        text = json.dumps(jsonable(record), separators=(",", ":"), allow_nan=False)
     return text.encode("ascii") + b"\n"
 
 

@@ -102,7 +102,12 @@ def probe_to_dict(p: ProbeSample) -> dict[str, Any]:
     }
 
 
-def _jsonable(value: Any, depth: int = 0) -> Any:
+def jsonable(value: Any, depth: int = 0) -> Any:
+    """A copy of ``value`` that ``json.dumps(allow_nan=False)`` accepts.
+
+    Non-finite floats become None, unknown objects (``torch.dtype``, paths, ...) their ``str``,
+    mapping keys strings; nesting deeper than 32 levels is cut to a string.
+    """
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
@@ -110,9 +115,9 @@ def _jsonable(value: Any, depth: int = 0) -> Any:
     if depth > 32:
         return str(value)
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v, depth + 1) for k, v in value.items()}
+        return {str(k): jsonable(v, depth + 1) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v, depth + 1) for v in value]
+        return [jsonable(v, depth + 1) for v in value]
     return str(value)
 
 
@@ -120,8 +125,8 @@ def info_to_dict(i: ProbeInfo) -> dict[str, Any]:
     """One ProbeInfo as a JSON-safe dict."""
     return {
         "pid": i.pid,
-        "model_config": _jsonable(i.model_config) if i.model_config is not None else None,
-        "setup": {str(k): _jsonable(v) for k, v in i.setup},
+        "model_config": jsonable(i.model_config) if i.model_config is not None else None,
+        "setup": {str(k): jsonable(v) for k, v in i.setup},
         "ended": i.ended,
     }
 
