@@ -665,6 +665,52 @@ def kept_output_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     return int(b * s * arch.vocab_size * precision(spec).compute / spec.tp)
 
 
+@dataclass(frozen=True, slots=True)
+class HeadGradTemps:
+    """Backward temporaries of the vocabulary-sized weights (bytes, one device).
+
+    ``pending``: the LM head's ``(V, h)`` weight-gradient contribution of a *tied* embedding,
+    held by autograd from the LM-head backward until the embedding backward (reported with the
+    activations); ``head_new``: an *untied* LM head's new weight gradient at the LM-head
+    backward when a ``.grad`` already exists (accumulated in place right after);
+    ``embedding``: what the embedding backward adds on top of the stored gradients.
+    """
+
+    pending: int
+    head_new: int
+    embedding: int
+
+
+def head_gradient_temporaries(arch: ModelArchitecture, spec: TrainingSpec) -> HeadGradTemps:
+    """Temporaries of the ``(V, h)`` gradients in backward (bytes), with and without stored
+    gradients (``spec.grads_persist``: micro-batch >= 2 of ``--grad-accum``, or
+    ``--keep-grads``).
+
+    A tied weight is used twice (embedding and LM head); autograd's ``InputBuffer::add``
+    (``torch/csrc/autograd/input_buffer.cpp``) holds the first contribution (the LM head's
+    ``mm``) until the second arrives (``embedding_dense_backward``) and sums them out of place
+    (``add``); ``AccumulateGrad::accumulateGrad`` (``torch/csrc/autograd/functions/
+    accumulate_grad.h``) then *steals* the sum when no ``.grad`` exists, or adds it in place
+    (``variable_grad += new_grad``) when one does. So the embedding backward holds
+    mm + dense + sum = 2 V h more than the stored gradients without a ``.grad`` (the sum
+    becomes it), and 3 V h more with one (measured, MemTracker on meta, torch 2.13:
+    llama-3.2-1b L1 fp32 accum 4: ``mm``, ``embedding_dense_backward`` and two ``add
+    [128256, 2048]`` live with the stored ``.grad``; notes 22-23 of notes/accuracy.md). Untied
+    weights with a stored ``.grad``: each new weight gradient (LM-head ``mm``, the embedding's
+    dense gradient) is a temporary of its own size before the in-place add.
+    """
+    if spec.task != "train" or arch.head not in ("lm", "mlm"):
+        return HeadGradTemps(0, 0, 0)
+    prec = precision(spec)
+    shard = (spec.tp * spec.pp) * (spec.dp if spec.zero >= 2 else 1)
+    vh = arch.vocab_size * arch.hidden_size * prec.grad / shard
+    if arch.tie_word_embeddings:
+        return HeadGradTemps(pending=int(vh), head_new=0, embedding=int((3 if spec.grads_persist else 2) * vh))
+    if spec.grads_persist:
+        return HeadGradTemps(pending=0, head_new=int(vh), embedding=int(vh))
+    return HeadGradTemps(0, 0, 0)
+
+
 class _Walk:
     """Running live bytes through a sequence of allocations and frees; keeps the maximum
     and how much of it was weight gradients."""

@@ -135,9 +135,9 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     full_training = spec.task == "train"
     shard_g = (spec.tp * spec.pp) * (spec.dp if spec.zero >= 2 else 1)
     head_w = arch.vocab_size * h * prec.grad / shard_g if full_training and arch.head in ("lm", "mlm") else 0
-    # tied embeddings: the embedding backward makes a dense V x h gradient and AccumulateGrad
-    # adds it out of place (grad + new), so two more V x h tensors live for a moment
-    tied_extra = 2 * head_w if arch.tie_word_embeddings and full_training and arch.head in ("lm", "mlm") else 0
+    # (V, h) gradient temporaries: a tied head's pending contribution, the embedding backward's
+    # dense gradient and sum, an untied head's new gradient when a .grad exists
+    HT = C.head_gradient_temporaries(arch, spec)
     # by the log-softmax backward, nll_loss's backward has run: its saved labels are freed and
     # the incoming gradient (a scalar) exists
     labels_freed = 8 * b * s - 4 if arch.kind == "decoder" and not arch.coarse else 0
@@ -145,17 +145,17 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     grad_hidden = b * s * h * e
     fixed = A - per_saved * arch.num_layers
     persist = spec.grads_persist
-    if persist:
-        # gradients already allocated: backward accumulates in place (one V x h temporary
-        # for a tied embedding instead of two)
-        tied_extra //= 2
-
-    def grads(partial: float) -> float:
-        return G if persist else partial
 
     # a tied LM head's (V, h) gradient is a backward temporary until the embedding backward
-    # adds its part and AccumulateGrad stores the sum: report it with the activations
-    tied_temp = head_w if arch.tie_word_embeddings and not persist else 0
+    # adds its part and AccumulateGrad stores the sum: report it with the activations (and,
+    # without stored gradients, take it out of the partial gradient sums below)
+    tied_temp = HT.pending
+    tied_sub = 0 if persist else tied_temp
+
+    stored = G if persist else 0  # gradients that exist before backward starts
+
+    def grads(partial: float) -> float:
+        return G if persist else partial - tied_sub
 
     # the training loop keeps the model output: its logits (b x s x V, compute dtype; the loss
     # upcasts a copy) outlive the loss through backward and the optimizer step
@@ -163,42 +163,43 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
 
     moments: list[tuple[str, str, dict[str, int]]] = []
     moments.append(("forward", "end of forward", _moment(
-        parameters=P, optimizer_states=O, gradients=grads(0), activations=A + amp_casts,
+        parameters=P, optimizer_states=O, gradients=stored, activations=A + amp_casts,
         logits_and_loss=LL.forward_peak)))
     if spec.grad_ckpt == "full":
         # a checkpointed layer runs forward without saving: its working set is transient, as
         # in a no-grad forward (minus the residual tensors, which are the saved layer inputs)
         work = C.inference_working_bytes(arch, spec, b, s) - 3 * b * s * h * e
         moments.append(("forward", "checkpointed layer forward", _moment(
-            parameters=P, optimizer_states=O, gradients=grads(0), activations=A + amp_casts + work)))
+            parameters=P, optimizer_states=O, gradients=stored, activations=A + amp_casts + work)))
     moments.append(("backward", "log-softmax backward", _moment(
-        parameters=P, optimizer_states=O, gradients=grads(0), activations=A + amp_casts - labels_freed,
+        parameters=P, optimizer_states=O, gradients=stored, activations=A + amp_casts - labels_freed,
         logits_and_loss=LL.backward_peak + kept)))
     moments.append(("backward", "LM head backward", _moment(
-        parameters=P, optimizer_states=O, gradients=grads(head_w) - tied_temp,
-        activations=A + amp_casts + grad_hidden + tied_temp, logits_and_loss=LL.head_grad + kept)))
+        parameters=P, optimizer_states=O, gradients=grads(head_w),
+        activations=A + amp_casts + grad_hidden + tied_temp + HT.head_new,
+        logits_and_loss=LL.head_grad + kept)))
     final = C.final_saved_bytes(arch, spec, b, s)
     # final norm backward: its fp32 (RMSNorm) or compute-dtype temporaries while the whole
     # forward's activations are still saved and the LM-head gradient exists
     norm_tmp = 4 * b * s * h * 4 if arch.norm == "rmsnorm" else 2 * b * s * h * e
     head_input = b * s * h * e if arch.kind == "decoder" and full_training else 0
     moments.append(("backward", "final norm backward", _moment(
-        parameters=P, optimizer_states=O, gradients=grads(head_w) - tied_temp,
+        parameters=P, optimizer_states=O, gradients=grads(head_w),
         activations=A - head_input - labels_freed + amp_casts + grad_hidden + norm_tmp + tied_temp,
         logits_and_loss=kept)))
     moments.append(("backward", "last layer backward", _moment(
-        parameters=P, optimizer_states=O, gradients=grads(head_w) - tied_temp + (0 if persist else X_grads),
+        parameters=P, optimizer_states=O, gradients=grads(head_w) + (0 if persist else X_grads),
         activations=A - final - labels_freed + amp_casts + grad_hidden + X - X_grads + recompute + tied_temp,
         logits_and_loss=kept)))
     layer_g = (G - emb_g - head_w * (not arch.tie_word_embeddings)) / max(1, arch.num_layers)
     # a tied embedding already holds the LM head's gradient
     emb_pending = emb_g - (head_w if arch.tie_word_embeddings else 0)
     moments.append(("backward", "first layer backward", _moment(
-        parameters=P, optimizer_states=O, gradients=grads(G - emb_pending - layer_g + X_grads) - tied_temp,
+        parameters=P, optimizer_states=O, gradients=grads(G - emb_pending - layer_g + X_grads),
         activations=fixed - final - labels_freed + per_saved + grad_hidden + X - X_grads + recompute + tied_temp
         + amp_casts / max(1, arch.num_layers), logits_and_loss=kept)))
     moments.append(("backward", "embedding backward", _moment(
-        parameters=P, optimizer_states=O, gradients=G, activations=ids + tied_extra, logits_and_loss=kept)))
+        parameters=P, optimizer_states=O, gradients=G, activations=ids + HT.embedding, logits_and_loss=kept)))
     moments.append(("optimizer_step", "optimizer step", _moment(
         parameters=P, optimizer_states=O, gradients=G, optimizer_intermediates=T, activations=ids,
         logits_and_loss=kept)))
