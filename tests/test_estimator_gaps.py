@@ -74,3 +74,66 @@ def test_untied_head_with_stored_grads_peaks_at_lm_head_backward():
     assert est.peak_phase == case["measured"]["peak_phase"] == "backward"
     assert any("LM head backward" in a for a in est.assumptions)
     assert head_gradient_temporaries(arch, _spec(case["spec"])).head_new == arch.vocab_size * arch.hidden_size * 2
+
+
+# -- note 19: CPU autocast (torch AMP) in GPT-2 / BERT layers ----------------------------------
+
+
+def _tiny(model_type: str, **overrides):
+    from gpumem_tui.estimator.architecture import architecture_from_config
+
+    if model_type == "gpt2":
+        config = {"model_type": "gpt2", "vocab_size": 512, "n_positions": 512, "n_embd": 64, "n_layer": 2,
+                  "n_head": 2, "attn_pdrop": 0.1, "resid_pdrop": 0.1, "embd_pdrop": 0.1}
+    else:
+        config = {"model_type": "bert", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 160,
+                  "num_hidden_layers": 2, "num_attention_heads": 2, "max_position_embeddings": 512,
+                  "type_vocab_size": 2, "attention_probs_dropout_prob": 0.1, "hidden_dropout_prob": 0.1}
+    config.update(overrides)
+    return config, architecture_from_config(config, name=f"tiny-{model_type}")
+
+
+def test_cpu_autocast_math_path_attention_is_fp32_like_plain_16_bit():
+    """Under CPU autocast the SDPA math path still upcasts the 16-bit q/k/v: softmax, dropout
+    noise and product are fp32, as on the plain-bf16 math path (and unlike eager BERT)."""
+    from gpumem_tui.estimator.components import layer_activations
+
+    _, arch = _tiny("bert")
+    amp = TrainingSpec(batch=1, seq=256, dtype="bf16", mixed_precision=True, attention="sdpa", device="cpu")
+    plain = TrainingSpec(batch=1, seq=256, dtype="bf16", attention="sdpa", device="cpu")
+    sq = arch.num_heads * 256 * 256
+    assert layer_activations(arch, amp, 1, 256).quadratic == layer_activations(arch, plain, 1, 256).quadratic
+    assert layer_activations(arch, amp, 1, 256).quadratic == 3 * sq * 4
+
+
+def test_eager_softmax_dtype_under_autocast_depends_on_device_and_mask():
+    """CPU autocast leaves softmax in 16 bits (BERT without a padding mask) unless an fp32 mask
+    promotes the scores (GPT-2's causal mask); CUDA autocast runs softmax in fp32."""
+    from gpumem_tui.estimator.components import layer_activations
+
+    _, bert = _tiny("bert")
+    _, gpt2 = _tiny("gpt2")
+    cpu = TrainingSpec(batch=1, seq=256, dtype="bf16", mixed_precision=True, attention="eager", device="cpu")
+    cuda = TrainingSpec(batch=1, seq=256, dtype="bf16", mixed_precision=True, attention="eager", device="cuda")
+    sq = bert.num_heads * 256 * 256
+    assert layer_activations(bert, cpu, 1, 256).quadratic == 3 * sq * 2  # softmax, noise, product: bf16
+    assert layer_activations(gpt2, cpu, 1, 256).quadratic == sq * (4 + 2 + 2)  # fp32 softmax, bf16 noise/product
+    assert layer_activations(bert, cuda, 1, 256).quadratic > layer_activations(bert, cpu, 1, 256).quadratic
+
+
+@pytest.mark.parametrize("model_type, attention", [("bert", "sdpa"), ("gpt2", "eager")])
+def test_cpu_autocast_estimate_matches_live_measurement(tmp_path, model_type, attention):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from gpumem_tui.measure.cli import request_from_spec
+    from gpumem_tui.measure.runner import run
+
+    config, _ = _tiny(model_type)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config), encoding="utf-8")
+    arch = load_architecture(str(path))
+    spec = TrainingSpec(batch=2, seq=160, dtype="bf16", mixed_precision=True, attention=attention,
+                        optimizer="adamw", device="cpu")
+    measured = run(request_from_spec(arch, spec, on="cpu")).to_json()["peak_bytes"]
+    predicted = estimate(arch, spec).peak_bytes
+    assert abs(predicted - measured) <= 0.01 * measured, (predicted, measured)

@@ -198,9 +198,23 @@ def _adafactor_state_elements(arch: ModelArchitecture, spec: TrainingSpec) -> in
             per_layer += lin.d_out * lin.count
     norm_1d = (2 if arch.norm == "layernorm" else 1) * h
     per_layer += arch.norms_per_layer * norm_1d
+    if arch.model_type == "bert":
+        elems += 2 * h  # embeddings LayerNorm
     head = arch.param_breakdown()["head"]
-    head_elems = 0 if head == 0 else (V + h if arch.head == "lm" else head)
-    return elems + arch.num_layers * per_layer + norm_1d + head_elems
+    if head == 0:
+        head_elems = 0
+    elif arch.head == "lm":
+        head_elems = V + h
+    elif arch.head == "mlm":
+        # transform dense (factored) + bias, LayerNorm, decoder bias (+ an untied decoder weight)
+        head_elems = 2 * h + h + 2 * h + V + (0 if arch.tie_word_embeddings else V + h)
+    elif arch.head == "classification":
+        nl = max(1, arch.num_labels)
+        head_elems = (2 * h + h) + (nl + h + nl)  # pooler dense + bias, classifier + bias
+    else:
+        head_elems = 2 * h + h  # BERT's pooler
+    final = norm_1d if arch.model_type != "bert" else 0
+    return elems + arch.num_layers * per_layer + final + head_elems
 
 
 def optimizer_state_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
@@ -366,8 +380,25 @@ def _attention_elem(arch: ModelArchitecture, spec: TrainingSpec, e: int) -> int:
     transformers/attention.cpp``) upcasts half / bfloat16 q, k, v to fp32 (unless
     ``torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)``), so the scaled q, k, the
     fp32 v, the scores, softmax, dropout noise and product are fp32, and only the output is
-    cast back (measured with a TorchDispatchMode, torch 2.13 CPU)."""
-    return 4 if _sdpa_math(arch, spec) and not precision(spec).amp else e
+    cast back (measured with a TorchDispatchMode, torch 2.13 CPU). Under CPU autocast the same
+    holds: the Linear outputs q, k, v are 16-bit, and the math path upcasts them (measured,
+    MemTracker: BERT and GPT-2 with ``torch.autocast("cpu")`` save fp32 q/k/v clones and fp32
+    softmax / dropout noise / product; notes/accuracy.md note 19)."""
+    return 4 if _sdpa_math(arch, spec) else e
+
+
+def _amp_softmax_fp32(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
+    """Whether eager attention's softmax runs in fp32 under autocast (GPT-2 / BERT layers).
+
+    On CUDA ``softmax`` is on autocast's fp32 list (PyTorch "Automatic Mixed Precision
+    package", CUDA ops that autocast to float32); on the CPU it is not, so the probabilities
+    stay in the 16-bit dtype of the scores -- unless the scores meet an fp32 float mask:
+    GPT-2's causal mask is built in the dtype of the (fp32) embedding output, and ``scores +
+    mask`` promotes to fp32 (transformers ``GPT2Attention`` eager path; measured, MemTracker,
+    torch 2.13 CPU autocast bf16: GPT-2 ``_softmax`` fp32, BERT without a padding mask
+    ``_softmax`` bf16).
+    """
+    return precision(spec).amp and (spec.device == "cuda" or arch.model_type in ("gpt2", "gpt_bigcode"))
 
 
 def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> LayerActivations:
@@ -458,7 +489,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         if arch.fused_qkv and not arch.learned_positions:
             par += bs * (q + kv) * e  # rotary q, k are new tensors; v still pins the fused output
         par += bs * q * e + b * a * s * 4  # output (also the o-projection input) + log-sum-exp
-    elif _sdpa_math(arch, spec) and not prec.amp:
+    elif _sdpa_math(arch, spec):
         # CPU SDPA math path (training with attention dropout): scaled q and k^T, v (fp32 for
         # 16-bit inputs), the softmax output, the dropout noise and its product; only the
         # output is cast back to the compute dtype (see _sdpa_math, _attention_elem)
@@ -476,12 +507,15 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
             par += 3 * bs * q * e
         else:
             par += 3 * bs * q * e  # q, repeat_kv(k), repeat_kv(v) at a heads
-        if arch.model_type in ("gpt2", "gpt_bigcode", "bert") and prec.amp:
-            # autocast runs softmax (and so the dropout after it) in fp32, then casts the
-            # probabilities to 16 bits for the matmul (PyTorch AMP op reference)
+        amp32 = arch.model_type in ("gpt2", "gpt_bigcode", "bert") and _amp_softmax_fp32(arch, spec)
+        if amp32:
+            # fp32 softmax output (saved by its backward) and a 16-bit copy for the matmul.
+            # GPT-2 casts right after the softmax (``attn_weights.type(value.dtype)``), so its
+            # dropout keeps a mask and a 16-bit product; BERT's dropout runs on the fp32
+            # probabilities and the matmul's autocast makes the 16-bit copy
             quad += b * a * s * s * (4 + e)
             if p_attn:
-                quad += b * a * s * s * (mask_b + 4)
+                quad += b * a * s * s * (mask_b + (4 if arch.model_type == "bert" else 0))
         elif arch.model_type in ("gpt2", "gpt_bigcode", "bert"):
             quad += b * a * s * s * e  # softmax output
         else:
@@ -490,7 +524,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
                 quad += b * a * s * s * e  # cast back to the compute dtype
             if arch.attn_logit_softcapping:
                 quad += b * a * s * s * e  # tanh output of the soft-capping
-        if p_attn and not (prec.amp and arch.model_type in ("gpt2", "gpt_bigcode", "bert")):
+        if p_attn and not amp32:
             quad += b * a * s * s * (mask_b + e)
         if linear_saves_input("o"):
             par += bs * q * e
@@ -522,7 +556,14 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         # per layer over pure 16-bit (MemTracker, llama, CPU autocast bf16)
         rep += 8 * bs * h
     elif prec.amp:
-        rep += 2 * 2 * bs * h  # LayerNorm runs in fp32 under autocast: fp32 inputs (2 per layer)
+        # the residual stream is fp32 under autocast (fp32 embeddings; ``add`` promotes a
+        # 16-bit sub-block output with the fp32 residual), so both LayerNorm inputs are fp32
+        rep += 2 * (4 - e) * bs * h
+        if arch.model_type == "bert":
+            # separate query / key / value Linears each save their own 16-bit cast of the fp32
+            # input: autocast caches casts of leaf weights only (``cached_cast``,
+            # aten/src/ATen/autocast_mode.h); measured, MemTracker, CPU autocast: 3 casts
+            rep += 2 * bs * h * e
     return LayerActivations(replicated=int(rep), parallel=int(par), quadratic=int(quad))
 
 
@@ -546,10 +587,14 @@ def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, 
         out += 2 * s * 8 + e  # position / token-type id slices, loss in compute dtype
     if arch.learned_positions and arch.model_type != "bert":
         out += s * 8  # position ids
+    # under autocast the embeddings (fp32 weights, no autocast op) and the residual stream
+    # they start stay fp32: the embedding dropout and the LayerNorms around it see fp32 inputs
+    res = 4 if prec.amp else e
+    emb_mask = _dropout_mask_bytes(spec, res)
     if arch.model_type == "bert":
-        out += bs * h * e + 2 * bs * 4  # embedding LayerNorm input + stats
+        out += bs * h * res + 2 * bs * 4  # embedding LayerNorm input + stats
         if arch.embedding_dropout > 0:
-            out += bs * h * mask_b
+            out += bs * h * emb_mask
         if arch.head == "mlm":
             # transform: dense input (last layer output), GELU input, LayerNorm input + stats,
             # decoder input
@@ -558,9 +603,9 @@ def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, 
             out += 2 * b * h * e + b * h * mask_b
         return int(out)
     if arch.embedding_dropout > 0:
-        out += bs * h * mask_b
+        out += bs * h * emb_mask
     if arch.norm == "layernorm":
-        out += 2 * bs * h * e + 2 * bs * 4  # final LayerNorm input + stats, LM-head input
+        out += bs * h * (res + e) + 2 * bs * 4  # final LayerNorm input + stats, LM-head input
     elif arch.model_type == "gemma2":
         out += 2 * bs * h * 4 + bs * 4 + h * 4 + bs * h * e + e  # + embedding scale factor
     else:
@@ -641,8 +686,11 @@ def logits_loss_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     if arch.head in ("classification", "none"):
         small = b * max(1, arch.num_labels) * 4
         return LogitsLoss(saved=small, forward_peak=2 * small, backward_peak=3 * small, head_grad=small)
-    if arch.kind == "encoder":
+    if arch.kind == "encoder" and not precision(spec).amp:
         return LogitsLoss(saved=n * e, forward_peak=2 * n * e, backward_peak=3 * n * e, head_grad=n * e)
+    # causal LMs, and BERT's MLM loss under autocast (``cross_entropy`` is on autocast's fp32
+    # list): fp32 copy of the logits, fp32 log-probabilities (measured, MemTracker, CPU
+    # autocast BERT: ``_log_softmax [b s, V] f32`` + two fp32 gradients at the backward peak)
     lp = 4 * n
     saved = lp
     fwd = lp + n * e + (4 * n if e != 4 else 0)
@@ -845,7 +893,7 @@ def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
         extra = bs * q * 4 if e != 4 else 0  # fp32 accumulators of the CPU/CUDA flash backward
         w.alloc(bs * (q + 2 * kv) * e + extra)
         w.free(extra + bs * q * e)
-    elif _sdpa_math(arch, spec) and not prec.amp:
+    elif _sdpa_math(arch, spec):
         # CPU SDPA math path, autograd order (TorchDispatchMode trace, torch 2.13 CPU):
         # cast of the output gradient to fp32 (16-bit inputs), bmm backward, dropout, softmax,
         # bmm backward, unscaling, casts of the q/k/v gradients back; tensors at ``a`` heads

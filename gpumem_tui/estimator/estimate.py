@@ -130,7 +130,8 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     # weight casts held by autocast from forward to backward (torch AMP only)
     amp_casts = 0
     if prec.amp:  # 16-bit copies of every Linear weight (incl. the LM head), cached by autocast
-        head_lin = arch.vocab_size * h if arch.head == "lm" else 0
+        # LM head; BERT's MLM head: transform dense + decoder
+        head_lin = arch.vocab_size * h if arch.head == "lm" else (arch.vocab_size + h) * h if arch.head == "mlm" else 0
         amp_casts = (arch.linear_weight_params + head_lin) * e / (spec.tp * spec.pp)
     full_training = spec.task == "train"
     shard_g = (spec.tp * spec.pp) * (spec.dp if spec.zero >= 2 else 1)
