@@ -1018,6 +1018,10 @@ def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int,
     h, f = arch.hidden_size, arch.intermediate_size
     q, kv = arch.q_dim, arch.kv_dim
     base = 3 * bs * h * e + (s * h * e if arch.learned_positions and arch.kind == "decoder" else 0)
+    if arch.num_layers == 1 and arch.kind == "decoder" and not arch.learned_positions and arch.model_type != "gemma2":
+        # the only layer's input is the embedding output itself (Llama-style models pass
+        # ``inputs_embeds`` on unchanged; GPT-2 adds positions and Gemma 2 scales: new tensors)
+        base -= bs * h * e
     fused = _fused_sdpa(arch, spec)
     sq = b * arch.num_heads * s * s
     if fused:
@@ -1028,6 +1032,11 @@ def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int,
         if arch.norm == "rmsnorm":
             rep = 2 * bs * q * e if arch.num_kv_heads != arch.num_heads else 0
             attn = bs * q * e + rep + bs * kv * e + sq * (e + 4 + (4 if e != 4 else 0))
+            if arch.fused_qkv:
+                # Phi-3's fused ``qkv_proj`` output stays bound (``qkv``) through the attention,
+                # q/k/v being slices of it (transformers ``Phi3Attention.forward``; measured,
+                # MemTracker prefill: ``mm [b s, q + 2 kv]`` next to the rotated q)
+                attn += bs * (q + kv) * e
         else:
             attn = bs * (q + 2 * kv) * e + 2 * sq * e
     # MoE: transformers runs the experts one after another, each on its share of the tokens
@@ -1038,8 +1047,22 @@ def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int,
     # post-attention residual are both alive: one more bsh e than during attention
     # gelu_new (GPT-2) runs its tanh formula op by op: the Linear output, 0.5 x and two
     # intermediates are alive at once (4 bsf; measured, CPU SDPA prefill)
-    n_mlp = 3 if arch.gated_mlp else (4 if arch.activation == "gelu_new" else 2)
+    # a fused gate_up projection (Phi-3) keeps its whole 2 bsf output (gate and up are chunks
+    # of it) next to act(gate) and the product: 4 bsf (``Phi3MLP.forward``; note 18)
+    n_mlp = (4 if arch.fused_gate_up else 3) if arch.gated_mlp else (4 if arch.activation == "gelu_new" else 2)
     mlp = n_mlp * bs * f * e * mult + bs * h * e * spec.tp + moe_acc
+    if arch.model_type in ("gpt2", "gpt_bigcode"):
+        # GPT2Block keeps the attention output bound (``attn_output``) next to the residual sum
+        # while its MLP runs (transformers ``GPT2Block.forward``; measured, MemTracker prefill:
+        # ``addmm [b s, h]`` of c_proj alive at the MLP peak, note 17)
+        mlp += bs * h * e
+    if not fused and arch.kind == "decoder":
+        # eager attention returns its probabilities (compute dtype: the fp32 softmax output for
+        # fp32, else its cast) and the decoder layer binds them to ``_`` until it returns
+        # (transformers ``LlamaDecoderLayer.forward``: ``hidden_states, _ = self.self_attn(...)``;
+        # ``GPT2Block.forward``: ``attn_output, _ = self.attn(...)``), so they are alive
+        # through the MLP of the same layer (measured, MemTracker prefill, notes 14 and 18)
+        mlp += sq * e
     return int(base + mask + max(attn, mlp) / spec.tp)
 
 
