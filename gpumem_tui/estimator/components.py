@@ -473,7 +473,10 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         for i in range(norms):
             feeds_linear = i in (0, 1) if not gemma else i in (0, 2)
             if gemma:
-                rep += 2 * bs * h * 4 + bs * 4 + h * 4
+                # fp32 input (or its upcast), rsqrt, fp32 ``1 + w``; the fp32 normalized product
+                # only when the weight is trained (``x * (1 + w)``'s backward for w needs x;
+                # measured, LoRA with frozen norms: one bsh x 4 per norm, note 15)
+                rep += (1 if lora else 2) * bs * h * 4 + bs * 4 + h * 4
             else:
                 rep += bs * h * 4 + bs * 4
                 if not lora:
@@ -607,7 +610,10 @@ def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, 
     if arch.norm == "layernorm":
         out += bs * h * (res + e) + 2 * bs * 4  # final LayerNorm input + stats, LM-head input
     elif arch.model_type == "gemma2":
-        out += 2 * bs * h * 4 + bs * 4 + h * 4 + bs * h * e + e  # + embedding scale factor
+        # final (1 + w) RMSNorm (no fp32 normalized product when frozen), LM-head input, the
+        # embedding scale factor
+        lora = spec.task in ("lora", "qlora")
+        out += (1 if lora else 2) * bs * h * 4 + bs * 4 + h * 4 + bs * h * e + e
     else:
         out += bs * h * 4 + bs * 4 + 2 * bs * h * e
     if arch.learned_positions == 0:
@@ -626,7 +632,8 @@ def _frozen_savings(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int)
     bs, h = b * s, arch.hidden_size
     saved = bs * h * e + bs * 8  # LM-head input, ids
     if arch.norm == "rmsnorm":
-        saved += bs * h * e  # final norm's normalized copy (weight frozen)
+        if arch.model_type != "gemma2":  # (Gemma 2's frozen final norm is counted without it)
+            saved += bs * h * e  # final norm's normalized copy (weight frozen)
         saved += bs * h * 4 + bs * 4  # layer 0 input norm
     else:
         saved += bs * h * e + 2 * bs * 4  # layer 0 LayerNorm input + stats
@@ -650,7 +657,7 @@ def final_saved_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     if arch.norm == "layernorm":
         return bs * h * e + 2 * bs * 4 + (0 if lora else bs * h * e)
     if arch.model_type == "gemma2":
-        return 2 * bs * h * 4 + bs * 4 + h * 4 + (0 if lora else bs * h * e)
+        return (1 if lora else 2) * bs * h * 4 + bs * 4 + h * 4 + (0 if lora else bs * h * e)
     return bs * h * 4 + bs * 4 + (0 if lora else 2 * bs * h * e)
 
 
@@ -827,7 +834,8 @@ def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
 
     mb = _dropout_mask_bytes(spec, e)
     p_hid = arch.hidden_dropout > 0 and spec.task != "inference"
-    gemma_norm = 2 * bs * h * 4 + bs * 4  # a Gemma-2 RMSNorm keeps x and x*rsqrt in fp32
+    # a Gemma-2 RMSNorm keeps x and (trained weight only) x*rsqrt in fp32
+    gemma_norm = (1 if lora else 2) * bs * h * 4 + bs * 4
     if arch.norms_per_layer == 4:  # Gemma 2: post-feedforward norm runs backward first
         w.alloc(4 * bs * h * 4)
         w.free(4 * bs * h * 4 + gemma_norm)
