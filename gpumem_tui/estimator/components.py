@@ -470,6 +470,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     else:
         gemma = arch.model_type == "gemma2"
         norms = arch.norms_per_layer
+        amp_rms = prec.amp and not gemma
         for i in range(norms):
             feeds_linear = i in (0, 1) if not gemma else i in (0, 2)
             if gemma:
@@ -478,13 +479,23 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
                 # measured, LoRA with frozen norms: one bsh x 4 per norm, note 15)
                 rep += (1 if lora else 2) * bs * h * 4 + bs * 4 + h * 4
             else:
+                # fp32 input (the upcast copy; under autocast the fp32 residual itself), rsqrt
                 rep += bs * h * 4 + bs * 4
                 if not lora:
-                    rep += bs * h * e  # normalized, saved by the (trainable) weight multiply
+                    # normalized, saved by the (trainable) weight multiply: in the compute
+                    # dtype, or fp32 under autocast (``input_dtype`` is the fp32 residual's)
+                    rep += bs * h * (4 if amp_rms else e)
             if feeds_linear:
                 roles = (("qkv",) if arch.fused_qkv else ("q", "k", "v")) if i == 0 else (
                     ("gate_up",) if arch.fused_gate_up else ("gate", "up"))
-                if any(linear_saves_input(role) for role in roles):
+                saving = sum(1 for role in roles if linear_saves_input(role))
+                if prec.amp:
+                    # under autocast the fp32 norm output is cast to 16 bits by every Linear
+                    # that reads it, and each saves its own cast (autocast caches only leaf
+                    # weight casts: ``cached_cast``, aten/src/ATen/autocast_mode.h); measured,
+                    # MemTracker, llama CPU autocast: 5 ``_to_copy [b, s, h]`` per layer
+                    rep += saving * bs * h * e
+                elif saving:
                     rep += bs * h * e
     # attention core
     if fused:
@@ -553,12 +564,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     for role in ("q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up"):
         par += lora_extra(role) * (arch.num_experts or 1 if role in ("gate", "up", "down", "gate_up") else 1)
     par += quad
-    if prec.amp and arch.norm == "rmsnorm":
-        # torch.autocast keeps the residual stream, RMSNorm products and the norm outputs in
-        # fp32 and saves 16-bit casts of the Linear inputs: measured +8 bytes per bsh element
-        # per layer over pure 16-bit (MemTracker, llama, CPU autocast bf16)
-        rep += 8 * bs * h
-    elif prec.amp:
+    if prec.amp and arch.norm == "layernorm":
         # the residual stream is fp32 under autocast (fp32 embeddings; ``add`` promotes a
         # 16-bit sub-block output with the fp32 residual), so both LayerNorm inputs are fp32
         rep += 2 * (4 - e) * bs * h
@@ -615,7 +621,9 @@ def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, 
         lora = spec.task in ("lora", "qlora")
         out += (1 if lora else 2) * bs * h * 4 + bs * 4 + h * 4 + bs * h * e + e
     else:
-        out += bs * h * 4 + bs * 4 + 2 * bs * h * e
+        # final RMSNorm input (fp32 upcast / fp32 residual), rsqrt, normalized (fp32 under
+        # autocast), LM-head input (its 16-bit cast under autocast)
+        out += bs * h * 4 + bs * 4 + bs * h * (res + e)
     if arch.learned_positions == 0:
         out += 2 * s * arch.head_dim * e  # rotary cos and sin
     if spec.task in ("lora", "qlora"):
@@ -633,7 +641,7 @@ def _frozen_savings(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int)
     saved = bs * h * e + bs * 8  # LM-head input, ids
     if arch.norm == "rmsnorm":
         if arch.model_type != "gemma2":  # (Gemma 2's frozen final norm is counted without it)
-            saved += bs * h * e  # final norm's normalized copy (weight frozen)
+            saved += bs * h * (4 if precision(spec).amp else e)  # final norm's normalized copy (weight frozen)
         saved += bs * h * 4 + bs * 4  # layer 0 input norm
     else:
         saved += bs * h * e + 2 * bs * 4  # layer 0 LayerNorm input + stats
@@ -658,7 +666,8 @@ def final_saved_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         return bs * h * e + 2 * bs * 4 + (0 if lora else bs * h * e)
     if arch.model_type == "gemma2":
         return (1 if lora else 2) * bs * h * 4 + bs * 4 + h * 4 + (0 if lora else bs * h * e)
-    return bs * h * 4 + bs * 4 + (0 if lora else 2 * bs * h * e)
+    res = 4 if precision(spec).amp else e
+    return bs * h * 4 + bs * 4 + (0 if lora else bs * h * (res + e))
 
 
 @dataclass(frozen=True, slots=True)
@@ -960,6 +969,30 @@ def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
     return LayerBackward(total=int(w.peak), grads=int(w.peak_grads))
 
 
+def checkpoint_input_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
+    """What a fully checkpointed layer keeps (bytes): its input hidden state ``b s h``, in the
+    compute dtype, or fp32 under autocast (the residual stream stays fp32: fp32 embeddings and
+    type-promoting residual adds; measured, MemTracker, CPU autocast Gemma 2 with
+    checkpointing: fp32 ``add [b, s, h]`` per layer). HF gradient checkpointing wraps whole
+    layers (``torch.utils.checkpoint``, non-reentrant; Chen et al. 2016, arXiv 1604.06174)."""
+    e = precision(spec).compute
+    return b * s * arch.hidden_size * (4 if precision(spec).amp else e)
+
+
+def checkpoint_mask_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
+    """Float attention masks kept as inputs of the checkpointed layers until backward (bytes).
+
+    transformers builds a ``(b, 1, s, s)`` float mask for eager attention only
+    (``masking_utils``; SDPA without padding gets ``is_causal`` and no mask), in the dtype of
+    the embedding output -- fp32 under autocast (measured, MemTracker, CPU: ``where [b, 1, s,
+    s]`` f32 under autocast, none with SDPA; Gemma 2, which has no SDPA path, keeps one with
+    s below its sliding window)."""
+    if arch.kind != "decoder" or not (spec.attention == "eager" or arch.model_type == "gemma2"):
+        return 0
+    e = 4 if precision(spec).amp else precision(spec).compute
+    return b * s * s * e
+
+
 def activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
     """All saved activations at the end of the forward (bytes), excluding logits/loss.
 
@@ -977,11 +1010,8 @@ def activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int
         per -= layer.quadratic
     extra = 0
     if spec.grad_ckpt == "full":
-        e = precision(spec).compute
-        per = b * s * arch.hidden_size * e
-        if arch.kind == "decoder" and not _fused_sdpa(arch, spec):
-            # the (b, 1, s, s) float causal mask is an input of every checkpointed layer
-            extra = b * s * s * e
+        per = checkpoint_input_bytes(arch, spec, b, s)
+        extra = checkpoint_mask_bytes(arch, spec, b, s)
     per = per / spec.tp
     return int(per * arch.num_layers + extra + fixed_activation_bytes(arch, spec, b, s))
 

@@ -124,7 +124,7 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     if spec.grad_ckpt == "full":
         recompute = per_layer  # one layer re-run in backward
 
-        per_saved = b * s * h * e / spec.tp
+        per_saved = C.checkpoint_input_bytes(arch, spec, b, s) / spec.tp
     else:
         per_saved = per_layer
     # weight casts held by autocast from forward to backward (torch AMP only)
