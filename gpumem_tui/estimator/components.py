@@ -830,8 +830,17 @@ def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
     mult = arch.experts_per_token / arch.num_experts if arch.num_experts else 1
     n_exp = max(1, arch.num_experts)
 
+    persist = spec.grads_persist
+
     def wgrad(d_in: int, d_out: int, count: int = 1) -> None:
-        w.alloc(0 if lora else d_in * d_out * g * count, grad=True)
+        n = 0 if lora else d_in * d_out * g * count
+        if persist:
+            # a .grad already exists: the new gradient is a temporary that AccumulateGrad adds
+            # in place and frees (torch/csrc/autograd/functions/accumulate_grad.h)
+            w.alloc(n)
+            w.free(n)
+        else:
+            w.alloc(n, grad=True)
 
     if arch.coarse:
         return LayerBackward(total=int(2 * bs * f * e + 12 * h * h * g), grads=int(12 * h * h * g))
@@ -979,18 +988,36 @@ def checkpoint_input_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, 
     return b * s * arch.hidden_size * (4 if precision(spec).amp else e)
 
 
-def checkpoint_mask_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
+def checkpoint_recompute_shared_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
+    """Bytes of a re-run checkpointed layer's saved set that are its checkpointed input itself
+    (already counted by :func:`checkpoint_input_bytes`). An RMSNorm saves its fp32 input: a
+    new upcast copy of a 16-bit input, but the input tensor itself when that already is fp32
+    (fp32 compute, or the fp32 residual stream under autocast): ``hidden_states.to(
+    torch.float32)`` is a no-op (transformers ``LlamaRMSNorm`` / ``Gemma2RMSNorm``; measured,
+    MemTracker, CPU, Gemma 2 fp32 and autocast with checkpointing: layer backward peaks one
+    ``b s h x 4`` below "checkpoint input + full layer set")."""
+    if arch.norm != "rmsnorm" or arch.coarse:
+        return 0
+    prec = precision(spec)
+    return b * s * arch.hidden_size * 4 if prec.amp or prec.compute == 4 else 0
+
+
+def checkpoint_mask_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int,
+                          first_layer: bool = False) -> int:
     """Float attention masks kept as inputs of the checkpointed layers until backward (bytes).
 
     transformers builds a ``(b, 1, s, s)`` float mask for eager attention only
     (``masking_utils``; SDPA without padding gets ``is_causal`` and no mask), in the dtype of
     the embedding output -- fp32 under autocast (measured, MemTracker, CPU: ``where [b, 1, s,
-    s]`` f32 under autocast, none with SDPA; Gemma 2, which has no SDPA path, keeps one with
-    s below its sliding window)."""
+    s]`` f32 under autocast, none with SDPA). Gemma 2 alternates sliding-window and full
+    layers and builds one mask per kind: both are alive until the last layer of a kind has run
+    backward; ``first_layer`` gives what is left while layer 0 runs backward (measured: two
+    ``where`` at the log-softmax and last-layer backward, one at layer 0)."""
     if arch.kind != "decoder" or not (spec.attention == "eager" or arch.model_type == "gemma2"):
         return 0
     e = 4 if precision(spec).amp else precision(spec).compute
-    return b * s * s * e
+    both = arch.model_type == "gemma2" and 0 < arch.sliding_layers < arch.num_layers and not first_layer
+    return (2 if both else 1) * b * s * s * e
 
 
 def activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:

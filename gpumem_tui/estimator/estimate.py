@@ -121,8 +121,13 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     X, X_grads = XB.total / spec.tp, XB.grads / (spec.tp * spec.pp)
     X += C.dequant_bytes(arch, spec)  # a 4-bit weight dequantized for its backward matmul
     recompute = 0
+    masks_freed = 0
     if spec.grad_ckpt == "full":
-        recompute = per_layer  # one layer re-run in backward
+        # one layer re-run in backward (its input is the checkpointed tensor, counted once)
+        recompute = per_layer - C.checkpoint_recompute_shared_bytes(arch, spec, b, s) / spec.tp
+        # while layer 0 runs backward only its own kind of attention mask is left
+        masks_freed = C.checkpoint_mask_bytes(arch, spec, b, s) - C.checkpoint_mask_bytes(
+            arch, spec, b, s, first_layer=True)
 
         per_saved = C.checkpoint_input_bytes(arch, spec, b, s) / spec.tp
     else:
@@ -133,6 +138,18 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
         # LM head; BERT's MLM head: transform dense + decoder
         head_lin = arch.vocab_size * h if arch.head == "lm" else (arch.vocab_size + h) * h if arch.head == "mlm" else 0
         amp_casts = (arch.linear_weight_params + head_lin) * e / (spec.tp * spec.pp)
+    # in backward (outside the autocast context, whose cast cache is cleared on exit) a cast
+    # lives only while the op that saved it has not run backward; with full checkpointing the
+    # layers saved nothing in forward and each re-run layer casts its weights again
+    # (torch/utils/checkpoint.py recomputes under the forward's autocast state): one layer's
+    # casts at a time (measured, MemTracker, CPU autocast with checkpointing)
+    layer_casts = arch.linear_weight_params * e / (spec.tp * spec.pp) if prec.amp else 0
+    if spec.grad_ckpt == "full":
+        # until the LM head has run backward only its own (saved) cast remains
+        casts_bw_head = amp_casts - layer_casts
+        casts_bw_final, casts_bw_last = 0, layer_casts / max(1, arch.num_layers)
+    else:
+        casts_bw_head = casts_bw_final = casts_bw_last = amp_casts
     full_training = spec.task == "train"
     shard_g = (spec.tp * spec.pp) * (spec.dp if spec.zero >= 2 else 1)
     head_w = arch.vocab_size * h * prec.grad / shard_g if full_training and arch.head in ("lm", "mlm") else 0
@@ -173,11 +190,11 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
         moments.append(("forward", "checkpointed layer forward", _moment(
             parameters=P, optimizer_states=O, gradients=stored, activations=A + amp_casts + work)))
     moments.append(("backward", "log-softmax backward", _moment(
-        parameters=P, optimizer_states=O, gradients=stored, activations=A + amp_casts - labels_freed,
+        parameters=P, optimizer_states=O, gradients=stored, activations=A + casts_bw_head - labels_freed,
         logits_and_loss=LL.backward_peak + kept)))
     moments.append(("backward", "LM head backward", _moment(
         parameters=P, optimizer_states=O, gradients=grads(head_w),
-        activations=A + amp_casts + grad_hidden + tied_temp + HT.head_new,
+        activations=A + casts_bw_head + grad_hidden + tied_temp + HT.head_new,
         logits_and_loss=LL.head_grad + kept)))
     final = C.final_saved_bytes(arch, spec, b, s)
     # final norm backward: its fp32 (RMSNorm) or compute-dtype temporaries while the whole
@@ -186,18 +203,19 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     head_input = b * s * h * e if arch.kind == "decoder" and full_training else 0
     moments.append(("backward", "final norm backward", _moment(
         parameters=P, optimizer_states=O, gradients=grads(head_w),
-        activations=A - head_input - labels_freed + amp_casts + grad_hidden + norm_tmp + tied_temp,
+        activations=A - head_input - labels_freed + casts_bw_final + grad_hidden + norm_tmp + tied_temp,
         logits_and_loss=kept)))
     moments.append(("backward", "last layer backward", _moment(
         parameters=P, optimizer_states=O, gradients=grads(head_w) + (0 if persist else X_grads),
-        activations=A - final - labels_freed + amp_casts + grad_hidden + X - X_grads + recompute + tied_temp,
+        activations=A - final - labels_freed + casts_bw_last + grad_hidden + X - X_grads + recompute + tied_temp,
         logits_and_loss=kept)))
     layer_g = (G - emb_g - head_w * (not arch.tie_word_embeddings)) / max(1, arch.num_layers)
     # a tied embedding already holds the LM head's gradient
     emb_pending = emb_g - (head_w if arch.tie_word_embeddings else 0)
     moments.append(("backward", "first layer backward", _moment(
         parameters=P, optimizer_states=O, gradients=grads(G - emb_pending - layer_g + X_grads),
-        activations=fixed - final - labels_freed + per_saved + grad_hidden + X - X_grads + recompute + tied_temp
+        activations=fixed - final - labels_freed - masks_freed + per_saved + grad_hidden + X - X_grads + recompute
+        + tied_temp
         + amp_casts / max(1, arch.num_layers), logits_and_loss=kept)))
     moments.append(("backward", "embedding backward", _moment(
         parameters=P, optimizer_states=O, gradients=G, activations=ids + HT.embedding, logits_and_loss=kept)))
