@@ -137,3 +137,17 @@ def test_cpu_autocast_estimate_matches_live_measurement(tmp_path, model_type, at
     measured = run(request_from_spec(arch, spec, on="cpu")).to_json()["peak_bytes"]
     predicted = estimate(arch, spec).peak_bytes
     assert abs(predicted - measured) <= 0.01 * measured, (predicted, measured)
+
+
+def test_decoder_sequence_classification_has_no_pooler():
+    """Note 25: ``LlamaForSequenceClassification`` = the bare model + ``score`` (h x labels, no
+    bias); BERT keeps its pooler. Parameter counts equal the measured model's."""
+    data = json.loads((ROOT / "benchmarks" / "data" / "measured_cpu.json").read_text(encoding="utf-8"))
+    cases = [c for c in data["cases"] if c["spec"].get("head") == "classification" or "-cls-" in c["id"]]
+    kinds = set()
+    for case in cases:
+        arch = _arch(case)
+        assert arch.head == "classification"
+        assert arch.total_params == case["measured"]["total_params"], case["id"]
+        kinds.add(arch.kind)
+    assert kinds == {"decoder", "encoder"}

@@ -208,8 +208,13 @@ class ModelArchitecture:
         elif self.head == "mlm":
             # BertOnlyMLMHead: transform dense (h*h + h), LayerNorm (2h), decoder tied + bias V
             head = h * h + h + 2 * h + V + (0 if self.tie_word_embeddings else V * h)
+        elif self.head == "classification" and self.kind == "decoder":
+            # *ForSequenceClassification of decoders (Llama, Mistral, Qwen2, Phi3, Gemma2,
+            # GPT-2): the bare model + ``score = nn.Linear(h, num_labels, bias=False)``, pooled
+            # at the last non-pad token; no pooler (transformers ``LlamaForSequenceClassification``)
+            head = h * self.num_labels
         elif self.head == "classification":
-            head = (h * h + h) + (h * self.num_labels + self.num_labels)  # pooler + classifier
+            head = (h * h + h) + (h * self.num_labels + self.num_labels)  # BERT: pooler + classifier
         elif self.model_type == "bert":
             head = h * h + h  # BertModel's pooler
         else:
@@ -260,7 +265,7 @@ class ModelArchitecture:
         elif self.head == "mlm":
             head = 2 + 2 + 1 + (0 if self.tie_word_embeddings else 1)
         elif self.head == "classification":
-            head = 4
+            head = 1 if self.kind == "decoder" else 4  # score weight; BERT: pooler + classifier
         else:
             head = 2 if self.model_type == "bert" else 0
         return emb + per_layer * self.num_layers + final + head

@@ -208,6 +208,8 @@ def _adafactor_state_elements(arch: ModelArchitecture, spec: TrainingSpec) -> in
     elif arch.head == "mlm":
         # transform dense (factored) + bias, LayerNorm, decoder bias (+ an untied decoder weight)
         head_elems = 2 * h + h + 2 * h + V + (0 if arch.tie_word_embeddings else V + h)
+    elif arch.head == "classification" and arch.kind == "decoder":
+        head_elems = max(1, arch.num_labels) + h  # score Linear, no bias, no pooler
     elif arch.head == "classification":
         nl = max(1, arch.num_labels)
         head_elems = (2 * h + h) + (nl + h + nl)  # pooler dense + bias, classifier + bias
