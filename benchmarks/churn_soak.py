@@ -230,7 +230,7 @@ class _Tracer:
         import tracemalloc
 
         self.tracemalloc = tracemalloc
-        tracemalloc.start(12)
+        tracemalloc.start(4)
         self.first = None
         self.timer = threading.Timer(warmup, self._take_first)
         self.timer.daemon = True
@@ -251,6 +251,7 @@ class _Tracer:
         for stat in stats[:6]:
             frames = [f"{f.filename.rsplit('site-packages/', 1)[-1]}:{f.lineno}" for f in stat.traceback][-4:]
             print(f"  {stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks  " + " <- ".join(reversed(frames)))
+        print("  (RSS growth beyond this is not live Python objects: allocator high-water marks, tracemalloc itself)")
 
 
 def _rss_sampler(samples: list[tuple[float, int]], stop: threading.Event) -> None:
@@ -307,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-app", action="store_true", help="poll in a loop instead of running the dashboard")
     parser.add_argument("--tracemalloc", action="store_true",
                         help="also print the allocation sites that grew most between the warm-up and the end "
-                             "(slows the run down)")
+                             "(slows polling down a lot: fault-recovery timings then fail; use only to hunt leaks)")
     args = parser.parse_args(argv)
     tracer = _Tracer(args.seconds * 0.2) if args.tracemalloc else None
     rate = args.rate or max(2.0, 1200.0 / args.seconds)
