@@ -376,6 +376,13 @@ def _v_pins_fused_qkv(arch: ModelArchitecture, spec: TrainingSpec, b: int) -> bo
     )
 
 
+def _v_pins_fused_qkv_eager(arch: ModelArchitecture, b: int) -> bool:
+    """Phi-3 eager attention at ``b = 1`` without GQA: the saved ``v`` is a view of the fused
+    qkv output (see :func:`layer_activations`), released when the attention's second matmul
+    has run backward."""
+    return b == 1 and arch.fused_qkv and not arch.learned_positions and arch.num_kv_heads == arch.num_heads
+
+
 def _attention_elem(arch: ModelArchitecture, spec: TrainingSpec, e: int) -> int:
     """Element size of the attention core's saved tensors: 4 on the math path for 16-bit
     inputs, else ``e``. ``_scaled_dot_product_attention_math`` (``aten/src/ATen/native/
@@ -523,6 +530,14 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
             par += 3 * bs * q * e
         else:
             par += 3 * bs * q * e  # q, repeat_kv(k), repeat_kv(v) at a heads
+            if _v_pins_fused_qkv_eager(arch, b):
+                # Phi-3 at b = 1: v is a head-split view of the fused qkv output that the batched
+                # matmul can use without a copy (batch and head dims fold into one stride;
+                # repeat_kv is a no-op without GQA), so the saved v pins the whole
+                # ``b s (q + 2 kv)`` output instead of a ``b s kv`` copy (as
+                # :func:`_v_pins_fused_qkv` for GPT-2; measured, MemTracker: phi-3 fp32 b=1
+                # s=2048 LoRA, +2 b s h x 4 per layer)
+                par += bs * (q + kv) * e
         amp32 = arch.model_type in ("gpt2", "gpt_bigcode", "bert") and _amp_softmax_fp32(arch, spec)
         if amp32:
             # fp32 softmax output (saved by its backward) and a 16-bit copy for the matmul.
@@ -948,9 +963,10 @@ def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
     else:
         mb = _dropout_mask_bytes(spec, e)
         p_attn = arch.attention_dropout > 0 and spec.task != "inference"
+        pinned = bs * (q + kv) * e if _v_pins_fused_qkv_eager(arch, b) else 0  # freed with v
         if arch.norm == "rmsnorm" and e != 4:  # fp32 softmax, cast to the compute dtype
             w.alloc(sq * e + bs * q * e)  # grads of the probabilities and of v
-            w.free(sq * e + bs * q * e)  # saved probabilities (cast) and v
+            w.free(sq * e + bs * q * e + pinned)  # saved probabilities (cast) and v
             w.alloc(sq * 4)  # cast backward
             w.free(sq * e)
             w.alloc(sq * 4)  # softmax backward
@@ -959,7 +975,7 @@ def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
             w.free(sq * 4)
         elif arch.norm == "rmsnorm":
             w.alloc(sq * 4 + bs * q * e)
-            w.free(bs * q * e)
+            w.free(bs * q * e + pinned)
             w.alloc(sq * 4)
             w.free(2 * sq * 4)
         else:
