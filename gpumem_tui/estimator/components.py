@@ -1101,6 +1101,11 @@ def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int,
     h, f = arch.hidden_size, arch.intermediate_size
     q, kv = arch.q_dim, arch.kv_dim
     base = 3 * bs * h * e + (s * h * e if arch.learned_positions and arch.kind == "decoder" else 0)
+    if not arch.learned_positions and arch.kind == "decoder":
+        # rotary cos and sin (``(1, s, d)`` in the compute dtype) and the position ids, made
+        # once per forward and passed to every layer (transformers ``LlamaModel.forward``;
+        # measured, MemTracker, CPU SDPA prefill: 2 s d x 4 + s x 8 in fp32)
+        base += 2 * s * arch.head_dim * e + s * 8
     if arch.num_layers == 1 and arch.kind == "decoder" and not arch.learned_positions and arch.model_type != "gemma2":
         # the only layer's input is the embedding output itself (Llama-style models pass
         # ``inputs_embeds`` on unchanged; GPT-2 adds positions and Gemma 2 scales: new tensors)
@@ -1111,15 +1116,21 @@ def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int,
         attn = bs * (q + 2 * kv) * e + bs * q * e
         mask = 0
     else:
-        mask = b * s * s * e if arch.kind == "decoder" else 0
+        # one float mask per attention kind (Gemma 2: sliding-window and full layers; see
+        # checkpoint_mask_bytes), alive through the whole forward
+        kinds = 2 if arch.model_type == "gemma2" and 0 < arch.sliding_layers < arch.num_layers else 1
+        mask = kinds * b * s * s * e if arch.kind == "decoder" else 0
         if arch.norm == "rmsnorm":
             rep = 2 * bs * q * e if arch.num_kv_heads != arch.num_heads else 0
-            attn = bs * q * e + rep + bs * kv * e + sq * (e + 4 + (4 if e != 4 else 0))
+            # rotated q, the repeat_kv copies of k and v (GQA), the masked scores, their fp32
+            # copy and the fp32 softmax (pre-rotary k and the v projection are dropped once
+            # the cache holds its copies; measured, MemTracker prefill, Llama MHA and GQA)
+            attn = bs * q * e + rep + sq * (e + 4 + (4 if e != 4 else 0))
             if arch.fused_qkv:
                 # Phi-3's fused ``qkv_proj`` output stays bound (``qkv``) through the attention,
                 # q/k/v being slices of it (transformers ``Phi3Attention.forward``; measured,
                 # MemTracker prefill: ``mm [b s, q + 2 kv]`` next to the rotated q)
-                attn += bs * (q + kv) * e
+                attn += bs * (q + 2 * kv) * e
         else:
             attn = bs * (q + 2 * kv) * e + 2 * sq * e
     # MoE: transformers runs the experts one after another, each on its share of the tokens
