@@ -574,3 +574,31 @@ async def test_comparison_follows_the_selected_probed_process():
         app.table.select_pid(1002)
         await wait_for(pilot, lambda: view.result is None)
         assert "gpumem_tui.probe" in str(app.query_one("#cmp-figure").render())
+
+
+class _ExitingJobSource(FakeSource):
+    """The probed job (pid 1001) is listed for three polls, then exits."""
+
+    def poll(self):
+        snap = super().poll()
+        if self.t > 3:
+            from dataclasses import replace
+
+            snap = replace(snap, processes=tuple(p for p in snap.processes if p.pid != 1001), probes=(),
+                           phase_marks=())
+        return snap
+
+
+async def test_chart_stays_on_a_selected_process_that_exits():
+    app = make_app(_ExitingJobSource(), select_pid=1001)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None and app.chart_target == ("proc", 1001))
+        source = app.source
+        await wait_for(pilot, lambda: source.t > 5)
+        await pilot.pause(0.3)
+        assert all(p.pid != 1001 for p in app.snapshot.processes)
+        # the ended job's curve stays on screen until the user moves the cursor
+        assert app.chart_target == ("proc", 1001)
+        assert app.query_one(MemoryChart).title.startswith("PID 1001")
+        await pilot.press("down")
+        assert app.chart_target != ("proc", 1001)

@@ -286,6 +286,11 @@ class GpuMemApp(App[None]):
                     self.chart_target = ("proc", p.pid)
                     break
         table.show(snap.processes, snap.time, keep=keep)
+        target = self.chart_target
+        if target is not None and target[0] == "proc" and all(p.pid != target[1] for p in snap.processes):
+            # The charted process exited: its row is gone and the cursor lands on another one.
+            # That move is not the user's, so the ended job's curve stays until the cursor moves.
+            self._highlighted_key = table.selected_key
         if self.chart_target is None:
             selected = table.selected
             if selected is not None:
