@@ -196,30 +196,32 @@ def measure_case(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def collect(cases: list[tuple], default_out: Path, description: str, argv: list[str] | None = None) -> int:
+    """Measure ``cases`` and write them to a ground-truth file (``--only`` merges into it).
+
+    Shared by this script and the other ``collect_*.py`` scripts, which list their own cases.
+    """
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--only", default=None, help="measure only cases whose id contains this text (merged into the file)")
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=default_out)
     args = parser.parse_args(argv)
     import torch
     import transformers
 
-    cases = [c for c in CASES if args.only is None or args.only in c[0]]
-    old: dict[str, Any] = {}
+    records: dict[str, Any] = {}
     if args.only and args.out.exists():
-        old = {r["id"]: r for r in json.loads(args.out.read_text(encoding="utf-8"))["cases"]}
-    records = dict(old)
+        records = {r["id"]: r for r in json.loads(args.out.read_text(encoding="utf-8"))["cases"]}
     for case in cases:
+        if args.only is not None and args.only not in case[0]:
+            continue
         rec = measure_case(case)
         records[rec["id"]] = rec
         m = rec["measured"]
         print(f"{rec['id']:<44} {rec['on']:<5} peak {m['peak_bytes'] / 2**20:10.2f} MiB in {m['peak_phase']:<15}"
               f" ({rec['cpu_seconds']:.1f} s CPU)", flush=True)
-    order = [c[0] for c in CASES]
+    order = [c[0] for c in cases]
     data = {
-        "description": "Ground truth for the estimator: live tensor storage bytes (torch allocated) of the "
-        "last of 2 training steps (or prefill + 1 decode step), torch MemTracker, per component at the peak. "
-        "Regenerate with benchmarks/collect_ground_truth.py.",
+        "description": description,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
@@ -229,6 +231,17 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {len(data['cases'])} cases to {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return collect(
+        CASES,
+        OUT,
+        "Ground truth for the estimator: live tensor storage bytes (torch allocated) of the "
+        "last of 2 training steps (or prefill + 1 decode step), torch MemTracker, per component at the peak. "
+        "Regenerate with benchmarks/collect_ground_truth.py.",
+        argv,
+    )
 
 
 if __name__ == "__main__":

@@ -16,9 +16,6 @@ measured reference. Same record format as ``benchmarks/collect_ground_truth.py``
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import sys
 from pathlib import Path
 from typing import Any
@@ -71,40 +68,18 @@ CASES: list[tuple[str, str, dict[str, Any], dict[str, Any], str]] = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default=None, help="measure only cases whose id contains this text (merged)")
-    parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args(argv)
     import torch
-    import transformers
-    from collect_ground_truth import measure_case
+    from collect_ground_truth import collect
 
     torch.set_num_threads(1)
-    old: dict[str, Any] = {}
-    if args.only and args.out.exists():
-        old = {r["id"]: r for r in json.loads(args.out.read_text(encoding="utf-8"))["cases"]}
-    records = dict(old)
-    for case in CASES:
-        if args.only is not None and args.only not in case[0]:
-            continue
-        rec = measure_case(case)
-        records[rec["id"]] = rec
-        m = rec["measured"]
-        print(f"{rec['id']:<44} peak {m['peak_bytes'] / 2**20:9.2f} MiB in {m['peak_phase']:<15}"
-              f" ({rec['cpu_seconds']:.1f} s CPU)", flush=True)
-    order = [c[0] for c in CASES]
-    data = {
-        "description": "Ground truth, SDPA with and without attention dropout on the real CPU: live tensor "
+    return collect(
+        CASES,
+        OUT,
+        "Ground truth, SDPA with and without attention dropout on the real CPU: live tensor "
         "storage bytes (torch allocated) of the last of 2 training steps, torch MemTracker "
         "(gpumem-tui measure), per component at the peak. Regenerate with benchmarks/collect_sdpa_dropout.py.",
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "cases": sorted(records.values(), key=lambda r: order.index(r["id"]) if r["id"] in order else 10**6),
-    }
-    args.out.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {len(data['cases'])} cases to {args.out.relative_to(ROOT)}")
-    return 0
+        argv,
+    )
 
 
 if __name__ == "__main__":
