@@ -32,14 +32,12 @@ unknown). Memory is in bytes everywhere.
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS
-from gpumem_tui.telemetry.model import PhaseMark, ProbeInfo, ProbeSample, ProcessSample, Snapshot
+from gpumem_tui.telemetry.model import PhaseMark, ProbeInfo, ProbeSample, ProcessSample
 
 __all__ = [
     "ACTIVATIONS_WITHOUT_TEMPORARIES",
@@ -54,8 +52,6 @@ __all__ = [
     "FIGURE_RESERVED",
     "PeakComparison",
     "compare",
-    "compare_snapshots",
-    "compare_trace",
     "percent_error",
     "short_label",
     "spec_from_probe_info",
@@ -731,97 +727,3 @@ def spec_from_probe_info(info: ProbeInfo, **overrides: object) -> tuple[Any, Any
     except (TypeError, ValueError) as exc:
         raise ComparisonError(f"pid {info.pid}: the probed setup is not usable: {exc}") from None
     return arch, spec
-
-
-# --------------------------------------------------------------------------------------------
-# From snapshots / a trace file
-
-
-def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None) -> ComparisonResult:
-    """Estimate from the probe's published setup and compare with its measured samples.
-
-    The spec's ``device`` is taken from where the probe measured (cpu or cuda), so the
-    prediction includes the CUDA context exactly when the measurement can.
-
-    Args:
-        snapshots: a recorded or live series; the last ``ProbeInfo`` of the process is used.
-        pid: the probed process; default: the only one that published a ``ProbeInfo``.
-
-    Raises:
-        ComparisonError: no probed process, several without ``pid``, no samples, or inputs
-            the estimator rejects (one line, names the field).
-    """
-    from gpumem_tui.estimator.estimate import estimate as run_estimate
-
-    probes: list[ProbeSample] = []
-    processes: list[ProcessSample] = []
-    marks: list[PhaseMark] = []
-    infos: dict[int, ProbeInfo] = {}
-    for snap in snapshots:
-        probes.extend(snap.probes)
-        processes.extend(snap.processes)
-        marks.extend(snap.phase_marks)
-        for info in snap.probe_infos:
-            infos[info.pid] = info
-    if pid is None:
-        candidates = sorted(infos) or sorted({p.pid for p in probes})
-        if not candidates:
-            raise ComparisonError("no probed process in the trace (run the job with gpumem_tui.probe)")
-        if len(candidates) > 1:
-            raise ComparisonError(f"several probed processes {candidates}: choose one with --pid")
-        pid = candidates[0]
-    info = infos.get(pid)
-    if info is None:
-        raise ComparisonError(f"pid {pid} published no model/setup information (ProbeInfo)")
-    samples = [p for p in probes if p.pid == pid]
-    if not samples:
-        raise ComparisonError(f"no probe samples for pid {pid}: nothing measured to compare with")
-    device = _device_kind(samples[-1].device)
-    arch, spec = spec_from_probe_info(info, device=device)
-    try:
-        est = run_estimate(arch, spec)
-    except ValueError as exc:  # SpecError / ArchitectureError are ValueErrors
-        raise ComparisonError(f"pid {pid}: the estimator rejected the probed setup: {exc}") from None
-    result = compare(est, samples, processes, pid=pid, phase_marks=marks)
-    published = dict(info.setup).get("total_params")
-    counted = getattr(est, "total_params", None)
-    if isinstance(published, int) and published > 0 and isinstance(counted, int):
-        if abs(counted - published) > 0.001 * published:
-            note = (
-                f"the estimator counts {counted:,} parameters, the probed model has {published:,}: "
-                "the architecture read from its config differs from the model that ran"
-            )
-            result = dataclasses.replace(result, notes=(*result.notes, note))
-    return result
-
-
-def compare_trace(path: str | os.PathLike[str], pid: int | None = None) -> dict[str, Any]:
-    """``gpumem-tui compare trace.jsonl --json``: the comparison of a recorded trace as JSON.
-
-    Returns :meth:`ComparisonResult.to_json` plus ``"trace_notices"`` (the reader's notices,
-    e.g. a torn last line). All byte figures are ints; percentages are floats or null.
-
-    Raises:
-        TraceError: (from ``gpumem_tui.telemetry.replay.read_trace``) empty or non-JSON trace.
-        ComparisonError: the trace has nothing to compare (see :func:`compare_snapshots`).
-        OSError: the file cannot be read.
-    """
-    from gpumem_tui.telemetry.replay import read_trace
-
-    snapshots, notices = read_trace(path)
-    result = compare_snapshots(snapshots, pid=pid).to_json()
-    result["trace_notices"] = list(notices)
-    _check_finite(result)
-    return result
-
-
-def _check_finite(obj: Any) -> None:
-    """JSON has no NaN/inf; a non-finite percentage would be a bug, not data."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        raise ComparisonError("internal error: non-finite number in the comparison")
-    if isinstance(obj, dict):
-        for value in obj.values():
-            _check_finite(value)
-    elif isinstance(obj, list):
-        for value in obj:
-            _check_finite(value)

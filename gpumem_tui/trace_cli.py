@@ -159,7 +159,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from gpumem_tui.comparison import ComparisonError, compare_trace
+    from gpumem_tui.comparison import ComparisonError
+    from gpumem_tui.process_estimate import compare_trace
     from gpumem_tui.telemetry.replay import TraceError
 
     try:
