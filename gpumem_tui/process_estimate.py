@@ -329,7 +329,7 @@ class ProcessEstimates:
         Setting exactly the probe's own architecture and spec goes back to the probe's value.
         """
         probed = self._probed.get(pid)
-        if probed is not None and probed.spec == spec and probed.architecture is architecture:
+        if probed is not None and probed.estimate is not None and (probed.architecture, probed.spec) == (architecture, spec):
             self._by_pid[pid] = probed
             return probed
         label = f"{printable(model, limit=48)} (set by you, pid {pid})"

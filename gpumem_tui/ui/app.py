@@ -22,6 +22,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.worker import Worker, WorkerState
 
+from gpumem_tui.process_estimate import ProcessEstimates
 from gpumem_tui.telemetry.model import (
     PhaseMark,
     ProbeInfo,
@@ -32,6 +33,7 @@ from gpumem_tui.telemetry.model import (
 )
 from gpumem_tui.text import printable
 from gpumem_tui.ui.device_panel import DevicePanel
+from gpumem_tui.ui import side_pane as pane
 from gpumem_tui.ui.history import HistoryStore
 from gpumem_tui.ui.memory_chart import Band, CurveSpec, MemoryChart
 from gpumem_tui.ui.poller import Poller, PollFailed, SnapshotReady
@@ -141,7 +143,9 @@ class GpuMemApp(App[None]):
         self._side_toggled = False
         self.chart_target: tuple[str, int] | None = None
         self.chart_window = chart_window
-        self.bands: list[Band] = []
+        self.bands: list[Band] = []  # the predicted bands drawn now (of the charted process)
+        self.process_estimates = ProcessEstimates()
+        self._pane_state = pane.PaneState()
         self.poller = Poller(self, source, interval)
         self.has_side_pane = False
         self._status_shown: Text | None = None
@@ -204,11 +208,9 @@ class GpuMemApp(App[None]):
         Its form is ~170 widgets: styling them takes longer than the rest of the dashboard,
         so the dashboard shows first and the pane follows a moment later.
         """
-        from gpumem_tui.ui import side_pane
-
         if self.has_side_pane:
             return
-        side = side_pane.build()
+        side = pane.build()
         if side is None:
             return
         main = self.screen_stack[0].query_one("#main")
@@ -312,8 +314,9 @@ class GpuMemApp(App[None]):
             if p.start_time is not None:
                 previous = self._proc_start.get(p.pid)
                 if previous is not None and abs(previous - p.start_time) > 1.0:
-                    # the PID now names another process: its curve starts afresh
+                    # the PID now names another process: its curve and estimate start afresh
                     self.history.drop(("proc", p.pid))
+                    self.process_estimates.clear_user(p.pid)
                 self._proc_start[p.pid] = p.start_time
         if len(self._proc_start) > 4096:  # churn: keep only the PIDs listed now
             current = {p.pid for p in snap.processes}
@@ -324,6 +327,8 @@ class GpuMemApp(App[None]):
             self._record_probe(probe)
         for info in snap.probe_infos:
             self.probe_infos[info.pid] = info
+        for pid, info in self.probe_infos.items():  # the device may be known only after the info
+            self.process_estimates.update_probe(info, self.probe_devices.get(pid))
         for mark in snap.phase_marks:
             key = (mark.time, mark.phase.value, mark.step)
             seen = self._mark_keys.setdefault(mark.pid, set())
@@ -505,17 +510,36 @@ class GpuMemApp(App[None]):
         chart.set_series(curves, snap.time)
         chart.set_total(total, "GPU total")
         chart.set_phase_marks(marks)
-        chart.set_bands(self.bands)  # replots
+        self.bands, note = self._predicted_bands(target)
+        chart.set_bands(self.bands, note)  # replots
 
-    def set_predicted_bands(self, bands: Sequence[Band]) -> None:
-        """Overlay the estimator's cumulative bands: (label, cumulative bytes, colour var)."""
-        self.bands = list(bands)
-        self.chart.set_bands(self.bands)
+    def _predicted_bands(self, target: tuple[str, int]) -> tuple[list[Band], str | None]:
+        """The bands to draw for the chart's target and the legend's note about them.
+
+        Only a process's own estimate is drawn (its probe's, or the one the user set for it);
+        a GPU holds other jobs too, so its chart shows none rather than one job's.
+        """
+        from gpumem_tui.ui.memory_bar import bands_from_estimate
+
+        kind, ident = target
+        if kind != "proc":
+            return [], "select a process to see its predicted bands"
+        process = self.process_estimates.get(ident)
+        if process is None:
+            return [], f"none for PID {ident}: {pane.NO_ESTIMATE_HINT}"
+        if process.estimate is None:
+            return [], f"none for {process.label}: {process.problem or 'no estimate'}"
+        return bands_from_estimate(process.estimate), process.label
 
     # ---- side pane (estimator / comparison) -------------------------------------------------
     def on_estimator_panel_estimate_changed(self, message: Any) -> None:
-        """The estimator panel's new estimate becomes the chart's bands and the comparison."""
-        self.set_predicted_bands(message.bands)
+        """A change of the form is the estimate of the process the form belonged to (if any):
+        it becomes that PID's estimate, drawn on its chart and compared with its samples."""
+        if message.pid is None:
+            return
+        self.process_estimates.set_user(message.pid, message.architecture, message.spec, message.estimate, message.model)
+        if self.chart_target == ("proc", message.pid):
+            self._update_chart()
         self._update_side()
 
     def on_resize(self, event: Any) -> None:
@@ -525,9 +549,29 @@ class GpuMemApp(App[None]):
                 side.display = event.size.width >= SIDE_PANE_MIN_WIDTH
 
     def _update_side(self) -> None:
-        from gpumem_tui.ui import side_pane
-
-        side_pane.on_snapshot(self)
+        """Show the current selection in the side pane (no-op without it)."""
+        if not self.has_side_pane or not self.screen_stack:  # not mounted, or shutting down
+            return
+        gpu = self.selected_gpu()
+        pid = self.chart_pid()
+        if self.chart_target is not None and self.chart_target[0] == "gpu":
+            pid = None  # the GPU chart: the form is a what-if, not a process's estimate
+        procs = [p for p in self.snapshot.processes if p.pid == pid] if self.snapshot and pid is not None else []
+        info = self.probe_infos.get(pid) if pid is not None else None
+        selection = pane.PaneSelection(
+            gpu=gpu,
+            gpu_total=self.device_total(gpu),
+            gpu_label=self.device_name(gpu),
+            pid=pid,
+            process=self.process_estimates.get(pid),
+            samples=tuple(self.probe_samples.get(pid, ())) if pid is not None else (),
+            processes=procs,
+            marks=tuple(self.phase_marks.get(pid, ())) if pid is not None else (),
+            published_params=dict(info.setup).get("total_params") if info is not None else None,
+        )
+        error = pane.push(self.screen_stack[0], self._pane_state, selection)
+        if error:
+            self.notify(error, title="Estimator", severity="error", markup=False)
 
     # ---- selection ------------------------------------------------------------------------
     @on(DataTable.RowHighlighted, "#processes")

@@ -140,7 +140,7 @@ def run_dashboard(
 
         source = LiveSource()
         if demo and demo_job is None and not getattr(source, "nvml_available", True):
-            from gpumem_tui.demo import start_demo_job  # starts a child process; torch loads there
+            from gpumem_tui.demo_process import start_demo_job  # a child process; torch loads there
 
             owned_job = demo_job = start_demo_job()
             select_pid = owned_job.pid

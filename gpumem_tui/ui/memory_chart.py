@@ -162,6 +162,7 @@ class MemoryChart(Vertical):
         self.total_bytes: int | None = None
         self.total_label = "GPU total"
         self.bands: list[Band] = []
+        self.bands_note: str | None = None
         self.phase_marks: list[PhaseMark] = []
         self.now: float | None = None
         self.message: str | None = None
@@ -188,9 +189,14 @@ class MemoryChart(Vertical):
         self.total_bytes = total_bytes
         self.total_label = label
 
-    def set_bands(self, bands: Sequence[Band]) -> None:
-        """Predicted bands: (label, cumulative bytes, theme colour variable), bottom first."""
+    def set_bands(self, bands: Sequence[Band], note: str | None = None) -> None:
+        """Predicted bands: (label, cumulative bytes, theme colour variable), bottom first.
+
+        ``note`` goes on the legend's "predicted" line: what the bands are the estimate of
+        (e.g. "llama-3.2-1b (probe, pid 1088)"), or, without bands, why there are none.
+        """
         self.bands = [(str(label), int(value), str(var)) for label, value, var in bands]
+        self.bands_note = note
         self.replot()
 
     def set_phase_marks(self, marks: Sequence[PhaseMark]) -> None:
@@ -317,7 +323,9 @@ class MemoryChart(Vertical):
             legend_text.append(f"{self.total_label} {format_bytes(total)}")
             legend_text.append("  " if total_on_scale else " (above the plot; t scales to it)  ")
         if bands:
-            legend_text.append("\npredicted: ")
+            legend_text.append(f"\npredicted, {self.bands_note}: " if self.bands_note else "\npredicted: ")
+        elif self.bands_note and self.show_bands:
+            legend_text.append(f"\npredicted: {self.bands_note}", style="italic")
         for label, value, var in bands:
             legend_text.append("── ", style=theme.get(var, ""))
             legend_text.append(f"{label} {format_bytes(value)}  ")
