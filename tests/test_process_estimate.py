@@ -59,12 +59,15 @@ async def test_each_probed_process_keeps_its_own_estimate_whatever_the_selection
         seen = {}
         for pid in (1088, 1089, 1088):
             app.table.select_pid(pid)
-            await wait_for(pilot, lambda pid=pid: panel.process_pid == pid and panel.spec is not None)
-            await pilot.pause(0.1)
             own = app.process_estimates.get(pid)
+            await wait_for(
+                pilot,
+                lambda: panel.process_pid == own.pid and panel.spec == own.spec and _model_label_shown(panel) == own.label
+                and view.result is not None and view.result.pid == own.pid,
+            )
             # the label names the model and the PID once
             label = _model_label_shown(panel)
-            assert label == own.label and label.count(str(pid)) == 1 and "pid pid" not in label
+            assert label.count(str(pid)) == 1 and "pid pid" not in label
             # the form, the chart's bands and the comparison are this process's own
             assert panel.spec == own.spec and panel.architecture == own.architecture
             assert app.chart.bands == bands_from_estimate(own.estimate)
