@@ -45,7 +45,8 @@ class TraceRecorder:
     """Appends Snapshots to a trace file, one flushed line each.
 
     Args:
-        path: the trace file; created, or truncated if it exists.
+        path: the trace file; created (mode 0600, whatever the umask), or truncated and set
+            to 0600 if it exists.
         fsync: also ``os.fsync`` after every line (survives a power cut, costs a disk flush).
         header: extra header fields (e.g. ``{"interval": 1.0}``); ``format``/``version`` win.
 
@@ -63,8 +64,10 @@ class TraceRecorder:
 
         head.update({"format": TRACE_FORMAT, "version": TRACE_VERSION, "created": time.time(),
                      "writer": f"gpumem-tui {__version__}"})
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        # 0600 like the probe streams: a trace carries their setups and every user's commands.
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         try:
+            os.fchmod(self._fd, 0o600)  # an existing file keeps its mode through O_TRUNC
             self._write_line(_encode(head))
         except BaseException:
             self.close()
