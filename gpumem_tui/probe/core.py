@@ -168,11 +168,11 @@ class Probe:
         # backward starts: alive then means the training loop keeps the output
         self._output_refs: tuple[Any, ...] = ()
         self._kept_output_published = False
-        try:
-            self._writer = StreamWriter(self.path, info, max_bytes=max_file_bytes)
-        except OSError as exc:
-            raise ProbeError(f"cannot write the probe stream {self.path}: {exc.strerror or exc}") from None
-        _cleanup_stale(directory, self.path)
+        # A directory that cannot be written or is refused (another user's) warns once and the
+        # job runs on without a stream: the probe must never stop the training.
+        self._writer = StreamWriter(self.path, info, max_bytes=max_file_bytes)
+        if not self._writer.failed:
+            _cleanup_stale(directory, self.path)
 
         if self._tracker is not None:
             self._tracker.register(params, tag="parameters")
@@ -633,8 +633,10 @@ def attach(model: Any, optimizer: Any = None, **kwargs: Any) -> Probe:
     output, after the loss's own backward).
 
     Raises:
-        ProbeError: not a Module/Optimizer, bad intervals or batch/seq, a stream file that
-            cannot be written, or a probe already attached in this process (close it first).
+        ProbeError: not a Module/Optimizer, bad intervals or batch/seq, or a probe already
+            attached in this process (close it first). A stream that cannot be written (or a
+            directory refused as unsafe: another user's, or writable by others) is not an
+            error: one ``RuntimeWarning`` says why, and the probe marks phases without streaming.
     """
     global _active
     with _active_lock:
