@@ -1,0 +1,109 @@
+"""Items 15 and 20 of issue 13: the probe reader trusts only regular files owned by the user
+who runs the process they name (or root), never blocks on a FIFO, never follows a link, and
+reads only the streams it keeps."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import pytest
+from local_users import run_as, shared_dir, two_users  # noqa: F401 - fixtures
+
+from gpumem_tui.telemetry.probe_source import ProbeSource
+
+GiB = 1 << 30
+
+
+def _stream(pid: int, gib: int = 72) -> bytes:
+    info = {"kind": "info", "format": "gpumem-tui-probe", "version": 1, "pid": pid, "time": time.time(),
+            "create_time": None, "model_config": {"model_type": "llama"}, "setup": {"batch": 8}}
+    sample = {"kind": "sample", "time": time.time(), "step": 1, "phase": "forward", "device": "cuda:0",
+              "torch_allocated": gib * GiB}
+    return (json.dumps(info) + "\n" + json.dumps(sample) + "\n").encode()
+
+
+def _write_file(path: str, data: bytes) -> None:
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
+def test_another_users_stream_naming_a_root_process_is_refused(two_users, shared_dir, spawn):
+    attacker, victim = two_users
+    probes = shared_dir / "probes"
+    probes.mkdir()
+    probes.chmod(0o1777)  # a team's shared probe directory
+    root_job = spawn(seconds=30)  # runs as root
+    victim_job = spawn(seconds=30, user=victim.uid)
+    run_as(attacker, _write_file, str(probes / f"{root_job.pid}.jsonl"), _stream(root_job.pid))
+    run_as(victim, _write_file, str(probes / f"{victim_job.pid}.jsonl"), _stream(victim_job.pid, gib=3))
+
+    reading = ProbeSource(probes).poll()
+
+    assert [i.pid for i in reading.probe_infos] == [victim_job.pid]  # the honest one is read
+    assert [p.pid for p in reading.probes] == [victim_job.pid]
+    (notice,) = [n for n in reading.notices if f"{root_job.pid}.jsonl" in n]
+    assert f"owned by {attacker.name}" in notice and f"PID {root_job.pid} runs as root" in notice
+
+
+def test_another_users_stream_of_a_process_that_is_gone_is_refused(two_users, tmp_path):
+    attacker, _ = two_users
+    path = tmp_path / "999999999.jsonl"  # no such PID
+    path.write_bytes(_stream(999999999))
+    os.chown(path, attacker.uid, attacker.gid)
+    reading = ProbeSource(tmp_path).poll()
+    assert reading.probe_infos == () and reading.probes == ()
+    assert any("is not running" in n for n in reading.notices)
+
+
+def test_a_fifo_named_like_a_stream_does_not_block_the_reader(tmp_path):
+    fifo = tmp_path / f"{os.getpid()}.jsonl"
+    os.mkfifo(fifo)
+    result: dict = {}
+    poller = threading.Thread(target=lambda: result.setdefault("r", ProbeSource(tmp_path).poll()), daemon=True)
+    poller.start()
+    poller.join(timeout=5)
+    if poller.is_alive():  # today's reader waits in open() for a writer: give it one and fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        poller.join(timeout=5)
+        pytest.fail("ProbeSource.poll() blocked on a FIFO")
+    assert result["r"].probe_infos == ()
+    assert any("a FIFO" in n for n in result["r"].notices)
+
+
+def test_a_link_to_dev_zero_is_refused_not_read(tmp_path):
+    (tmp_path / f"{os.getpid()}.jsonl").symlink_to("/dev/zero")
+    src = ProbeSource(tmp_path)
+    first = src.poll()
+    assert any("symbolic link" in n for n in first.notices)
+    reads = []
+    original = src._read
+    src._read = lambda *a, **k: reads.append(1) or original(*a, **k)
+    for _ in range(3):
+        again = src.poll()
+        assert again.notices == () and again.probe_infos == ()
+    assert reads == []  # refused once, not re-read every poll
+
+
+def test_only_the_kept_streams_are_read_when_more_are_live(tmp_path):
+    cap, live = 16, 200
+    for pid in range(100000, 100000 + live):
+        (tmp_path / f"{pid}.jsonl").write_bytes(_stream(pid, gib=1))
+    src = ProbeSource(tmp_path, max_probes=cap, alive=lambda pid, created: True)
+    reads: list[int] = []
+    original = src._read
+    src._read = lambda stream, *a, **k: reads.append(stream.pid) or original(stream, *a, **k)
+    first = src.poll()
+    assert len(first.probe_infos) == cap
+    assert any(f"at most {cap} are followed" in n for n in first.notices)
+    kept = {i.pid for i in first.probe_infos}
+    for _ in range(3):  # every stream keeps appending
+        for pid in range(100000, 100000 + live):
+            with open(tmp_path / f"{pid}.jsonl", "ab") as handle:
+                handle.write(_stream(pid, gib=2).split(b"\n", 1)[1])
+        reads.clear()
+        reading = src.poll()
+        assert set(reads) == kept  # the other 184 files are not opened
+        assert {p.pid for p in reading.probes} == kept
