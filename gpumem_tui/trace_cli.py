@@ -140,6 +140,7 @@ def _replay(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"gpumem-tui replay: cannot read {args.trace}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    from gpumem_tui.crash import DashboardCrashed
     from gpumem_tui.ui.launch import run_dashboard
 
     try:
@@ -152,6 +153,9 @@ def _replay(args: argparse.Namespace) -> int:
         )
     except KeyboardInterrupt:
         pass
+    except DashboardCrashed as exc:
+        print(f"gpumem-tui replay: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

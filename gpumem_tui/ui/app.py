@@ -132,6 +132,7 @@ class GpuMemApp(App[None]):
         self._selected_once = False
         self.snapshot: Snapshot | None = None
         self.poll_error: str | None = None
+        self.crash_line: str | None = None  # set when an unexpected error ended the app
         self.history = HistoryStore()
         self.phase_marks: OrderedDict[int, deque[PhaseMark]] = OrderedDict()
         self._mark_keys: dict[int, set[tuple[float, str, int]]] = {}
@@ -235,6 +236,16 @@ class GpuMemApp(App[None]):
         self.set_interval(max(2.0, self.interval), self._watch_poll, name="poll-watchdog")
         if self.side_pane_enabled:
             self.call_after_refresh(self._mount_side_pane)
+
+    def _handle_exception(self, error: Exception) -> None:
+        """An unexpected error ends the app (Textual's rule) with exit status 1; its
+        traceback goes to a file and ``crash_line`` (printed by the launcher) says where."""
+        from gpumem_tui.crash import crash_line, write_crash_report
+
+        if self.crash_line is None:  # the first error is the cause; later ones follow from it
+            self.crash_line = crash_line(error, write_crash_report(error))
+        super()._handle_exception(error)
+        self._exit_renderables.clear()  # the traceback is in the file, not over the terminal
 
     def on_unmount(self) -> None:
         self.poller.stop()

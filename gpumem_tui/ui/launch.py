@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumem_tui.config import Config, ConfigError, load_config
+from gpumem_tui.crash import DashboardCrashed
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,6 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except KeyboardInterrupt:
         return 0
+    except DashboardCrashed as exc:
+        print(f"gpumem-tui: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -127,6 +131,8 @@ def run_dashboard(
 
     Raises:
         ValueError: ``interval`` <= 0.
+        DashboardCrashed: an unexpected error ended the dashboard; the message is one line
+            that says where its traceback was written.
     """
     if not interval > 0:
         raise ValueError("interval must be > 0 seconds")
@@ -163,6 +169,8 @@ def run_dashboard(
             banner=banner,
         )
         app.run()
+        if app.crash_line:
+            raise DashboardCrashed(app.crash_line)
     finally:
         try:
             source.close()
