@@ -95,15 +95,18 @@ async def test_replaying_hostile_figures_keeps_the_dashboard_alive(tmp_path):
     from gpumem_tui.ui.app import GpuMemApp
 
     path = tmp_path / "t.jsonl"
-    probes = {2: {"probes": [{"time": 1e308, "pid": 7, "device": "cuda", "allocated_bytes": GiB}],
-                  "processes": [{"pid": 7, "device_index": 0, "type": "compute", "used_memory_bytes": GiB}]}}
-    _trace(path, [T0 + i for i in range(6)], probes)
+    proc = [{"pid": 7, "device_index": 0, "type": "compute", "used_memory_bytes": GiB}]
+    records = {i: {"processes": proc,
+                   "probes": [{"time": T0 + i, "pid": 7, "device": "cuda", "allocated_bytes": GiB}]}
+               for i in range(6)}
+    records[3]["probes"] = [{"time": 1e308, "pid": 7, "device": "cuda", "allocated_bytes": GiB}]
+    _trace(path, [T0 + i for i in range(6)], records)
     source = ReplaySource(path, speed=50.0)
-    app = GpuMemApp(source, interval=0.05, side_pane=False)
+    app = GpuMemApp(source, interval=0.05, side_pane=False, select_pid=7)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.pause(0.8)
-        assert source.finished
-        assert app.crash_line is None and app.is_running
+        assert source.finished and app.chart_pid() == 7
+        assert getattr(app, "crash_line", None) is None and app.is_running and not app.return_code
 
 
 def test_a_dashboard_that_dies_raises_one_line_naming_the_traceback_file(tmp_path, monkeypatch, capsys):
