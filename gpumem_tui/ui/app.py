@@ -22,6 +22,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.worker import Worker, WorkerState
 
+from gpumem_tui.config import check_signal_keys
 from gpumem_tui.telemetry.model import (
     PhaseMark,
     ProbeInfo,
@@ -158,7 +159,10 @@ class GpuMemApp(App[None]):
         self.table = ProcessTable(id="processes")
         self.filter_box = Input(placeholder="filter: user:NAME gpu:N words (Enter keeps, Esc clears)", id="filter")
         self.chart = MemoryChart(id="chart")
-        self._keymap_pairs = dict(keymap)
+        # A signal key (or the confirmation) that shares a key with another action is refused.
+        safe_keymap, refused = check_signal_keys(tuple(keymap), binding_defaults())
+        self._keymap_pairs = dict(safe_keymap)
+        self.start_notices.extend(refused)
         self._register_themes()
         if not readonly:
             # Signal keys exist only when not read-only: not disabled, absent.
@@ -728,3 +732,18 @@ class GpuMemApp(App[None]):
     async def action_quit(self) -> None:
         self.poller.stop()
         self.exit()
+
+
+def binding_defaults() -> dict[str, str]:
+    """Every binding id of the dashboard (its screens, the table, Textual's own) with its
+    default keys; a binding without an id is named by its action."""
+    out: dict[str, str] = {}
+    for owner in (GpuMemApp, ProcessTable, HelpScreen, ProcessDetailScreen, ConfirmSignalScreen):
+        for klass in owner.__mro__:
+            for binding in vars(klass).get("BINDINGS", ()):
+                if isinstance(binding, tuple):
+                    binding = Binding(*binding)
+                out.setdefault(binding.id or f"{klass.__name__}.{binding.action}", binding.key)
+    for binding in SIGNAL_BINDINGS:
+        out[binding.id] = binding.key
+    return out
