@@ -141,6 +141,7 @@ def run_dashboard(
     from gpumem_tui.ui.themes import load_themes
 
     owned_job = None
+    app = None
     if source is None:
         from gpumem_tui.telemetry.live import LiveSource
 
@@ -173,7 +174,8 @@ def run_dashboard(
             raise DashboardCrashed(app.crash_line)
     finally:
         try:
-            source.close()
+            # a poll still running (a hung NVML call) closes the source when it returns
+            app.poller.close_source() if app is not None else source.close()
         finally:
             if demo_job is not None:
                 demo_job.stop()
