@@ -107,3 +107,33 @@ def test_only_the_kept_streams_are_read_when_more_are_live(tmp_path):
         reading = src.poll()
         assert set(reads) == kept  # the other 184 files are not opened
         assert {p.pid for p in reading.probes} == kept
+
+
+async def test_the_table_lists_a_bounded_number_of_rows_and_says_how_many_are_not():
+
+    from gpumem_tui.telemetry.model import DeviceSample, ProcessSample, ProcessType, Snapshot
+    from gpumem_tui.ui.app import GpuMemApp
+
+    devices = tuple(DeviceSample(i, "H100", f"GPU-{i}", 80 * GiB, GiB, 1.0, 40.0, 100.0, 700.0) for i in range(3))
+    procs = tuple(ProcessSample(10_000 + g * 600 + k, g, ProcessType.COMPUTE, (k + 1) << 20, 1.0, "u", "python x.py",
+                                1.0, GiB, 1.69e9) for g in range(3) for k in range(600))
+
+    class Source:
+        def poll(self):
+            return Snapshot(time=time.time(), devices=devices, processes=procs)
+
+        def close(self):
+            pass
+
+    app = GpuMemApp(Source(), interval=0.2, side_pane=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        while app.snapshot is None or not app.table.row_count:
+            await pilot.pause(0.05)
+        await pilot.pause(0.3)
+        assert app.table.row_count == 500  # the first 500 in sort order, not all 1800
+        assert min(p.used_memory_bytes for p in app.table.shown) > (400 << 20)
+        assert "1300 not listed: / filters" in app.status_text().plain
+        app.table.set_filter("gpu:2")
+        assert app.table.row_count == 500 and {p.device_index for p in app.table.shown} == {2}
+        app.table.set_filter("gpu:2 python 11799")
+        assert [p.pid for p in app.table.shown] == [11_799]

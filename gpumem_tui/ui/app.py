@@ -321,7 +321,14 @@ class GpuMemApp(App[None]):
         for dev in snap.devices:
             self.history.add(("gpu", dev.index), t, dev.memory_used_bytes)
         per_pid: dict[int, int] = {}
-        for p in snap.processes:
+        processes = snap.processes
+        if len(processes) > self.history.max_series // 2:
+            # Thousands of processes: keep curves only for the rows the table shows (what can
+            # be selected) and the charted one, not a series created and evicted per process.
+            wanted = {p.pid for p in self.table.shown}
+            wanted.add(self.chart_pid())
+            processes = tuple(p for p in processes if p.pid in wanted)
+        for p in processes:
             if p.used_memory_bytes is not None:
                 per_pid[p.pid] = per_pid.get(p.pid, 0) + p.used_memory_bytes
             if p.start_time is not None:
@@ -388,6 +395,8 @@ class GpuMemApp(App[None]):
             if snap.cuda_driver_version:
                 text.append(f" · CUDA {printable(snap.cuda_driver_version, 32)}")
             text.append(f" · {len(snap.processes)} processes")
+            if self.table.hidden_rows:
+                text.append(f" ({self.table.hidden_rows} not listed: / filters)")
         if self.banner:
             text.append(f" · {self.banner}")
         if self.is_mounted:
