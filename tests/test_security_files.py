@@ -99,3 +99,47 @@ def test_an_overlong_trace_line_is_skipped_with_the_limit_said(tmp_path, monkeyp
     assert any("1 line longer than the 4 KiB limit skipped (first: line 3)" in n for n in notices)
     source = replay.ReplaySource(path)
     assert source.snapshot_count == 2
+
+
+async def test_the_estimator_pane_reads_a_typed_config_path_off_the_ui_thread(tmp_path):
+    import threading
+    import time
+
+    from test_estimator_panel import Host, _settle
+
+    from gpumem_tui.ui.estimator_panel import EstimatorPanel
+
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    config = (CATALOGUE_DIR / "gpt2.json").read_bytes()
+    stop = threading.Event()
+
+    def writer() -> None:  # a slow source: answers a reader only after 2 s
+        stop.wait(2.0)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and not stop.is_set():
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # no reader (any more): nothing waits for us
+                time.sleep(0.05)
+                continue
+            os.write(fd, config)
+            os.close(fd)
+            return
+
+    threading.Thread(target=writer, daemon=True).start()
+    app = Host()
+    try:
+        async with app.run_test(size=(120, 60)) as pilot:
+            await _settle(app, pilot)
+            panel = app.query_one(EstimatorPanel)
+            started = time.perf_counter()
+            panel.set_form(config=str(fifo))
+            assert time.perf_counter() - started < 0.5  # the UI thread did not wait on the file
+            for _ in range(40):
+                await pilot.pause(0.05)
+                if "reading" not in panel.invalid_fields.get("config", "reading"):
+                    break
+            assert "not a regular file (a FIFO)" in panel.invalid_fields["config"]
+    finally:
+        stop.set()
