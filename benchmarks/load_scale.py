@@ -2,8 +2,9 @@
 probe streams.
 
 Dashboard figures (a synthetic source that returns prebuilt snapshots, so the figures are
-the dashboard's own cost, not a source's; two snapshots alternate so every poll changes
-every row's memory figure):
+the dashboard's own cost, not a source's). ``--churn`` sets the share of processes whose
+memory and SM % change at each poll (default 0.1: a busy box; ``--churn 1`` changes every
+row's figures and order at every poll, the worst case):
 
 - first data: from ``run_test`` start to the first applied snapshot drawn (target <= 2 s);
 - filter: typing ``/gpu:63`` + Enter until the table shows only GPU 63 (target <= 0.2 s,
@@ -37,16 +38,22 @@ GiB = 1 << 30
 MiB = 1 << 20
 
 
-def build_snapshots(gpus: int, per_gpu: int) -> list[Snapshot]:
+def build_snapshots(gpus: int, per_gpu: int, churn: float = 0.1, count: int = 10) -> list[Snapshot]:
+    """``count`` snapshots; from one to the next, a ``churn`` share of the processes (a
+    different share each time) change their memory and SM %."""
     devices = tuple(DeviceSample(i, "NVIDIA H100 80GB HBM3", f"GPU-{i:04d}", 80 * GiB, 40 * GiB, 50.0, 60.0,
                                  300.0, 700.0) for i in range(gpus))
+    total = gpus * per_gpu
+    changing = max(1, int(total * churn))
     snaps = []
-    for variant in range(2):
+    for variant in range(count):
+        moved = {(variant * changing + j) % total for j in range(changing)} if variant else set()
         procs = tuple(
-            ProcessSample(100_000 + g * per_gpu + k, g, ProcessType.COMPUTE, ((k + variant) % 50 + 1) * 64 * MiB,
-                          float((k + variant) % 100), f"user{k % 7}", f"python train_{k}.py --rank {g}", 10.0, GiB,
-                          1.69e9)
-            for g in range(gpus) for k in range(per_gpu)
+            ProcessSample(100_000 + i, i // per_gpu, ProcessType.COMPUTE,
+                          ((i + (variant if i in moved else 0)) % 50 + 1) * 64 * MiB,
+                          float((i + (variant if i in moved else 0)) % 100), f"user{i % 7}",
+                          f"python train_{i % per_gpu}.py --rank {i // per_gpu}", 10.0, GiB, 1.69e9)
+            for i in range(total)
         )
         snaps.append(Snapshot(time=0.0, devices=devices, processes=procs))
     return snaps
@@ -70,10 +77,10 @@ class PrebuiltSource:
         pass
 
 
-async def dashboard(gpus: int, per_gpu: int, seconds: float) -> dict[str, float]:
+async def dashboard(gpus: int, per_gpu: int, seconds: float, churn: float) -> dict[str, float]:
     from gpumem_tui.ui.app import GpuMemApp
 
-    source = PrebuiltSource(build_snapshots(gpus, per_gpu))
+    source = PrebuiltSource(build_snapshots(gpus, per_gpu, churn))
     app = GpuMemApp(source, interval=1.0, side_pane=False)
     out: dict[str, float] = {}
     started = time.perf_counter()
@@ -138,9 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-gpu", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--streams", type=int, default=1000)
+    parser.add_argument("--churn", type=float, default=0.1, help="share of processes changing per poll")
     args = parser.parse_args(argv)
-    print(f"dashboard, {args.gpus} GPUs x {args.per_gpu} processes ({args.gpus * args.per_gpu} rows), 160x50:")
-    figures = asyncio.run(dashboard(args.gpus, args.per_gpu, args.seconds))
+    print(f"dashboard, {args.gpus} GPUs x {args.per_gpu} processes ({args.gpus * args.per_gpu} rows), 160x50, "
+          f"{args.churn:.0%} of them changing per poll:")
+    figures = asyncio.run(dashboard(args.gpus, args.per_gpu, args.seconds, args.churn))
     print(f"  first data frame        {figures['first_data_s']:8.2f} s    (target <= 2 s)")
     print(f"  filter gpu:{args.gpus - 1} (Enter)   {figures['filter_after_enter_s']:8.3f} s    (target <= 0.2 s; "
           f"typing + Enter {figures['filter_typing_and_enter_s']:.2f} s; {figures['rows_after_filter']:.0f} rows)")
