@@ -137,3 +137,36 @@ async def test_the_table_lists_a_bounded_number_of_rows_and_says_how_many_are_no
         assert app.table.row_count == 500 and {p.device_index for p in app.table.shown} == {2}
         app.table.set_filter("gpu:2 python 11799")
         assert [p.pid for p in app.table.shown] == [11_799]
+
+
+async def test_rows_entering_and_leaving_the_listed_rows_keep_table_and_order_in_step():
+    from gpumem_tui.telemetry.model import DeviceSample, ProcessSample, ProcessType, Snapshot
+    from gpumem_tui.ui.app import GpuMemApp
+    from gpumem_tui.ui.process_table import row_key
+
+    devices = (DeviceSample(0, "H100", "GPU-0", 80 * GiB, GiB, 1.0, 40.0, 100.0, 700.0),)
+    state = {"poll": 0}
+
+    class Source:
+        def poll(self):
+            state["poll"] += 1
+            shift = state["poll"] * 7  # every poll 7 processes rise above the cut, 7 fall below
+            procs = tuple(ProcessSample(20_000 + k, 0, ProcessType.COMPUTE, (((k + shift) % 600) + 1) << 20, 1.0,
+                                        "u", "python x.py", 1.0, GiB, 1.69e9) for k in range(600))
+            return Snapshot(time=time.time(), devices=devices, processes=procs)
+
+        def close(self):
+            pass
+
+    app = GpuMemApp(Source(), interval=0.1, side_pane=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        while state["poll"] < 6:
+            await pilot.pause(0.05)
+        await pilot.pause(0.1)
+        table = app.table
+        assert table.row_count == len(table.shown) in (500, 501)  # + the selected row if it fell out
+        listed = [row.key.value for row in table.ordered_rows]
+        assert listed == [row_key(p) for p in table.shown]
+        memory = [p.used_memory_bytes for p in table.shown[:500]]
+        assert memory == sorted(memory, reverse=True) and memory[0] == 600 << 20
+        assert table.get_row(listed[0])[table.visible_columns.index("pid")].plain == str(table.shown[0].pid)
