@@ -60,21 +60,24 @@ class ConfigError(ValueError):
 
 def unsafe_reason(path: Path, st: os.stat_result | None = None) -> str | None:
     """Why a config file should not be trusted, or None: the file or its directory is owned
-    by another user than this one (root excepted) or writable by its group or others (a
-    sticky directory of this user's excepted). ``st``: the file's status if already known.
+    by another user than this one (root excepted) or writable by its group (unless it is the
+    user's private group) or others (a sticky directory of this user's excepted). ``st``: the file's status if already known.
 
     Raises:
         OSError: the file or its directory cannot be examined.
     """
     import stat
 
+    from gpumem_tui.safe_files import group_is_private
+
     me = os.geteuid()
     for what, target in (("file", path), ("directory", path.parent)):
         status = st if (what == "file" and st is not None) else os.stat(target)
         if status.st_uid not in (me, 0):
             return f"the config {what} {target} is owned by uid {status.st_uid}, not by you"
-        writers = [who for who, bit in (("its group", stat.S_IWGRP), ("every user", stat.S_IWOTH))
-                   if status.st_mode & bit]
+        group_writes = bool(status.st_mode & stat.S_IWGRP) and not group_is_private(status.st_gid)
+        writers = [who for who, writes in (("its group", group_writes), ("every user", status.st_mode & stat.S_IWOTH))
+                   if writes]
         if writers and not (what == "directory" and status.st_mode & stat.S_ISVTX and status.st_uid == me):
             return (f"the config {what} {target} is writable by {' and '.join(writers)} "
                     f"(mode {stat.S_IMODE(status.st_mode):04o}; chmod go-w {target})")

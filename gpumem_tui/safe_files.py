@@ -123,3 +123,19 @@ def read_json(path: str | os.PathLike[str], limit: int = CONFIG_JSON_LIMIT) -> A
         ValueError: not JSON (``json.JSONDecodeError`` with its line) or nested too deeply.
     """
     return loads_json(read_bytes(Path(path), limit).decode("utf-8"))
+
+
+def group_is_private(gid: int) -> bool:
+    """True when group ``gid`` is this user's private group (a "user private group", the
+    default on Debian/Ubuntu with umask 002): named like the user, the user's primary group,
+    and with no other member. Writable by such a group is writable by this user only -- the
+    exception OpenSSH's StrictModes makes too."""
+    try:
+        import grp
+        import pwd
+
+        me = pwd.getpwuid(os.geteuid())
+        group = grp.getgrgid(gid)
+    except (ImportError, KeyError):
+        return False
+    return gid == me.pw_gid and group.gr_name == me.pw_name and set(group.gr_mem) <= {me.pw_name}

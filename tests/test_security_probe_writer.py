@@ -88,9 +88,11 @@ def test_parents_are_created_0700_whatever_the_umask(tmp_path):
     assert stat.S_IMODE((tmp_path / "a/b/probes/4242.jsonl").stat().st_mode) == 0o600
 
 
-def test_a_group_writable_directory_is_refused_saying_which_and_why(tmp_path):
+def test_a_group_writable_directory_is_refused_saying_which_and_why(two_users, tmp_path):
+    attacker, _ = two_users
     probes = tmp_path / "probes"
     probes.mkdir()
+    os.chown(probes, -1, attacker.gid)  # a group with another user in it
     probes.chmod(0o770)
     failed, warned = _write_stream(str(probes), 3)
     assert failed is not None and "writable by its group (mode 0770)" in failed and "chmod go-w" in failed
@@ -122,3 +124,14 @@ def test_a_refused_directory_warns_once_and_the_training_job_runs_on(two_users, 
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(messages) == 1 and f"owned by {attacker.name}" in messages[0]
     assert list(probes.iterdir()) == []
+
+
+def test_a_directory_writable_only_by_the_users_private_group_is_accepted(two_users, shared_dir):
+    _, victim = two_users  # useradd gave the victim a private group of the same name (umask 002 style)
+    probes = shared_dir / "probes"
+    probes.mkdir()
+    os.chown(probes, victim.uid, victim.gid)
+    probes.chmod(0o775)
+    failed, warned = run_as(victim, _write_stream, str(probes), 3)
+    assert failed is None and warned == []
+    assert (probes / "4242.jsonl").stat().st_uid == victim.uid

@@ -25,6 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from gpumem_tui.safe_files import group_is_private
 from gpumem_tui.telemetry.serialize import jsonable
 
 
@@ -78,8 +79,9 @@ def directory_problem(st: os.stat_result, directory: Path) -> str | None:
     """Why a directory with status ``st`` is unsafe for this user's streams, or None.
 
     Refused: not a directory, owned by another user (root's directories included: a
-    non-root writer needs its own), or writable by its group or by everyone (the sticky bit
-    does not help: another user could still create the stream's names first).
+    non-root writer needs its own), or writable by its group (unless it is the user's private
+    group) or by everyone (the sticky bit does not help: another user could still create the
+    stream's names first).
     """
     if not stat.S_ISDIR(st.st_mode):
         return f"{directory} is not a directory"
@@ -87,7 +89,9 @@ def directory_problem(st: os.stat_result, directory: Path) -> str | None:
     problems = []
     if st.st_uid != me:
         problems.append(f"owned by {_user(st.st_uid)}, not by you ({_user(me)})")
-    writable = [who for who, bit in (("its group", stat.S_IWGRP), ("every user", stat.S_IWOTH)) if st.st_mode & bit]
+    group_writes = bool(st.st_mode & stat.S_IWGRP) and not group_is_private(st.st_gid)
+    writable = [who for who, writes in (("its group", group_writes), ("every user", st.st_mode & stat.S_IWOTH))
+                if writes]
     if writable:
         problems.append(f"writable by {' and '.join(writable)} (mode {stat.S_IMODE(st.st_mode):04o})")
     if not problems:
