@@ -53,7 +53,7 @@ def two_users() -> Iterator[tuple[LocalUser, LocalUser]]:
         yield made[0], made[1]
     finally:
         for user in made:
-            subprocess.run(["userdel", user.name], capture_output=True)
+            subprocess.run(["userdel", "--force", user.name], capture_output=True)
 
 
 @pytest.fixture
