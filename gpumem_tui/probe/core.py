@@ -114,6 +114,7 @@ class Probe:
         device: Any = None,
         extra: dict | None = None,
         max_file_bytes: int = 32 << 20,
+        reset_peak_stats: bool = True,
     ) -> None:
         try:
             import torch
@@ -149,6 +150,13 @@ class Probe:
         self._last_step_recorded = -1e18
         self._last_write = 0.0
         self._saw_optimizer_phase = optimizer is not None
+        # Per-phase high-water marks (see _end_phase): when the current phase started, the
+        # peaks of phases of steps that were not recorded (folded into the next recorded
+        # one), and the process-wide CUDA peak last read when the stats are not reset.
+        self._reset_peak_stats = bool(reset_peak_stats)
+        self._phase_start: float | None = None
+        self._pending_peaks: dict[str, tuple[float, int, int]] = {}
+        self._last_cuda_max = 0
         self._hook_handles: list[Any] = []
         self._closed = False
 
@@ -400,6 +408,7 @@ class Probe:
         with self._lock:
             if name == self._phase and name != Phase.INIT.value:
                 return
+            self._end_phase()
             if self._phase == Phase.OPTIMIZER_STEP.value:
                 self._step_done = True
                 if self._tracker is not None:
@@ -419,6 +428,60 @@ class Probe:
                 self._tracker.step = self.step
             if self._record_step or name == Phase.INIT.value:
                 self._write("phase")
+
+    def _phase_peak_bytes(self) -> int | None:
+        """The highest memory since the previous phase boundary, and start a new period.
+
+        CUDA: ``torch.cuda.max_memory_allocated`` then ``torch.cuda.reset_peak_memory_stats``
+        (torch/cuda/memory.py), so every peak statistic of the device restarts at each phase
+        boundary. With ``reset_peak_stats=False`` nothing is reset: the process-wide peak is
+        read, and a phase gets a high-water mark only when that peak rose inside it (then it
+        is exact); otherwise None. CPU: the tracker's highest live bytes since the last call
+        (no tracker: None).
+        """
+        torch = self._torch
+        if self.device.type == "cuda":
+            peak = int(torch.cuda.max_memory_allocated(self.device))
+            if self._reset_peak_stats:
+                torch.cuda.reset_peak_memory_stats(self.device)
+                return peak
+            rose = peak > self._last_cuda_max
+            self._last_cuda_max = peak
+            return peak if rose else None
+        if self._tracker is not None:
+            return self._tracker.take_phase_peak()
+        return None
+
+    def _end_phase(self, final: bool = False) -> None:
+        """Write the ending phase's high-water mark as a ``peak`` record (see
+        ``gpumem_tui.telemetry.probe_source``). Phases of steps that are not recorded
+        (``min_step_interval``) are folded into the same phase of the next recorded step:
+        its record then says ``steps`` > 1 and starts where the first folded phase started."""
+        now = time.time()
+        start, self._phase_start = self._phase_start, now
+        if start is None:  # attach: start the first period here
+            with contextlib.suppress(Exception):
+                self._phase_peak_bytes()
+            return
+        try:
+            peak = self._phase_peak_bytes()
+        except Exception:  # never break the training job over a measurement
+            peak = None
+        phase = self._phase
+        if peak is not None:
+            first, high, steps = self._pending_peaks.pop(phase, (start, 0, 0))
+            self._pending_peaks[phase] = (first, max(high, peak), steps + 1)
+        if final or self._record_step or phase == Phase.INIT.value:
+            pending = self._pending_peaks if final else {phase: self._pending_peaks.get(phase)}
+            for name, entry in list(pending.items()):
+                if entry is None:
+                    continue
+                first, high, steps = entry
+                self._pending_peaks.pop(name, None)
+                self._writer.write({
+                    "kind": "peak", "time": now, "start": first, "step": self.step, "phase": name,
+                    "device": str(self.device), "peak_bytes": high, "steps": steps,
+                })
 
     @property
     def phase_name(self) -> str:
@@ -554,6 +617,7 @@ class Probe:
         with self._lock:
             if self._closed:
                 return
+            self._end_phase(final=True)
             self._write("sample")
             self._closed = True
             self._writer.write({"kind": "end", "time": time.time(), "step": self.step})
@@ -620,11 +684,20 @@ def attach(model: Any, optimizer: Any = None, **kwargs: Any) -> Probe:
     (``gpumem_tui.probe.tracker``; ``track_tensors=False`` turns it off), with the bytes
     split into parameters, gradients, optimizer_states, activations (and temporaries, buffers).
 
+    High-water marks: when a phase ends the probe writes the highest memory reached inside it
+    (a ``peak`` record), so a spike shorter than ``interval`` is still measured. On CUDA this
+    **resets torch's peak statistics** (``torch.cuda.reset_peak_memory_stats``) at every phase
+    boundary: a ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` of your own then
+    covers only the current phase (and so does the streamed ``torch_max_allocated``).
+    ``reset_peak_stats=False`` leaves them alone; a phase then gets a high-water mark only
+    when the process-wide peak rose inside it. On the CPU the tracker keeps its own peak;
+    nothing of torch's is touched.
+
     Keyword arguments: batch (micro-batch size), seq (sequence length), dtype (of the
     parameters; default the first floating parameter's), task (the estimator's: "train",
     "lora", "qlora", "inference"), config (a HF-style config dict for non-HF models),
     directory, interval, min_step_interval (seconds), track_tensors, hooks (False: mark phases
-    only with ``probe.phase``/``probe.mark``), device, max_file_bytes, and extra: more setup
+    only with ``probe.phase``/``probe.mark``), device, max_file_bytes, reset_peak_stats, and extra: more setup
     keys the probe cannot see itself, named as the estimator's TrainingSpec fields, e.g.
     ``extra={"mixed_precision": True, "zero": 2, "dp": 8, "grad_ckpt": "full"}``.
 
