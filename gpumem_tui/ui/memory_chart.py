@@ -14,7 +14,11 @@ label says which), against time in seconds relative to the newest sample (0 = no
 - phase marks (:meth:`set_phase_marks`): the measured curve is coloured by the training phase
   it was in (init / forward / backward / optimizer step), and when few marks are visible each
   phase start also gets a vertical line. The legend (two lines under the plot, not plotext's
-  box, which would cover the data) names every colour, with each band's and the total's size.
+  box, which would cover the data) names every colour, with each band's and the total's size;
+- the probe's per-phase high-water marks (:meth:`set_phase_peaks`) as a step-shaped envelope
+  over the sampled curve, each step of it coloured by its phase (drawn with block quadrants,
+  the samples with braille dots, and the legend says so): a peak shorter than the sampling
+  interval still shows, at its true height.
 
 Colours are theme variables (``band-*``, ``curve-*``, ``line-total``, ``phase-*``) resolved
 through the running app, so a theme restyles the chart.
@@ -35,7 +39,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from gpumem_tui.telemetry.model import Phase, PhaseMark
+from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak
 from gpumem_tui.units import GiB, MiB, format_bytes
 
 TOTAL_SCALE_LIMIT = 2.5  # the total line stays on scale while total <= 2.5 x the largest value
@@ -133,12 +137,89 @@ def _dots(xs: Sequence[float], ys: Sequence[float], x_lo: float, x_dot: float, y
     return tuple(out)
 
 
+ENVELOPE_MARKER = "hd"  # plotext's half-block quadrants: unlike the samples' braille dots
+
+
+def envelope(peaks: Sequence[PhasePeak], lo: float, hi: float, buckets: int) -> list[tuple[Phase, list[tuple[float, float]]]]:
+    """The step-shaped envelope of per-phase high-water marks between epoch seconds ``lo`` and
+    ``hi``: runs of ``(phase, [(time, bytes), ...])``, each run's points joined by lines.
+
+    Each peak is a flat segment from its start to its end; a run starts with a vertical
+    step from the previous segment's height, so the runs together draw one staircase. When
+    more peaks are visible than ``buckets`` (about the plot's width), each bucket keeps its
+    highest peak (and its phase), so no maximum is dropped. Raises nothing; empty input gives [].
+    """
+    visible = sorted((p for p in peaks if p.end >= lo and p.start <= hi), key=lambda p: (p.start, p.end))
+    if not visible:
+        return []
+    segments: list[tuple[Phase, float, float, int]] = [(p.phase, max(p.start, lo), min(p.end, hi), p.peak_bytes)
+                                                       for p in visible]
+    if len(segments) > buckets > 0:
+        span = (hi - lo) or 1.0
+        merged: dict[int, tuple[Phase, float, float, int]] = {}
+        for phase, start, end, value in segments:
+            b = min(int((start - lo) / span * buckets), buckets - 1)
+            old = merged.get(b)
+            if old is None:
+                merged[b] = (phase, start, end, value)
+            else:  # widen to the bucket's extent, keep the highest peak's phase and value
+                top = (phase, value) if value > old[3] else (old[0], old[3])
+                merged[b] = (top[0], min(old[1], start), max(old[2], end), top[1])
+        segments = [merged[b] for b in sorted(merged)]
+    runs: list[tuple[Phase, list[tuple[float, float]]]] = []
+    previous: float | None = None
+    for phase, start, end, value in segments:
+        if runs and runs[-1][0] is phase and runs[-1][1][-1][0] >= start - 1e-9:
+            points = runs[-1][1]
+        else:
+            points = []
+            runs.append((phase, points))
+            if previous is not None:
+                points.append((start, previous))  # the vertical step up or down
+        points.append((start, value))
+        points.append((end, value))
+        previous = value
+    return runs
+
+
+def _terminal_colours(value: str | None) -> bool:
+    """True when a theme colour is the terminal's own (ANSI themes: ``ansi_default``,
+    ``transparent``): it has no RGB value to draw with."""
+    if not value:
+        return True
+    try:
+        colour = Color.parse(value)
+    except ColorParseError:
+        return True
+    return colour.ansi is not None or colour.a == 0
+
+
 class MemoryPlot(PlotextPlot):
-    """The plot area; the owning :class:`MemoryChart` fills it."""
+    """The plot area; the owning :class:`MemoryChart` fills it.
+
+    textual-plotext builds its plotext theme from the app theme's ``surface`` and
+    ``foreground`` as RGB; an ANSI theme (``ansi-dark``, ``ansi-light``) has the terminal's
+    default colours there, which parse as RGB black, so ticks and title were drawn black on
+    black. For such themes the plot uses plotext's terminal-default colours instead.
+    """
 
     DEFAULT_CSS = """
     MemoryPlot { height: 1fr; width: 1fr; }
     """
+
+    def _uses_terminal_colours(self) -> bool:
+        variables = self.app.theme_variables
+        return _terminal_colours(variables.get("surface")) or _terminal_colours(variables.get("foreground"))
+
+    def _get_plotext_theme_name(self, app_theme_name: str) -> str:
+        if self.theme == "auto" and self._uses_terminal_colours():
+            return "textual-clear"  # registered by textual_plotext: all "default" colours
+        return super()._get_plotext_theme_name(app_theme_name)
+
+    def _register_theme(self, app_theme_name: str) -> None:
+        if self.theme == "auto" and self._uses_terminal_colours():
+            return
+        super()._register_theme(app_theme_name)
 
 
 class MemoryChart(Vertical):
@@ -152,7 +233,9 @@ class MemoryChart(Vertical):
     """
 
     show_bands: reactive[bool] = reactive(True)
-    fit_total: reactive[bool] = reactive(False)
+    # None: the total is on the scale when it is within TOTAL_SCALE_LIMIT x the data;
+    # True / False: always / never (the `t` key flips whichever is shown).
+    fit_total: reactive[bool | None] = reactive(None)
     window: reactive[float] = reactive(300.0)
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
@@ -163,6 +246,9 @@ class MemoryChart(Vertical):
         self.total_label = "GPU total"
         self.bands: list[Band] = []
         self.phase_marks: list[PhaseMark] = []
+        self.phase_peaks: list[PhasePeak] = []
+        self.envelope_runs: list[tuple[Phase, list[tuple[float, float]]]] = []  # as last drawn
+        self.total_on_scale = False  # as last drawn
         self.now: float | None = None
         self.message: str | None = None
         self._legend_shown: Text | None = None
@@ -197,6 +283,16 @@ class MemoryChart(Vertical):
         """Phase marks of the charted process, any order."""
         self.phase_marks = sorted(marks, key=lambda m: m.time)
 
+    def set_phase_peaks(self, peaks: Sequence[PhasePeak]) -> None:
+        """Per-phase high-water marks of the charted process (any order); drawn as the
+        envelope (see :func:`envelope`)."""
+        self.phase_peaks = list(peaks)
+
+    def envelope_peak(self) -> int | None:
+        """The highest point of the envelope as last drawn (bytes), or None without one."""
+        values = [v for _, points in self.envelope_runs for _, v in points]
+        return int(max(values)) if values else None
+
     def set_message(self, message: str | None) -> None:
         """Text shown instead of the plot when there is nothing to chart."""
         self.message = message
@@ -226,7 +322,7 @@ class MemoryChart(Vertical):
         if self.now is not None and self.curves:
             starts = [c.points[0][0] for c in self.curves if c.points]
             if starts:
-                span = min(self.window, max(self.now - min(starts), 30.0))
+                span = min(self.window, max(self.now - min(starts), min(self.window, 30.0)))
         width = max(self.size.width - 10, 10)
         return span / width
 
@@ -259,6 +355,7 @@ class MemoryChart(Vertical):
         ]
         curves = [c for c in curves if c.points]
         width = max(plot.size.width - 10, 10)
+        self.envelope_runs = []
         if now is None or not curves:
             ops.append(("title", (self.message or f"{self.title}: no samples yet",), {}))
             ops.append(("xlim", (-self.window, 0), {}))
@@ -268,19 +365,28 @@ class MemoryChart(Vertical):
             return
         bands = self.bands if self.show_bands else []
         data_peak = max(max(v for _, v in c.points) for c in curves)
+        oldest = min(c.points[0][0] for c in curves)
+        span = min(self.window, max(now - oldest, min(self.window, 30.0)))
+        runs = envelope(self.phase_peaks, now - span, now, width) if self.phase_peaks else []
+        self.envelope_runs = runs
+        if runs:
+            data_peak = max(data_peak, max(v for _, points in runs for _, v in points))
         if bands:
             data_peak = max(data_peak, max(b[1] for b in bands))
         total = self.total_bytes
         # A 40 GiB total line would flatten a 2 GiB process curve to the axis: the total stays
         # on the plot only when it is within TOTAL_SCALE_LIMIT x the data (or `fit_total`).
-        total_on_scale = bool(total) and (self.fit_total or total <= TOTAL_SCALE_LIMIT * max(data_peak, 1))
+        if self.fit_total is None:
+            total_on_scale = bool(total) and total <= TOTAL_SCALE_LIMIT * max(data_peak, 1)
+        else:
+            total_on_scale = bool(total) and self.fit_total
+        self.total_on_scale = total_on_scale
         peak = max(data_peak, total) if total_on_scale and total else data_peak
         unit, factor = choose_unit(peak)
         marks = self.visible_phase_marks()
-        # Until the history fills the window, span only what there is (at least 30 s), so a
-        # fresh start does not squeeze the curve against the right edge.
-        oldest = min(c.points[0][0] for c in curves)
-        x_lo = -min(self.window, max(now - oldest, 30.0))
+        # Until the history fills the window, span only what there is (at least 30 s, or the
+        # window when it is shorter), so a fresh start does not squeeze the curve to the right.
+        x_lo = -span
         x_hi = 0.0
         top = peak / factor * 1.08
         # Resolution of the key: finer than the canvas (2 dots per cell of the whole widget).
@@ -311,11 +417,24 @@ class MemoryChart(Vertical):
                 ops.append(("plot", (xs, ys), {"color": self._rgb(curve.color_var), "marker": "braille"}))
             style = theme.get(curve.color_var, "") if not phased else theme.get("phase-forward", "")
             legend_text.append("⣿⣿ ", style=style)
-            legend_text.append(curve.label + (" (coloured by phase)" if phased else "") + "  ")
+            suffix = (" samples (coloured by phase)" if runs else " (coloured by phase)") if phased else ""
+            legend_text.append(curve.label + suffix + "  ")
+        for phase, points in runs:
+            var = PHASE_VARS.get(phase, "curve-measured")
+            ops.append(("plot", ([t - now for t, _ in points], [v / factor for _, v in points]),
+                        {"color": self._rgb(var), "marker": ENVELOPE_MARKER}))
+        if runs:
+            legend_text.append("▀▀ ", style=theme.get("phase-backward", ""))
+            legend_text.append("peak of each phase (probe high-water mark)  ")
         if total:
             legend_text.append("━━ ", style=theme.get("line-total", ""))
             legend_text.append(f"{self.total_label} {format_bytes(total)}")
-            legend_text.append("  " if total_on_scale else " (above the plot; t scales to it)  ")
+            if total_on_scale:
+                legend_text.append("  ")
+            elif self.fit_total is None:
+                legend_text.append(" (above the plot; t scales to it)  ")
+            else:
+                legend_text.append(" (off the scale; t scales to it)  ")
         if bands:
             legend_text.append("\npredicted: ")
         for label, value, var in bands:
