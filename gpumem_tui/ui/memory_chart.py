@@ -37,6 +37,7 @@ from textual.color import Color, ColorParseError
 from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import Static
+from plotext._dict import themes as plotext_themes
 from textual_plotext import PlotextPlot
 
 from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak
@@ -194,13 +195,43 @@ def _terminal_colours(value: str | None) -> bool:
     return colour.ansi is not None or colour.a == 0
 
 
+MIN_TEXT_CONTRAST = 4.5  # WCAG 2.1 AA for normal text (success criterion 1.4.3)
+
+
+def contrast_ratio(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    """WCAG 2.1 contrast ratio of two sRGB colours, 1 (none) to 21 (black on white); the
+    relative luminance is WCAG's definition (sRGB channels linearised, weights 0.2126,
+    0.7152, 0.0722)."""
+
+    def luminance(rgb: tuple[int, int, int]) -> float:
+        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (v / 255 for v in rgb)]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def readable_colours(surface: tuple[int, int, int], background: tuple[int, int, int],
+                     foreground: tuple[int, int, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(canvas, text) colours for the plot: the theme's foreground on its surface, or on its
+    background, whichever first reaches :data:`MIN_TEXT_CONTRAST`; else black or white text
+    (the one with more contrast) on the surface."""
+    for canvas in (surface, background):
+        if contrast_ratio(canvas, foreground) >= MIN_TEXT_CONTRAST:
+            return canvas, foreground
+    black, white = (0, 0, 0), (255, 255, 255)
+    return surface, max((black, white), key=lambda c: contrast_ratio(surface, c))
+
+
 class MemoryPlot(PlotextPlot):
     """The plot area; the owning :class:`MemoryChart` fills it.
 
     textual-plotext builds its plotext theme from the app theme's ``surface`` and
-    ``foreground`` as RGB; an ANSI theme (``ansi-dark``, ``ansi-light``) has the terminal's
+    ``foreground`` as RGB. An ANSI theme (``ansi-dark``, ``ansi-light``) has the terminal's
     default colours there, which parse as RGB black, so ticks and title were drawn black on
-    black. For such themes the plot uses plotext's terminal-default colours instead.
+    black: for such themes the plot uses plotext's terminal-default colours. Other themes get
+    the colours of :func:`readable_colours` (solarized-dark's foreground on its surface is
+    only 4.1:1).
     """
 
     DEFAULT_CSS = """
@@ -212,14 +243,25 @@ class MemoryPlot(PlotextPlot):
         return _terminal_colours(variables.get("surface")) or _terminal_colours(variables.get("foreground"))
 
     def _get_plotext_theme_name(self, app_theme_name: str) -> str:
-        if self.theme == "auto" and self._uses_terminal_colours():
+        if self.theme != "auto":
+            return self.theme
+        if self._uses_terminal_colours():
             return "textual-clear"  # registered by textual_plotext: all "default" colours
-        return super()._get_plotext_theme_name(app_theme_name)
+        return f"gpumem-tui-{app_theme_name}"
 
     def _register_theme(self, app_theme_name: str) -> None:
-        if self.theme == "auto" and self._uses_terminal_colours():
+        if self.theme != "auto" or self._uses_terminal_colours():
             return
-        super()._register_theme(app_theme_name)
+        name = self._get_plotext_theme_name(app_theme_name)
+        if name not in plotext_themes:
+            variables = self.app.theme_variables
+            rgb = {key: Color.parse(variables.get(key) or "#000000").rgb
+                   for key in ("surface", "background", "foreground")}
+            canvas, text = readable_colours(rgb["surface"], rgb["background"], rgb["foreground"])
+            # plotext theme: canvas, axes, ticks colour, ticks style, data colour cycle (the
+            # chart always names its colours, so the default cycle is never used)
+            plotext_themes[name] = [canvas, canvas, text, "default", list(plotext_themes["default"][4])]
+        self.refresh()
 
 
 class MemoryChart(Vertical):
