@@ -88,6 +88,8 @@ CATEGORY_COMPONENTS: dict[str, tuple[str, ...]] = {
     "temporaries": ("optimizer_intermediates", "logits_and_loss"),
     "temp": ("optimizer_intermediates", "logits_and_loss"),
     "kv_cache": ("kv_cache",),
+    # a CUDA phase peak's rest after what the probe could name (gpumem_tui.probe.peak_split)
+    "activations_and_temporaries": ("activations", "optimizer_intermediates"),
 }
 
 #: What the probe's "activations" holds when it published no "temporaries" category.
@@ -432,12 +434,27 @@ def compare(
     elif peak_nvml is not None:
         notes.append("NVML lists this CPU job on a GPU: its NVML figure is not compared")
 
-    rows, at_peak = _component_rows(predicted, samples, figure, notes)
+    split_peak = _split_peak(phase_peaks, pid, peak_allocated)
+    if split_peak is not None:  # the probe's split of the highest high-water mark (CUDA)
+        samples_for_rows = [*samples, ProbeSample(time=split_peak.end, pid=pid, device=split_peak.device,
+                                                  allocated_bytes=split_peak.peak_bytes,
+                                                  categories=split_peak.categories)]
+        notes.append(
+            f"components are the probe's split of the peak (step {split_peak.step}, "
+            f"{split_peak.phase.value}): parameters, optimizer states and gradients counted from the "
+            "model and optimizer (gradients in backward to within one parameter's), logits and loss "
+            "buffers from the model output and the loss's graph; activations and temporaries are not "
+            "split from each other"
+        )
+    else:
+        samples_for_rows = samples
+    rows, at_peak = _component_rows(predicted, samples_for_rows, figure, notes)
     measured_phase = None
     sample_bytes = None
     if at_peak is not None:
         sample_bytes = sum(v for _, v in at_peak.categories)
-        measured_phase = _phase_at(phase_marks, pid, at_peak.time)
+        measured_phase = (split_peak.phase.value if split_peak is not None and at_peak.time == split_peak.end
+                          else _phase_at(phase_marks, pid, at_peak.time))
         if sample_bytes < peak_allocated:
             notes.append(
                 f"components are from the sample with the most live bytes ({_mib(sample_bytes)}"
@@ -462,6 +479,15 @@ def compare(
         steps=tuple(steps),
         drift=drift,
     )
+
+
+def _split_peak(peaks: Sequence[PhasePeak], pid: int, measured_peak: int) -> PhasePeak | None:
+    """The highest high-water mark of ``pid`` that carries a split, if it is the measured peak."""
+    split = [p for p in peaks if p.pid == pid and p.categories]
+    if not split:
+        return None
+    best = max(split, key=lambda p: (p.peak_bytes, p.end))
+    return best if best.peak_bytes >= measured_peak else None
 
 
 def _mib(n: int) -> str:

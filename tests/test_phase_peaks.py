@@ -224,3 +224,114 @@ def test_replayed_envelope_reaches_the_measured_peak_and_the_prediction(tmp_path
 
     assert asyncio.run(run()) == measured
     assert (tmp_path / "envelope.svg").stat().st_size > 0
+
+
+# -- CUDA split, with torch's CUDA memory statistics played by a CPU tensor tracker ---------
+
+
+def test_cuda_peak_split_names_what_the_probe_knows(tmp_path, monkeypatch):
+    """The CUDA path of the probe on a CPU model: ``torch.cuda``'s allocated / peak figures
+    come from a live-tensor tracker (what they count on a GPU), so every part of the split can
+    be checked against tensors the test knows."""
+    torch = pytest.importorskip("torch")
+    import gpumem_tui.probe
+    from gpumem_tui.probe.core import Probe
+    from gpumem_tui.probe.peak_split import UNSPLIT
+    from gpumem_tui.probe.tracker import LiveTensorTracker
+
+    allocator = LiveTensorTracker("cpu")
+
+    def reset(device=None):
+        allocator.reset_peak()
+
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocator.live_bytes)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: allocator.live_bytes)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: allocator.peak_bytes)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", reset)
+    monkeypatch.setattr(torch._C, "_cuda_memoryStats",
+                        lambda index: {"allocated_bytes": {"all": {"peak": allocator.peak_bytes}}}, raising=False)
+    monkeypatch.setattr(Probe, "_on_device", lambda self, tensor: True)
+
+    class Output(dict):
+        __getattr__ = dict.__getitem__
+
+    class LM(torch.nn.Module):
+        def __init__(self, vocab=512, hidden=64):
+            super().__init__()
+            self.embed = torch.nn.Embedding(vocab, hidden)
+            self.mlp = torch.nn.Linear(hidden, 4 * hidden)
+            self.head = torch.nn.Linear(4 * hidden, vocab, bias=False)
+
+        def forward(self, ids):
+            logits = self.head(torch.relu(self.mlp(self.embed(ids))))
+            loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), ids.view(-1))
+            return Output(loss=loss, logits=logits)
+
+    model = LM()
+    opt = torch.optim.AdamW(model.parameters())
+    param_bytes = sum(p.numel() * 4 for p in model.parameters())
+    allocator.register(model.parameters())
+    allocator.start()
+    try:
+        probe = gpumem_tui.probe.attach(model, opt, directory=tmp_path, interval=60, min_step_interval=0,
+                                        device=torch.device("cuda", 0))
+        try:
+            for _ in range(3):
+                ids = torch.randint(0, 512, (4, 32))
+                out = model(ids)
+                out.loss.backward()
+                del out
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+        finally:
+            probe.close()
+    finally:
+        allocator.stop()
+    reading = ProbeSource(tmp_path, alive=lambda pid, ct: False).poll()
+    peaks = {(p.step, p.phase.value): p for p in reading.phase_peaks}
+    logits = 4 * 32 * 512 * 4
+    # AdamW: exp_avg and exp_avg_sq like each parameter, plus a 4-byte step count per parameter
+    state_bytes = 2 * param_bytes + 4 * len(list(model.parameters()))
+    for phase in ("forward", "backward", "optimizer_step"):
+        peak = peaks[(3, phase)]
+        parts = dict(peak.categories)
+        assert sum(parts.values()) == peak.peak_bytes
+        assert parts["parameters"] == param_bytes
+        assert parts["optimizer_states"] == state_bytes
+        assert parts[UNSPLIT] >= 0
+    forward, backward = dict(peaks[(3, "forward")].categories), dict(peaks[(3, "backward")].categories)
+    # logits + the log-softmax cross_entropy saved for its backward (both b x s x V fp32)
+    # (and the loss's scalar total weight), not the integer labels
+    assert forward["logits_and_loss"] == backward["logits_and_loss"]
+    assert 2 * logits <= forward["logits_and_loss"] <= 2 * logits + 64
+    assert forward["gradients"] == 0  # set_to_none: no gradient exists in forward
+    # backward's peak comes with the first gradients (the logits' gradient, before .grad
+    # is filled), not with all of them
+    assert 0 <= backward["gradients"] < param_bytes
+    assert dict(peaks[(3, "optimizer_step")].categories)["gradients"] == param_bytes
+
+
+def test_compare_uses_the_split_of_the_highest_peak():
+    from gpumem_tui.comparison import compare
+    from gpumem_tui.telemetry.model import ProbeSample
+
+    split = (("parameters", 100), ("optimizer_states", 200), ("gradients", 10), ("logits_and_loss", 40),
+             ("activations_and_temporaries", 150))
+    peak = PhasePeak(pid=7, step=3, phase=Phase.BACKWARD, start=1.0, end=2.0, peak_bytes=500, device="cuda",
+                     categories=split)
+    low = PhasePeak(pid=7, step=3, phase=Phase.FORWARD, start=0.0, end=1.0, peak_bytes=450, device="cuda",
+                    categories=split[:-1] + (("activations_and_temporaries", 100),))
+    sample = ProbeSample(time=1.5, pid=7, device="cuda", allocated_bytes=380, categories=(("parameters", 100),))
+    estimate = {"components_bytes": {"parameters": 100, "gradients": 0, "optimizer_states": 200,
+                                     "optimizer_intermediates": 0, "activations": 140, "logits_and_loss": 40,
+                                     "kv_cache": 0, "cuda_context": 0, "allocator_reserve": 0},
+                "peak_bytes": 480, "device": "cuda"}
+    result = compare(estimate, [sample], pid=7, phase_peaks=[low, peak])
+    assert result.headline.measured_bytes == 500
+    assert result.measured_peak_phase == "backward"
+    assert result.row("logits_and_loss").measured_bytes == 40
+    assert result.row("gradients").measured_bytes == 10
+    assert result.row("activations+optimizer_intermediates").measured_bytes == 150
+    assert result.row("activations").measured_bytes is None  # not split from the temporaries
+    assert result.to_json()["steps"] == [{"step": 3, "peak_bytes": 500,
+                                          "phase_peaks": {"forward": 450, "backward": 500}}]

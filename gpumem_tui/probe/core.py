@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpumem_tui.probe.peak_split import PeakSplit, output_and_loss_bytes
 from gpumem_tui.probe.writer import StreamWriter
 from gpumem_tui.telemetry.serialize import jsonable
 from gpumem_tui.telemetry.model import Phase
@@ -155,8 +156,10 @@ class Probe:
         # one), and the process-wide CUDA peak last read when the stats are not reset.
         self._reset_peak_stats = bool(reset_peak_stats)
         self._phase_start: float | None = None
-        self._pending_peaks: dict[str, tuple[float, int, int]] = {}
+        self._pending_peaks: dict[str, tuple[float, int, int, dict[str, int] | None]] = {}
         self._last_cuda_max = 0
+        # CUDA: what each phase's peak is made of (probe/peak_split.py); needs the reset stats
+        self._split = PeakSplit() if self.device.type == "cuda" and self._reset_peak_stats else None
         self._hook_handles: list[Any] = []
         self._closed = False
 
@@ -462,26 +465,48 @@ class Probe:
         if start is None:  # attach: start the first period here
             with contextlib.suppress(Exception):
                 self._phase_peak_bytes()
+                self._start_split()
             return
         try:
             peak = self._phase_peak_bytes()
         except Exception:  # never break the training job over a measurement
             peak = None
         phase = self._phase
+        split: dict[str, int] | None = None
+        if self._split is not None and peak is not None:
+            with contextlib.suppress(Exception):
+                split = self._split.split(phase, peak, self.categories())
+            with contextlib.suppress(Exception):
+                self._start_split()
         if peak is not None:
-            first, high, steps = self._pending_peaks.pop(phase, (start, 0, 0))
-            self._pending_peaks[phase] = (first, max(high, peak), steps + 1)
+            first, high, steps, parts = self._pending_peaks.pop(phase, (start, 0, 0, None))
+            if split is not None and peak >= high:
+                parts = split
+            self._pending_peaks[phase] = (first, max(high, peak), steps + 1, parts)
         if final or self._record_step or phase == Phase.INIT.value:
             pending = self._pending_peaks if final else {phase: self._pending_peaks.get(phase)}
             for name, entry in list(pending.items()):
                 if entry is None:
                     continue
-                first, high, steps = entry
+                first, high, steps, parts = entry
                 self._pending_peaks.pop(name, None)
-                self._writer.write({
+                record: dict[str, Any] = {
                     "kind": "peak", "time": now, "start": first, "step": self.step, "phase": name,
                     "device": str(self.device), "peak_bytes": high, "steps": steps,
-                })
+                }
+                if parts:
+                    record["categories"] = parts
+                self._writer.write(record)
+
+    def _start_split(self) -> None:
+        """Tell the CUDA peak split that a phase begins now (see probe/peak_split.py)."""
+        if self._split is None:
+            return
+        params = list(self.model.parameters())
+        self._split.phase_started(
+            self.categories(), int(self._torch.cuda.memory_allocated(self.device)),
+            {id(p) for p in params if p.grad is not None},
+        )
 
     @property
     def phase_name(self) -> str:
@@ -508,9 +533,10 @@ class Probe:
         if self.optimizer is not None:
             self._hook_handles.append(self.optimizer.register_step_pre_hook(self._step_pre_hook))
             self._hook_handles.append(self.optimizer.register_step_post_hook(self._step_post_hook))
-        if self._tracker is not None:
+        if self._tracker is not None or self._split is not None:
             # Label each gradient as such once autograd stored it (torch >= 2.1), so the
-            # breakdown at a peak between two samples still names the gradients.
+            # breakdown at a peak between two samples still names the gradients; on CUDA
+            # note how many gradient bytes existed when backward's peak happened.
             for param in model.parameters():
                 if param.requires_grad and hasattr(param, "register_post_accumulate_grad_hook"):
                     self._hook_handles.append(param.register_post_accumulate_grad_hook(self._grad_hook))
@@ -522,6 +548,24 @@ class Probe:
                 tracker.retag((param.grad,), "gradients")
             except Exception:  # pragma: no cover - labelling is best effort, never fatal
                 pass
+        split = self._split
+        if split is not None and not self._closed and self._phase == Phase.BACKWARD.value:
+            try:
+                split.gradient_stored(param, self._cuda_peak())
+            except Exception:  # pragma: no cover - the split is best effort, never fatal
+                pass
+
+    def _cuda_peak(self) -> int:
+        """torch max allocated of the measured device (bytes). The C entry point that
+        ``torch.cuda.memory_stats`` wraps is used when present: the public function flattens
+        a nested dict of ~100 entries in Python, and this runs once per parameter in backward
+        (torch/cuda/memory.py, memory_stats_as_nested_dict)."""
+        torch = self._torch
+        stats = getattr(torch._C, "_cuda_memoryStats", None)
+        if stats is not None:
+            with contextlib.suppress(Exception):
+                return int(stats(self.device.index)["allocated_bytes"]["all"]["peak"])
+        return int(torch.cuda.max_memory_allocated(self.device))
 
     def _guard(self, func, *args) -> None:
         try:
@@ -548,6 +592,9 @@ class Probe:
         targets = [loss] if has_loss else _tensors(output, torch)
         if has_loss and not self._kept_output_published:
             self._output_refs = tuple(weakref.ref(t) for t in _tensors(output, torch) if t is not loss)
+        if self._split is not None:
+            outputs = [t for t in _tensors(output, torch) if t is not loss]
+            self._split.logits_and_loss = output_and_loss_bytes(outputs, loss if has_loss else None, torch)
         fired = [False]
 
         def on_backward(grad_outputs: Any) -> None:

@@ -125,6 +125,9 @@ class PhasePeak:
     "cuda"), the tracker's highest live tensor bytes on the CPU (device "cpu").
     ``start``/``end`` are epoch seconds; ``steps`` > 1 when the probe folded the same phase
     of several steps it did not record one by one (fast steps) into this record.
+    ``categories`` splits ``peak_bytes`` as far as the probe could (CUDA: parameters,
+    gradients, optimizer_states, logits_and_loss and the unsplit
+    ``activations_and_temporaries``; see ``gpumem_tui.probe.peak_split``), or is empty.
     """
 
     pid: int
@@ -135,6 +138,7 @@ class PhasePeak:
     peak_bytes: int
     device: str = "cuda"
     steps: int = 1
+    categories: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

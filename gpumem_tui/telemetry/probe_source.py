@@ -117,11 +117,7 @@ def _time(record: Mapping[str, object]) -> float:
     return float(value)
 
 
-def _sample_from_record(record: Mapping[str, object], pid: int, when: float) -> ProbeSample | None:
-    """The memory fields of a phase/sample record as a ProbeSample (None if it has none)."""
-    device = record.get("device")
-    if not isinstance(device, str) or not device:
-        raise _BadLine("'device' is missing")
+def _categories(record: Mapping[str, object]) -> tuple[tuple[str, int], ...]:
     categories_raw = record.get("categories") or {}
     if not isinstance(categories_raw, Mapping):
         raise _BadLine("'categories' is not an object")
@@ -130,6 +126,15 @@ def _sample_from_record(record: Mapping[str, object], pid: int, when: float) -> 
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise _BadLine(f"category {name!r} is not a non-negative integer")
         categories.append((str(name), value))
+    return tuple(categories)
+
+
+def _sample_from_record(record: Mapping[str, object], pid: int, when: float) -> ProbeSample | None:
+    """The memory fields of a phase/sample record as a ProbeSample (None if it has none)."""
+    device = record.get("device")
+    if not isinstance(device, str) or not device:
+        raise _BadLine("'device' is missing")
+    categories = _categories(record)
     if device.startswith("cuda"):
         allocated = _int(record, "torch_allocated", required=False)
         if allocated is None:
@@ -167,7 +172,8 @@ def _peak_from_record(record: Mapping[str, object], pid: int) -> PhasePeak:
         raise _BadLine("not a valid peak record")
     return PhasePeak(pid=pid, step=_int(record, "step"), phase=phase, start=start, end=end,  # type: ignore[arg-type]
                      peak_bytes=_int(record, "peak_bytes"), device=device.split(":", 1)[0],  # type: ignore[arg-type]
-                     steps=_int(record, "steps", required=False) or 1)
+                     steps=_int(record, "steps", required=False) or 1,
+                     categories=_categories(record))
 
 
 def _json_safe_setup(setup: object) -> tuple[tuple[str, object], ...]:

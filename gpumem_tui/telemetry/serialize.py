@@ -140,7 +140,8 @@ def mark_to_dict(m: PhaseMark) -> dict[str, Any]:
 def peak_to_dict(p: PhasePeak) -> dict[str, Any]:
     """One PhasePeak as a JSON-safe dict."""
     return {"pid": p.pid, "step": p.step, "phase": p.phase.value, "start": _num(p.start), "end": _num(p.end),
-            "peak_bytes": p.peak_bytes, "device": p.device, "steps": p.steps}
+            "peak_bytes": p.peak_bytes, "device": p.device, "steps": p.steps,
+            **({"categories": {str(k): int(v) for k, v in p.categories}} if p.categories else {})}
 
 
 def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
@@ -322,7 +323,21 @@ def peak_from_dict(d: Mapping[str, Any]) -> PhasePeak:
         peak_bytes=_int(d, "peak_bytes", optional=False),  # type: ignore[arg-type]
         device=_str(d, "device") or "cuda",
         steps=_int(d, "steps") or 1,
+        categories=_byte_counts(d.get("categories")),
     )
+
+
+def _byte_counts(raw: Any) -> tuple[tuple[str, int], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise SerializeError("'categories' is not an object")
+    out = []
+    for name, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SerializeError(f"category {name!r} is not a byte count")
+        out.append((str(name), value))
+    return tuple(out)
 
 
 def _items(d: Mapping[str, Any], key: str, parse: Callable[[Mapping[str, Any]], T], skipped: list[str]) -> tuple[T, ...]:
