@@ -335,3 +335,43 @@ def test_compare_uses_the_split_of_the_highest_peak():
     assert result.row("activations").measured_bytes is None  # not split from the temporaries
     assert result.to_json()["steps"] == [{"step": 3, "peak_bytes": 500,
                                           "phase_peaks": {"forward": 450, "backward": 500}}]
+
+
+def test_a_rising_per_step_peak_is_flagged_in_the_process_row():
+    pytest.importorskip("textual")
+    from gpumem_tui.ui.app import GpuMemApp
+    from gpumem_tui.ui.process_table import ProcessTable
+    from gpumem_tui.ui.themes import load_themes
+
+    class LeakySource:
+        """One probed process whose per-step peak grows by 12 MiB a step (a leak)."""
+
+        def __init__(self) -> None:
+            self.step = 0
+
+        def poll(self) -> Snapshot:
+            self.step += 1
+            peaks = tuple(
+                _peak(s, phase, s + i / 3, s + (i + 1) / 3, 2000 * MiB + 12 * MiB * s + i * MiB, pid=4242)
+                for s in range(4 * self.step - 3, 4 * self.step + 1)
+                for i, phase in enumerate(("forward", "backward", "optimizer_step"))
+            )
+            row = ProcessSample(pid=4242, device_index=None, type=ProcessType.HOST, command="python train.py")
+            return Snapshot(time=1000.0 + self.step, processes=(row,), phase_peaks=peaks)
+
+        def close(self) -> None:
+            pass
+
+    async def run() -> str:
+        app = GpuMemApp(LeakySource(), interval=0.02, themes=load_themes(), side_pane=False)
+        async with app.run_test(size=(160, 40)) as pilot:
+            table = app.query_one(ProcessTable)
+            for _ in range(200):
+                await pilot.pause(0.02)
+                text = " ".join(str(getattr(c, "plain", c)) for c in table.get_row_at(0)) if table.row_count else ""
+                if "leak?" in text:
+                    return text
+            return text
+
+    text = asyncio.run(run())
+    assert "[leak? +12 MiB/step over" in text and "python train.py" in text

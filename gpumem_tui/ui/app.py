@@ -31,6 +31,7 @@ from gpumem_tui.telemetry.model import (
     Snapshot,
     TelemetrySource,
 )
+from gpumem_tui.step_peaks import detect_drift, step_peaks
 from gpumem_tui.text import printable
 from gpumem_tui.ui.device_panel import DevicePanel
 from gpumem_tui.ui.history import HistoryStore
@@ -327,13 +328,8 @@ class GpuMemApp(App[None]):
             self._record_probe(probe)
         for info in snap.probe_infos:
             self.probe_infos[info.pid] = info
-        for peak in snap.phase_peaks:
-            kept = self.phase_peaks.get(peak.pid)
-            if kept is None:
-                kept = self.phase_peaks[peak.pid] = deque(maxlen=MAX_MARKS_PER_PID)
-                while len(self.phase_peaks) > MAX_MARK_PIDS:
-                    self.phase_peaks.popitem(last=False)
-            kept.append(peak)
+        if snap.phase_peaks:
+            self._record_phase_peaks(snap.phase_peaks)
         for mark in snap.phase_marks:
             key = (mark.time, mark.phase.value, mark.step)
             seen = self._mark_keys.setdefault(mark.pid, set())
@@ -349,6 +345,26 @@ class GpuMemApp(App[None]):
                 seen.discard((marks[0].time, marks[0].phase.value, marks[0].step))
             marks.append(mark)
             seen.add(key)
+
+    def _record_phase_peaks(self, peaks: Sequence[PhasePeak]) -> None:
+        """Keep the probe's high-water marks per PID, and flag a PID whose per-step peak rises
+        steadily (gpumem_tui.step_peaks) in its table row."""
+        touched = set()
+        for peak in peaks:
+            kept = self.phase_peaks.get(peak.pid)
+            if kept is None:
+                kept = self.phase_peaks[peak.pid] = deque(maxlen=MAX_MARKS_PER_PID)
+                while len(self.phase_peaks) > MAX_MARK_PIDS:
+                    self.phase_peaks.popitem(last=False)
+            kept.append(peak)
+            touched.add(peak.pid)
+        flags = self.table.flags
+        for pid in touched:
+            drift = detect_drift([(s.step, s.peak_bytes) for s in step_peaks(self.phase_peaks[pid])])
+            if drift is None:
+                flags.pop(pid, None)
+            else:
+                flags[pid] = "leak? " + drift.text().replace(" per step", "/step")
 
     def _record_probe(self, probe: ProbeSample) -> None:
         self.probe_devices[probe.pid] = probe.device
