@@ -1,4 +1,5 @@
-"""Memory-over-time chart (plotext through textual-plotext) with the estimator overlay.
+"""Memory-over-time chart (drawn in braille cells, :mod:`gpumem_tui.ui.braille`) with the
+estimator overlay.
 
 What it draws, all in one unit (MiB, or GiB when the largest value is >= 2 GiB; the axis
 label says which), against time in seconds relative to the newest sample (0 = now):
@@ -13,8 +14,8 @@ label says which), against time in seconds relative to the newest sample (0 = no
   :attr:`show_bands`;
 - phase marks (:meth:`set_phase_marks`): the measured curve is coloured by the training phase
   it was in (init / forward / backward / optimizer step), and when few marks are visible each
-  phase start also gets a vertical line. The legend (two lines under the plot, not plotext's
-  box, which would cover the data) names every colour, with each band's and the total's size;
+  phase start also gets a vertical line. The legend (two lines under the plot, not a legend
+  box over the data) names every colour, with each band's and the total's size;
 - the probe's per-phase high-water marks (:meth:`set_phase_peaks`) as a step-shaped envelope
   over the sampled curve, each step of it coloured by its phase (drawn with block quadrants,
   the samples with braille dots, and the legend says so): a peak shorter than the sampling
@@ -37,10 +38,14 @@ from textual.color import Color, ColorParseError
 from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import Static
-from plotext._dict import themes as plotext_themes
-from textual_plotext import PlotextPlot
+from rich.color import Color as RichColor
+from rich.segment import Segment
+from rich.style import Style
+from textual.strip import Strip
+from textual.widget import Widget
 
 from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak
+from gpumem_tui.ui.braille import Canvas, strip
 from gpumem_tui.units import GiB, MiB, format_bytes
 
 TOTAL_SCALE_LIMIT = 2.5  # the total line stays on scale while total <= 2.5 x the largest value
@@ -138,7 +143,7 @@ def _dots(xs: Sequence[float], ys: Sequence[float], x_lo: float, x_dot: float, y
     return tuple(out)
 
 
-ENVELOPE_MARKER = "hd"  # plotext's half-block quadrants: unlike the samples' braille dots
+ENVELOPE_MARKER = "hd"  # block quadrants: unlike the samples' braille dots
 
 
 def envelope(peaks: Sequence[PhasePeak], lo: float, hi: float, buckets: int) -> list[tuple[Phase, list[tuple[float, float]]]]:
@@ -223,45 +228,176 @@ def readable_colours(surface: tuple[int, int, int], background: tuple[int, int, 
     return surface, max((black, white), key=lambda c: contrast_ratio(surface, c))
 
 
-class MemoryPlot(PlotextPlot):
-    """The plot area; the owning :class:`MemoryChart` fills it.
+class MemoryPlot(Widget):
+    """The plot area, drawn with :class:`gpumem_tui.ui.braille.Canvas`; the owning
+    :class:`MemoryChart` gives it plot commands (:meth:`draw`).
 
-    textual-plotext builds its plotext theme from the app theme's ``surface`` and
-    ``foreground`` as RGB. An ANSI theme (``ansi-dark``, ``ansi-light``) has the terminal's
-    default colours there, which parse as RGB black, so ticks and title were drawn black on
-    black: for such themes the plot uses plotext's terminal-default colours. Other themes get
-    the colours of :func:`readable_colours` (solarized-dark's foreground on its surface is
-    only 4.1:1).
+    Commands (name, args, kwargs), in drawing order: ``plot`` (xs, ys; color an RGB tuple or
+    "default", marker "braille", "hd" for block quadrants or one character such as "━"),
+    ``vline`` (x; color), ``title``, ``xlabel``, ``ylabel`` (text), ``xlim`` / ``ylim``
+    (low, high), ``xticks`` / ``yticks`` (values, labels). Layout: title, a frame with y tick
+    labels on its left and x tick labels under it, then the y and x axis labels on one line.
+
+    Colours: text and frame in the theme's foreground on its surface (or background), as
+    :func:`readable_colours` picks them; an ANSI theme (``ansi-dark``, ``ansi-light``) has
+    the terminal's own colours there, which parse as RGB black, so the plot then leaves text
+    and canvas in the terminal's default colours (they were drawn black on black).
     """
 
     DEFAULT_CSS = """
     MemoryPlot { height: 1fr; width: 1fr; }
     """
 
+    def __init__(self, *, id: str | None = None) -> None:  # noqa: A002
+        super().__init__(id=id)
+        self._ops: list[tuple[str, tuple, dict]] = []
+        self._lines: list[Strip] | None = None
+        self._built_for: tuple | None = None
+
     def _uses_terminal_colours(self) -> bool:
         variables = self.app.theme_variables
         return _terminal_colours(variables.get("surface")) or _terminal_colours(variables.get("foreground"))
 
-    def _get_plotext_theme_name(self, app_theme_name: str) -> str:
-        if self.theme != "auto":
-            return self.theme
+    def base_style(self) -> Style:
+        """Canvas and text style of the current theme (see the class docstring)."""
         if self._uses_terminal_colours():
-            return "textual-clear"  # registered by textual_plotext: all "default" colours
-        return f"gpumem-tui-{app_theme_name}"
+            return Style()
+        variables = self.app.theme_variables
+        rgb = {key: Color.parse(variables.get(key) or "#000000").rgb for key in ("surface", "background", "foreground")}
+        canvas, text = readable_colours(rgb["surface"], rgb["background"], rgb["foreground"])
+        return Style(color=RichColor.from_rgb(*text), bgcolor=RichColor.from_rgb(*canvas))
 
-    def _register_theme(self, app_theme_name: str) -> None:
-        if self.theme != "auto" or self._uses_terminal_colours():
-            return
-        name = self._get_plotext_theme_name(app_theme_name)
-        if name not in plotext_themes:
-            variables = self.app.theme_variables
-            rgb = {key: Color.parse(variables.get(key) or "#000000").rgb
-                   for key in ("surface", "background", "foreground")}
-            canvas, text = readable_colours(rgb["surface"], rgb["background"], rgb["foreground"])
-            # plotext theme: canvas, axes, ticks colour, ticks style, data colour cycle (the
-            # chart always names its colours, so the default cycle is never used)
-            plotext_themes[name] = [canvas, canvas, text, "default", list(plotext_themes["default"][4])]
+    def draw(self, ops: list[tuple[str, tuple, dict]]) -> None:
+        """Replace the plot commands and repaint."""
+        self._ops = list(ops)
+        self._lines = None
         self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width, height = self.size.width, self.size.height
+        built_for = (width, height, self.app.theme)
+        if self._lines is None or self._built_for != built_for:
+            self._lines = render_plot(self._ops, width, height, self.base_style())
+            self._built_for = built_for
+        if 0 <= y < len(self._lines):
+            return self._lines[y]
+        return Strip.blank(width, self.base_style())
+
+    def plain_lines(self) -> list[str]:
+        """The plot as plain text lines (tests)."""
+        self.render_line(0)
+        return [line.text for line in self._lines or []]
+
+
+def _style(color: object) -> Style | None:
+    if isinstance(color, tuple) and len(color) == 3:
+        return Style(color=RichColor.from_rgb(*color))
+    return None
+
+
+def _centre(text: str, width: int) -> str:
+    text = text[:width]
+    left = (width - len(text)) // 2
+    return " " * left + text + " " * (width - len(text) - left)
+
+
+def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int, base: Style) -> list[Strip]:
+    """The plot commands (see :class:`MemoryPlot`) as ``height`` strips of ``width`` cells."""
+    width, height = max(int(width), 1), max(int(height), 1)
+    spec: dict[str, tuple] = {}
+    curves: list[tuple[Sequence[float], Sequence[float], Style | None, str]] = []
+    vlines: list[tuple[float, Style | None]] = []
+    for name, args, kwargs in ops:
+        if name == "plot":
+            curves.append((args[0], args[1], _style(kwargs.get("color")), str(kwargs.get("marker", "braille"))))
+        elif name == "vline":
+            vlines.append((args[0], _style(kwargs.get("color"))))
+        else:
+            spec[name] = args
+    title = str(spec.get("title", ("",))[0])
+    rows: list[list[Segment]] = []
+    compact = height < 7  # too short for a title and an axis-label line
+    if not compact:
+        rows.append([Segment(_centre(title, width), base)])
+    xlo, xhi = spec.get("xlim", (-1.0, 0.0))
+    ylo, yhi = spec.get("ylim", (0.0, 1.0))
+    if not (xhi > xlo):
+        xhi = xlo + 1.0
+    if not (yhi > ylo):
+        yhi = ylo + 1.0
+    yvals, ylabels = spec.get("yticks", ((), ()))
+    xvals, xlabels = spec.get("xticks", ((), ()))
+    margin = max([len(str(label)) for label in ylabels] + [1])
+    plot_w = max(width - margin - 2, 1)
+    plot_h = max(height - (3 if compact else 5), 1)
+    canvas = Canvas(plot_w, plot_h)
+
+    def dot_x(x: float, cells: int) -> float:
+        return (x - xlo) / (xhi - xlo) * (cells - 1)
+
+    def dot_y(y: float, cells: int) -> float:
+        return (1.0 - (y - ylo) / (yhi - ylo)) * (cells - 1)
+
+    limit = 8 * (canvas.dot_width + canvas.dot_height)  # far-off points are clamped, not walked
+    for xs, ys, style, marker in curves:
+        if marker == "braille" or marker == "hd":
+            quads = marker == "hd"
+            wide, high = (2 * plot_w, 2 * plot_h) if quads else (canvas.dot_width, canvas.dot_height)
+            points = [
+                (min(max(dot_x(x, wide), -limit), limit), min(max(dot_y(y, high), -limit), limit))
+                for x, y in zip(xs, ys) if math.isfinite(x) and math.isfinite(y)
+            ]
+            canvas.polyline(points, style, quads=quads)
+        else:  # a character marker: horizontal lines (the total)
+            for x0, x1, y in zip(xs, xs[1:], ys):
+                if not (math.isfinite(x0) and math.isfinite(x1) and math.isfinite(y)):
+                    continue
+                row = round(dot_y(y, plot_h))
+                for col in range(max(round(dot_x(min(x0, x1), plot_w)), 0), min(round(dot_x(max(x0, x1), plot_w)), plot_w - 1) + 1):
+                    canvas.char(col, row, marker[:1] or "━", style)
+    for x, style in vlines:
+        if math.isfinite(x):
+            column = round(dot_x(x, canvas.dot_width))
+            canvas.line(column, 0, column, canvas.dot_height - 1, style)
+    tick_rows = {}
+    for value, label in zip(yvals, ylabels):
+        row = round(dot_y(value, plot_h))
+        if 0 <= row < plot_h:
+            tick_rows[row] = str(label)
+    tick_cols: dict[int, str] = {}
+    for value, label in zip(xvals, xlabels):
+        col = round(dot_x(value, plot_w))
+        if 0 <= col < plot_w:
+            tick_cols[col] = str(label)
+    pad = " " * margin
+    top = "┌" + "─" * plot_w + "┐"
+    rows.append([Segment(pad + top, base)])
+    for row in range(plot_h):
+        label = tick_rows.get(row)
+        left = (label.rjust(margin) + "┤") if label is not None else (pad + "│")
+        rows.append([Segment(left, base), *canvas.row_segments(row, base), Segment("│", base)])
+    bottom = "".join("┬" if col in tick_cols else "─" for col in range(plot_w))
+    rows.append([Segment(pad + "└" + bottom + "┘", base)])
+    labels = [" "] * (plot_w + 2)
+    last_end = -1
+    for col, label in sorted(tick_cols.items()):
+        start = col + 1 - len(label) // 2
+        start = min(max(start, 0), len(labels) - len(label))
+        if start <= last_end:  # would touch the previous label: leave it out
+            continue
+        labels[start:start + len(label)] = list(label)
+        last_end = start + len(label)
+    rows.append([Segment(pad + "".join(labels), base)])
+    if not compact:
+        ylabel = str(spec.get("ylabel", ("",))[0])
+        xlabel = str(spec.get("xlabel", ("",))[0])
+        # x label centred under the plot, moved right (or cut) so that it never covers the y label
+        start = max(margin + 1 + (plot_w - len(xlabel)) // 2, len(ylabel) + 2 if ylabel else 0)
+        line = (ylabel + " " * width)[:start] + xlabel
+        rows.append([Segment((line + " " * width)[:width], base)])
+    return [strip(segments, width, base) for segments in rows[:height]] + [
+        Strip.blank(width, base) for _ in range(height - len(rows))
+    ]
 
 
 class MemoryChart(Vertical):
@@ -295,7 +431,7 @@ class MemoryChart(Vertical):
         self.message: str | None = None
         self._legend_shown: Text | None = None
         self._drawn_key: tuple | None = None
-        self.redraws = 0  # plotext rebuilds so far (for tests and benchmarks)
+        self.redraws = 0  # plot rebuilds so far (for tests and benchmarks)
 
     def compose(self) -> ComposeResult:
         yield MemoryPlot(id="chart-plot")
@@ -378,7 +514,7 @@ class MemoryChart(Vertical):
         """Redraw from the current inputs.
 
         The plot commands are collected first and compared, at the plot's resolution (braille
-        dots), with those last drawn: plotext rebuilds its whole canvas in Python (~15 ms), so
+        dots), with those last drawn: a rebuild of the whole canvas costs a few ms, so
         a poll that changes nothing visible (a flat curve, the same bands) draws nothing.
         """
         if not self.is_mounted:
@@ -437,7 +573,7 @@ class MemoryChart(Vertical):
         curve_keys: list[tuple] = []
         theme = self.app.theme_variables
         # Bands and the total first, so the measured curves are drawn over them. The legend is
-        # drawn under the plot, not by plotext, whose legend box would hide the data.
+        # drawn under the plot, not in a box that would hide the data.
         for label, value, var in bands:
             ops.append(("plot", ([x_lo, x_hi], [value / factor] * 2), {"color": self._rgb(var), "marker": "braille"}))
         if total_on_scale and total:
@@ -507,17 +643,12 @@ class MemoryChart(Vertical):
         self._set_legend(legend, legend_text)
 
     def _draw(self, plot: MemoryPlot, ops: list[tuple[str, tuple, dict]], key: tuple) -> None:
-        """Run the plotext commands and repaint, unless ``key`` equals the last one drawn."""
+        """Hand the plot commands to the plot, unless ``key`` equals the last one drawn."""
         if key == self._drawn_key:
             return
         self._drawn_key = key
         self.redraws += 1
-        plt = plot.plt
-        plt.clear_data()
-        plt.clear_figure()
-        for name, args, kwargs in ops:
-            getattr(plt, name)(*args, **kwargs)
-        plot.refresh()
+        plot.draw(ops)
 
     def _set_legend(self, legend: Static, text: Text) -> None:
         # Height set explicitly, so the text can change without a layout pass (a layout
