@@ -475,9 +475,9 @@ class Probe:
         split: dict[str, int] | None = None
         if self._split is not None and peak is not None:
             with contextlib.suppress(Exception):
-                split = self._split.split(phase, peak, self.categories())
-            with contextlib.suppress(Exception):
-                self._start_split()
+                now_categories = self.categories()  # the end of this phase, the start of the next
+                split = self._split.split(phase, peak, now_categories)
+                self._start_split(now_categories)
         if peak is not None:
             first, high, steps, parts = self._pending_peaks.pop(phase, (start, 0, 0, None))
             if split is not None and peak >= high:
@@ -498,13 +498,14 @@ class Probe:
                     record["categories"] = parts
                 self._writer.write(record)
 
-    def _start_split(self) -> None:
+    def _start_split(self, categories: dict[str, int] | None = None) -> None:
         """Tell the CUDA peak split that a phase begins now (see probe/peak_split.py)."""
         if self._split is None:
             return
         params = list(self.model.parameters())
         self._split.phase_started(
-            self.categories(), int(self._torch.cuda.memory_allocated(self.device)),
+            categories if categories is not None else self.categories(),
+            int(self._torch.cuda.memory_allocated(self.device)),
             {id(p) for p in params if p.grad is not None},
         )
 
