@@ -739,14 +739,18 @@ def attach(model: Any, optimizer: Any = None, **kwargs: Any) -> Probe:
     covers only the current phase (and so does the streamed ``torch_max_allocated``).
     ``reset_peak_stats=False`` leaves them alone; a phase then gets a high-water mark only
     when the process-wide peak rose inside it. On the CPU the tracker keeps its own peak;
-    nothing of torch's is touched.
+    nothing of torch's is touched. A CUDA peak record also splits the peak as far as the probe
+    can see (:mod:`gpumem_tui.probe.peak_split`: parameters, gradients, optimizer states,
+    logits and loss buffers, and the unsplit rest), at the cost of one read of the allocator's
+    statistics per parameter in backward.
 
     Keyword arguments: batch (micro-batch size), seq (sequence length), dtype (of the
     parameters; default the first floating parameter's), task (the estimator's: "train",
     "lora", "qlora", "inference"), config (a HF-style config dict for non-HF models),
     directory, interval, min_step_interval (seconds), track_tensors, hooks (False: mark phases
-    only with ``probe.phase``/``probe.mark``), device, max_file_bytes, reset_peak_stats, and extra: more setup
-    keys the probe cannot see itself, named as the estimator's TrainingSpec fields, e.g.
+    only with ``probe.phase``/``probe.mark``), device, max_file_bytes, reset_peak_stats, and
+    extra: more setup keys the probe cannot see itself, named as the estimator's TrainingSpec
+    fields, e.g.
     ``extra={"mixed_precision": True, "zero": 2, "dp": 8, "grad_ckpt": "full"}``.
 
     Loss computed outside the model: call ``probe.watch_loss(loss)`` before ``backward()`` to

@@ -355,7 +355,8 @@ class GpuMemApp(App[None]):
             if kept is None:
                 kept = self.phase_peaks[peak.pid] = deque(maxlen=MAX_MARKS_PER_PID)
                 while len(self.phase_peaks) > MAX_MARK_PIDS:
-                    self.phase_peaks.popitem(last=False)
+                    old, _ = self.phase_peaks.popitem(last=False)
+                    self.table.flags.pop(old, None)
             kept.append(peak)
             touched.add(peak.pid)
         flags = self.table.flags
@@ -706,6 +707,7 @@ class GpuMemApp(App[None]):
             self.phase_marks.clear()
             self._mark_keys.clear()
             self.phase_peaks.clear()
+            self.table.flags.clear()
         self._update_status()
         self.poller.poll_now()
 
