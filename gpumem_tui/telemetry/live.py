@@ -84,7 +84,8 @@ class LiveSource:
         if self._probe is not None:
             try:
                 pr = self._probe.poll()
-                probes, infos, marks, peaks = pr.probes, pr.probe_infos, pr.phase_marks, pr.phase_peaks
+                probes, infos, marks = pr.probes, pr.probe_infos, pr.phase_marks
+                peaks = getattr(pr, "phase_peaks", ())  # a reader of older probes has none
                 notices.extend(pr.notices)
             except Exception as exc:  # a reader bug must not stop GPU monitoring
                 notices.append(f"probe streams could not be read: {type(exc).__name__}: {exc}")
