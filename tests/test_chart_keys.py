@@ -115,3 +115,22 @@ def test_chart_title_of_a_long_command_has_no_byte_count():
     title = asyncio.run(run())
     assert title.startswith("PID 77 (GPU 0) python train.py --flag")
     assert title.endswith("…") and "bytes)" not in title
+
+
+def test_render_plot_survives_absurd_values():
+    from rich.style import Style
+
+    from gpumem_tui.ui.memory_chart import render_plot
+
+    ops = [
+        ("plot", ([-1e308, 0.0, 1e308, float("nan")], [1e308, -1e308, 5.0, 1.0]), {"color": (1, 2, 3), "marker": "braille"}),
+        ("plot", ([-1e308, 1e308], [3.0, 3.0]), {"color": (1, 2, 3), "marker": "━"}),
+        ("plot", ([0.0, 1e300], [1e300, 2.0]), {"color": (1, 2, 3), "marker": "hd"}),
+        ("vline", (1e308,), {"color": (1, 2, 3)}),
+        ("xlim", (-30.0, 0.0), {}), ("ylim", (0.0, 10.0), {}),
+        ("yticks", ([0.0, 5.0, 10.0], ["0", "5", "10"]), {}), ("xticks", ([-30.0, 0.0], ["-30", "0"]), {}),
+        ("title", ("t",), {}),
+    ]
+    lines = render_plot(ops, 60, 12, Style())
+    assert len(lines) == 12 and all(line.cell_length == 60 for line in lines)
+    assert "━" in "".join(line.text for line in lines)  # the finite horizontal line is drawn

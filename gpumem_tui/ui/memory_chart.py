@@ -332,11 +332,14 @@ def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int,
     plot_h = max(height - (3 if compact else 5), 1)
     canvas = Canvas(plot_w, plot_h)
 
+    def bounded(value: float) -> float:  # absurd inputs land far off the canvas, never inf/nan
+        return 0.0 if value != value else max(-1e9, min(1e9, value))
+
     def dot_x(x: float, cells: int) -> float:
-        return (x - xlo) / (xhi - xlo) * (cells - 1)
+        return bounded((x - xlo) / (xhi - xlo) * (cells - 1))
 
     def dot_y(y: float, cells: int) -> float:
-        return (1.0 - (y - ylo) / (yhi - ylo)) * (cells - 1)
+        return bounded((1.0 - (y - ylo) / (yhi - ylo)) * (cells - 1))
 
     limit = 8 * (canvas.dot_width + canvas.dot_height)  # far-off points are clamped, not walked
     for xs, ys, style, marker in curves:
