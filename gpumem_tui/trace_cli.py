@@ -215,6 +215,13 @@ def format_comparison(result: dict[str, Any]) -> str:
         f"{format_mib(peak_m) if peak_m is not None else 'n/a':>12} "
         f"{f'{peak_err:+.1f}' if peak_err is not None else 'n/a':>9}"
     )
+    steps = result.get("steps") or []
+    if steps:
+        top = max(steps, key=lambda st: st.get("peak_bytes", 0))
+        phases = top.get("phase_peaks", {})
+        phase = max(phases, key=phases.get) if phases else "?"
+        lines.append(f"high-water marks of {len(steps)} steps: highest {format_mib(top.get('peak_bytes'))} "
+                     f"in step {top.get('step')} ({printable(str(phase), 20)})")
     for note in [*result.get("notes", []), *result.get("trace_notices", [])]:
         lines.append(f"note: {printable(str(note))}")
     return "\n".join(lines)

@@ -18,13 +18,19 @@ file per process named ``<pid>.jsonl`` in :func:`default_probe_dir`):
     a periodic sample inside a phase; with ``"at_peak": true`` (CPU tracker) it is the
     highest live bytes since the previous line, written late but stamped with the time it
     happened and split into categories as they were at that instant.
+``{"kind": "peak", "time", "start", "step", "phase", "device", "peak_bytes", "steps"}``
+    the highest memory of ``phase`` of step ``step`` between ``start`` and ``time`` (its end),
+    written when the phase ends (``gpumem_tui.probe``: on CUDA ``torch.cuda.max_memory_allocated``
+    with the peak statistics reset at every phase boundary, on the CPU the tracker's highest
+    live bytes); ``steps`` > 1 when fast steps were folded into one record.
 ``{"kind": "end", "time"}``
     the probe was closed (the job finished); a job killed with SIGKILL writes none.
 
 Memory fields, named for exactly what they are (bytes):
 ``device`` ("cpu" or "cuda:N");
 CUDA: ``torch_allocated`` (``torch.cuda.memory_allocated``), ``torch_reserved``
-(``torch.cuda.memory_reserved``), ``torch_max_allocated`` (``torch.cuda.max_memory_allocated``);
+(``torch.cuda.memory_reserved``), ``torch_max_allocated`` (``torch.cuda.max_memory_allocated``: since the current phase began when
+the probe resets the peak statistics at phase boundaries, its default);
 CPU: ``cpu_live_tensors`` (bytes of live tensor storages seen by the probe's tracker),
 ``cpu_live_tensors_peak`` (their maximum since the probe attached);
 ``categories``: ``{name: bytes}`` splitting the live bytes (parameters, gradients,
@@ -57,7 +63,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpumem_tui.telemetry.model import Phase, PhaseMark, ProbeInfo, ProbeSample
+from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak, ProbeInfo, ProbeSample
 from gpumem_tui.telemetry.plausible import MAX_BYTES, MAX_FUTURE_SECONDS
 
 PROBE_FORMAT = "gpumem-tui-probe"
@@ -101,6 +107,7 @@ class ProbeReading:
     probe_infos: tuple[ProbeInfo, ...] = ()
     phase_marks: tuple[PhaseMark, ...] = ()
     notices: tuple[str, ...] = ()
+    phase_peaks: tuple[PhasePeak, ...] = ()  # new since the previous poll, like probes
 
 
 class _BadLine(ValueError):
@@ -133,11 +140,7 @@ def _time(record: Mapping[str, object], now: float) -> float:
     return value
 
 
-def _sample_from_record(record: Mapping[str, object], pid: int, when: float) -> ProbeSample | None:
-    """The memory fields of a phase/sample record as a ProbeSample (None if it has none)."""
-    device = record.get("device")
-    if not isinstance(device, str) or not device:
-        raise _BadLine("'device' is missing")
+def _categories(record: Mapping[str, object]) -> tuple[tuple[str, int], ...]:
     categories_raw = record.get("categories") or {}
     if not isinstance(categories_raw, Mapping):
         raise _BadLine("'categories' is not an object")
@@ -146,6 +149,15 @@ def _sample_from_record(record: Mapping[str, object], pid: int, when: float) -> 
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BYTES:
             raise _BadLine(f"category {name!r} is not a plausible byte count")
         categories.append((str(name), value))
+    return tuple(categories)
+
+
+def _sample_from_record(record: Mapping[str, object], pid: int, when: float) -> ProbeSample | None:
+    """The memory fields of a phase/sample record as a ProbeSample (None if it has none)."""
+    device = record.get("device")
+    if not isinstance(device, str) or not device:
+        raise _BadLine("'device' is missing")
+    categories = _categories(record)
     if device.startswith("cuda"):
         allocated = _int(record, "torch_allocated", required=False)
         if allocated is None:
@@ -171,6 +183,20 @@ def _sample_from_record(record: Mapping[str, object], pid: int, when: float) -> 
         peak_allocated_bytes=_int(record, "cpu_live_tensors_peak", required=False),
         categories=tuple(categories),
     )
+
+
+def _peak_from_record(record: Mapping[str, object], pid: int, now: float) -> PhasePeak:
+    """A ``peak`` record as a PhasePeak (raises _BadLine)."""
+    end = _time(record, now)
+    start = _time({"time": record.get("start")}, now)
+    phase = _PHASES.get(str(record.get("phase")))
+    device = record.get("device")
+    if phase is None or not isinstance(device, str) or not device or not start <= end:
+        raise _BadLine("not a valid peak record")
+    return PhasePeak(pid=pid, step=_int(record, "step"), phase=phase, start=start, end=end,  # type: ignore[arg-type]
+                     peak_bytes=_int(record, "peak_bytes"), device=device.split(":", 1)[0],  # type: ignore[arg-type]
+                     steps=_int(record, "steps", required=False) or 1,
+                     categories=_categories(record))
 
 
 def _json_safe_setup(setup: object) -> tuple[tuple[str, object], ...]:
@@ -265,6 +291,7 @@ class _Stream:
     torn_reported: bool = False
     last_time: float = 0.0
     notices: list[str] = field(default_factory=list)
+    peaks: list[PhasePeak] = field(default_factory=list)  # read, not yet handed out
 
     def info(self) -> ProbeInfo:
         return ProbeInfo(pid=self.pid, model_config=self.model_config, setup=self.setup, ended=self.ended)
@@ -335,6 +362,7 @@ class ProbeSource:
         notices: list[str] = []
         probes: list[ProbeSample] = []
         marks: list[PhaseMark] = []
+        peaks: list[PhasePeak] = []
         now = self._clock()
         self._discover(now, notices)
         for name, stream in list(self._streams.items()):
@@ -347,6 +375,8 @@ class ProbeSource:
                     stream.ended_at = now
             notices.extend(stream.notices)
             stream.notices.clear()
+            peaks.extend(stream.peaks)
+            stream.peaks.clear()
             if stream.bad_lines > stream.reported_bad:
                 new = stream.bad_lines - stream.reported_bad
                 stream.reported_bad = stream.bad_lines
@@ -360,6 +390,7 @@ class ProbeSource:
             probes=tuple(probes),
             probe_infos=tuple(s.info() for s in self._streams.values() if s.info_seen),
             phase_marks=tuple(marks),
+            phase_peaks=tuple(peaks),
             notices=tuple(notices),
         )
 
@@ -574,6 +605,8 @@ class ProbeSource:
                 if sample is not None:
                     probes.append(sample)
                 stream.last_time = when
+            elif kind == "peak":
+                stream.peaks.append(_peak_from_record(record, stream.pid, self._clock()))
             elif kind == "end":
                 stream.end_record = True
                 stream.ended = True

@@ -547,6 +547,7 @@ class ReplaySource:
             current,
             probes=tuple(p for snap in passed for p in snap.probes),
             phase_marks=tuple(m for snap in passed for m in snap.phase_marks),
+            phase_peaks=tuple(p for snap in passed for p in snap.phase_peaks),
             notices=tuple(notices),
         )
 

@@ -32,6 +32,7 @@ from gpumem_tui.telemetry.model import (
     DeviceSample,
     Phase,
     PhaseMark,
+    PhasePeak,
     ProbeInfo,
     ProbeSample,
     ProcessSample,
@@ -144,6 +145,13 @@ def mark_to_dict(m: PhaseMark) -> dict[str, Any]:
     return {"time": _num(m.time), "pid": m.pid, "phase": m.phase.value, "step": m.step}
 
 
+def peak_to_dict(p: PhasePeak) -> dict[str, Any]:
+    """One PhasePeak as a JSON-safe dict."""
+    return {"pid": p.pid, "step": p.step, "phase": p.phase.value, "start": _num(p.start), "end": _num(p.end),
+            "peak_bytes": p.peak_bytes, "device": p.device, "steps": p.steps,
+            **({"categories": {str(k): int(v) for k, v in p.categories}} if p.categories else {})}
+
+
 def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
     """A Snapshot as a dict of JSON types only (bytes as ints). Inverse: :func:`snapshot_from_dict`."""
     return {
@@ -157,6 +165,7 @@ def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
         "probe_infos": [info_to_dict(i) for i in s.probe_infos],
         "phase_marks": [mark_to_dict(m) for m in s.phase_marks],
         "notices": list(s.notices),
+        **({"phase_peaks": [peak_to_dict(p) for p in s.phase_peaks]} if s.phase_peaks else {}),
     }
 
 
@@ -334,6 +343,38 @@ def mark_from_dict(d: Mapping[str, Any]) -> PhaseMark:
     )
 
 
+def peak_from_dict(d: Mapping[str, Any]) -> PhasePeak:
+    """Inverse of :func:`peak_to_dict`. Raises SerializeError (also for end before start)."""
+    start = _float(d, "start", optional=False)
+    end = _float(d, "end", optional=False)
+    if end < start:  # type: ignore[operator]
+        raise SerializeError("phase peak ends before it starts")
+    return PhasePeak(
+        pid=_int(d, "pid", optional=False),  # type: ignore[arg-type]
+        step=_int(d, "step", optional=False),  # type: ignore[arg-type]
+        phase=_enum(Phase, d.get("phase"), "phase"),
+        start=start,  # type: ignore[arg-type]
+        end=end,  # type: ignore[arg-type]
+        peak_bytes=_int(d, "peak_bytes", optional=False),  # type: ignore[arg-type]
+        device=_str(d, "device") or "cuda",
+        steps=_int(d, "steps") or 1,
+        categories=_byte_counts(d.get("categories")),
+    )
+
+
+def _byte_counts(raw: Any) -> tuple[tuple[str, int], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise SerializeError("'categories' is not an object")
+    out = []
+    for name, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SerializeError(f"category {name!r} is not a byte count")
+        out.append((str(name), value))
+    return tuple(out)
+
+
 def _items(d: Mapping[str, Any], key: str, parse: Callable[[Mapping[str, Any]], T], skipped: list[str]) -> tuple[T, ...]:
     raw = d.get(key)
     if raw is None:
@@ -379,6 +420,7 @@ def snapshot_from_dict(d: Mapping[str, Any]) -> Snapshot:
         probe_infos=_items(d, "probe_infos", info_from_dict, skipped),
         phase_marks=_items(d, "phase_marks", mark_from_dict, skipped),
         notices=tuple(str(n) for n in notices_raw),
+        phase_peaks=_items(d, "phase_peaks", peak_from_dict, skipped),  # absent in older traces
     )
     # A sample stamped after its snapshot would stretch the chart's time axis beyond "now".
     latest = when + MAX_FUTURE_SECONDS

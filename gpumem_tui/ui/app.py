@@ -25,12 +25,14 @@ from textual.worker import Worker, WorkerState
 from gpumem_tui.config import check_signal_keys
 from gpumem_tui.telemetry.model import (
     PhaseMark,
+    PhasePeak,
     ProbeInfo,
     ProbeSample,
     ProcessSample,
     Snapshot,
     TelemetrySource,
 )
+from gpumem_tui.step_peaks import detect_drift, step_peaks
 from gpumem_tui.text import printable
 from gpumem_tui.ui.device_panel import DevicePanel
 from gpumem_tui.ui.history import HistoryStore
@@ -41,7 +43,8 @@ from gpumem_tui.ui.screens import ConfirmSignalScreen, HelpScreen, ProcessDetail
 from gpumem_tui.ui.themes import APP_VARIABLES, DEFAULT_THEME, FALLBACK_THEME, ThemeSet
 
 SIDE_PANE_MIN_WIDTH = 130  # below this the pane starts hidden (`e` shows it)
-CHART_WINDOWS = (60.0, 300.0, 900.0, 3600.0, 6 * 3600.0)
+# Down to 2 s: an H100 training step of 300 ms spans a few character cells there.
+CHART_WINDOWS = (2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 6 * 3600.0)
 MAX_MARKS_PER_PID = 4096
 MAX_MARK_PIDS = 64
 
@@ -137,6 +140,7 @@ class GpuMemApp(App[None]):
         self.history = HistoryStore()
         self.phase_marks: OrderedDict[int, deque[PhaseMark]] = OrderedDict()
         self._mark_keys: dict[int, set[tuple[float, str, int]]] = {}
+        self.phase_peaks: OrderedDict[int, deque[PhasePeak]] = OrderedDict()  # high-water marks
         self.probe_infos: dict[int, ProbeInfo] = {}
         self.probe_devices: dict[int, str] = {}
         self.probe_samples: OrderedDict[int, deque[ProbeSample]] = OrderedDict()
@@ -346,6 +350,8 @@ class GpuMemApp(App[None]):
             self._record_probe(probe)
         for info in snap.probe_infos:
             self.probe_infos[info.pid] = info
+        if snap.phase_peaks:
+            self._record_phase_peaks(snap.phase_peaks)
         for mark in snap.phase_marks:
             key = (mark.time, mark.phase.value, mark.step)
             seen = self._mark_keys.setdefault(mark.pid, set())
@@ -361,6 +367,27 @@ class GpuMemApp(App[None]):
                 seen.discard((marks[0].time, marks[0].phase.value, marks[0].step))
             marks.append(mark)
             seen.add(key)
+
+    def _record_phase_peaks(self, peaks: Sequence[PhasePeak]) -> None:
+        """Keep the probe's high-water marks per PID, and flag a PID whose per-step peak rises
+        steadily (gpumem_tui.step_peaks) in its table row."""
+        touched = set()
+        for peak in peaks:
+            kept = self.phase_peaks.get(peak.pid)
+            if kept is None:
+                kept = self.phase_peaks[peak.pid] = deque(maxlen=MAX_MARKS_PER_PID)
+                while len(self.phase_peaks) > MAX_MARK_PIDS:
+                    old, _ = self.phase_peaks.popitem(last=False)
+                    self.table.flags.pop(old, None)
+            kept.append(peak)
+            touched.add(peak.pid)
+        flags = self.table.flags
+        for pid in touched:
+            drift = detect_drift([(s.step, s.peak_bytes) for s in step_peaks(self.phase_peaks[pid])])
+            if drift is None:
+                flags.pop(pid, None)
+            else:
+                flags[pid] = "leak? " + drift.text().replace(" per step", "/step")
 
     def _record_probe(self, probe: ProbeSample) -> None:
         self.probe_devices[probe.pid] = probe.device
@@ -521,7 +548,9 @@ class GpuMemApp(App[None]):
             if proc is not None:
                 total = self.device_total(proc.device_index)
             marks = list(self.phase_marks.get(ident, ()))
-            name = printable((proc.command if proc else None) or "", 60)
+            # a title has no room for printable's "(N bytes)" note: cut with an ellipsis only
+            name = printable((proc.command if proc else None) or "", 4096)
+            name = name if len(name) <= 60 else name[:59] + "…"
             where = f"GPU {proc.device_index}" if proc is not None and proc.device_index is not None else "host"
             chart.set_title(f"PID {ident} ({where}) {name}".rstrip())
             if not curves:
@@ -529,6 +558,7 @@ class GpuMemApp(App[None]):
         chart.set_series(curves, snap.time)
         chart.set_total(total, "GPU total")
         chart.set_phase_marks(marks)
+        chart.set_phase_peaks(self.phase_peaks.get(ident, ()) if kind == "proc" else ())
         chart.set_bands(self.bands)  # replots
 
     def set_predicted_bands(self, bands: Sequence[Band]) -> None:
@@ -661,7 +691,12 @@ class GpuMemApp(App[None]):
         self.notify(f"predicted bands {'shown' if chart.show_bands else 'hidden'}", timeout=2)
 
     def action_toggle_fit_total(self) -> None:
-        self.chart.fit_total = not self.chart.fit_total
+        chart = self.chart
+        if not chart.total_bytes:
+            self.notify("this chart has no GPU total to scale to", timeout=3)
+            return
+        chart.fit_total = not chart.total_on_scale  # flip what is shown now
+        self.notify("scaled to the GPU total" if chart.fit_total else "scaled to the data", timeout=2)
 
     def action_window(self, step: int) -> None:
         chart = self.chart
@@ -695,6 +730,8 @@ class GpuMemApp(App[None]):
             self.history = HistoryStore()  # time went backwards: start the curves again
             self.phase_marks.clear()
             self._mark_keys.clear()
+            self.phase_peaks.clear()
+            self.table.flags.clear()
         self._update_status()
         self.poller.poll_now()
 

@@ -186,6 +186,9 @@ class ProcessTable(IncrementalTable):
         self._shown_key: tuple[Any, ...] | None = None
         self._sources: dict[str, ProcessSample] = {}  # row key -> sample its cells show
         self._sources_columns: tuple[str, ...] = ()
+        # pid -> a short warning shown before the command (e.g. a leak: "+12 MiB/step")
+        self.flags: dict[int, str] = {}
+        self._flags_shown: dict[str, str | None] = {}
 
     def on_mount(self) -> None:
         self._set_columns(COLUMN_KEYS)
@@ -256,7 +259,7 @@ class ProcessTable(IncrementalTable):
         # The same rows again (a quiet box) change nothing on screen: skip filtering, sorting
         # and rendering. Time matters only through the TIME column of timed processes.
         timed = "time" in self.visible_columns and any(p.start_time is not None for p in processes)
-        key = (int(now) if timed else None, self.size.width)
+        key = (int(now) if timed else None, self.size.width, tuple(sorted(self.flags.items())))
         if keep is None and self.row_count and key == self._shown_key and processes == self._processes:
             self._now = now
             return
@@ -323,9 +326,15 @@ class ProcessTable(IncrementalTable):
         for p in self.shown:
             key = row_key(p)
             new_sources[key] = p
-            cached = self._cells.get(key) if sources.get(key) == p else None
+            flag = self.flags.get(p.pid)
+            unchanged = sources.get(key) == p and self._flags_shown.get(key) == flag
+            cached = self._cells.get(key) if unchanged else None
+            self._flags_shown[key] = flag
             if cached is None:
                 new_rows[key] = [col.render(p, now) for col in visible]
+                if flag and "command" in self.visible_columns:
+                    at = self.visible_columns.index("command")
+                    new_rows[key][at] = Text(f"[{flag}] ", style="bold") + new_rows[key][at]
             elif time_index is not None and p.start_time is not None:
                 cached = list(cached)
                 cached[time_index] = visible[time_index].render(p, now)

@@ -129,7 +129,8 @@ def update_comparison(app: GpuMemApp, panel: Any, view: Any, pid: int | None) ->
             view.update_comparison(None, "the estimator has no valid estimate yet")
         return
     samples = app.probe_samples[pid]
-    key = ("cmp", pid, id(panel.estimate), len(samples), samples[-1].time)
+    peaks = list(app.phase_peaks.get(pid, ()))  # the probe's high-water marks: part of the peak
+    key = ("cmp", pid, id(panel.estimate), len(samples), samples[-1].time, len(peaks))
     if state.comparison_key == key:
         return
     state.comparison_key = key
@@ -137,7 +138,8 @@ def update_comparison(app: GpuMemApp, panel: Any, view: Any, pid: int | None) ->
 
     processes = [p for p in app.snapshot.processes if p.pid == pid] if app.snapshot else []
     try:
-        result = compare(panel.estimate, list(samples), processes, pid=pid)
+        result = compare(panel.estimate, list(samples), processes, pid=pid,
+                         phase_marks=list(app.phase_marks.get(pid, ())), phase_peaks=peaks)
     except ComparisonError as exc:
         view.update_comparison(None, str(exc))
         return
