@@ -76,6 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _interactive(args: argparse.Namespace, job_args: list[str]) -> int:
+    from gpumem_tui.crash import DashboardCrashed
+
     try:
         job = start_demo_job(steps=args.steps or 0, device=args.device, model=args.model, extra_args=job_args)
     except DemoError as exc:
@@ -96,6 +98,9 @@ def _interactive(args: argparse.Namespace, job_args: list[str]) -> int:
         )
     except KeyboardInterrupt:
         pass
+    except DashboardCrashed as exc:
+        print(f"gpumem-tui demo: {exc}", file=sys.stderr)
+        return 1
     finally:
         job.stop()
     return 0

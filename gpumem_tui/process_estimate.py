@@ -28,7 +28,7 @@ from functools import lru_cache
 from typing import Any
 
 from gpumem_tui.comparison import ComparisonError, ComparisonResult, compare, spec_from_probe_info
-from gpumem_tui.telemetry.model import PhaseMark, ProbeInfo, ProbeSample, ProcessSample, Snapshot
+from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeInfo, ProbeSample, ProcessSample, Snapshot
 from gpumem_tui.text import printable
 
 __all__ = [
@@ -182,6 +182,7 @@ def compare_process(
     processes: Sequence[ProcessSample] = (),
     phase_marks: Sequence[PhaseMark] = (),
     published_params: object = None,
+    phase_peaks: Sequence[PhasePeak] = (),
 ) -> ComparisonResult:
     """Predicted vs measured for one process: what both the pane and ``compare`` show.
 
@@ -192,13 +193,17 @@ def compare_process(
         phase_marks: the probe's phase marks, to name the measured peak's phase.
         published_params: the probe's ``total_params``; a count that differs from the
             estimator's by more than 0.1 % adds a note (the config is not the model that ran).
+        phase_peaks: the probe's per-phase high-water marks (any PIDs): part of the measured
+            peak, and listed per step in the result.
 
     Raises:
         ComparisonError: no estimate (the message is ``process.problem``) or nothing measured.
     """
     if process.estimate is None:
         raise ComparisonError(process.problem or f"pid {process.pid}: no estimate")
-    result = compare(process.estimate, samples, processes, pid=process.pid, phase_marks=phase_marks)
+    result = compare(
+        process.estimate, samples, processes, pid=process.pid, phase_marks=phase_marks, phase_peaks=phase_peaks
+    )
     counted = getattr(process.estimate, "total_params", None)
     if isinstance(published_params, int) and published_params > 0 and isinstance(counted, int):
         if abs(counted - published_params) > 0.001 * published_params:
@@ -232,9 +237,11 @@ def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None) -> 
     probes: list[ProbeSample] = []
     processes: list[ProcessSample] = []
     marks: list[PhaseMark] = []
+    peaks: list[PhasePeak] = []
     infos: dict[int, ProbeInfo] = {}
     for snap in snapshots:
         probes.extend(snap.probes)
+        peaks.extend(snap.phase_peaks)
         processes.extend(snap.processes)
         marks.extend(snap.phase_marks)
         for info in snap.probe_infos:
@@ -256,7 +263,7 @@ def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None) -> 
     if not samples:
         raise ComparisonError(f"no probe samples for pid {pid}: nothing measured to compare with")
     process = from_probe_info(info, device=samples[-1].device)
-    return compare_process(process, samples, processes, marks, dict(info.setup).get("total_params"))
+    return compare_process(process, samples, processes, marks, dict(info.setup).get("total_params"), peaks)
 
 
 def compare_trace(path: str | os.PathLike[str], pid: int | None = None) -> dict[str, Any]:

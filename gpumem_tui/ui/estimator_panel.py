@@ -40,6 +40,7 @@ from textual.containers import Container, VerticalScroll
 from textual.message import Message
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
+from gpumem_tui.background import DONE, PENDING, BackgroundLoads
 from gpumem_tui.text import printable
 from gpumem_tui.ui import estimate_text
 from gpumem_tui.ui.memory_bar import MemoryBar, bands_from_estimate, estimate_peak, segment_bytes, theme_colour
@@ -198,6 +199,8 @@ class EstimatorPanel(VerticalScroll):
             self._catalogue = []
         self._initial_model = model if model in self._catalogue else (self._catalogue[0] if self._catalogue else None)
         self._arch_cache: dict[tuple[str, float | None], Any] = {}
+        # config files the user types are read off the UI thread (a FIFO or a huge file)
+        self._file_loads = BackgroundLoads(lambda key: self.app.call_from_thread(self.recompute))
         self._probe_arch: Any = None
         self._probe_label: str | None = None
         self._base_spec: Any = None
@@ -532,6 +535,12 @@ class EstimatorPanel(VerticalScroll):
             loader = lambda: load_architecture(value)  # noqa: E731
         if key in self._arch_cache:
             return self._arch_cache[key]
+        if field == "config" and not _PLAIN_NUMBER.match(source):
+            state, loaded = self._file_loads.get(key, loader)
+            if state == PENDING:
+                errors[field] = f"reading {source}…"
+                return None
+            loader = (lambda: loaded) if state == DONE else _raiser(loaded)  # noqa: E731
         try:
             arch = loader()
         except (arch_error, ValueError, OSError) as exc:
@@ -728,6 +737,12 @@ class EstimatorPanel(VerticalScroll):
         else:
             text = Text(f"largest micro-batch that fits: {message.value}")
         _set_text(label, text, fixed_height=True)
+
+
+def _raiser(exc: BaseException) -> Any:
+    def load() -> Any:
+        raise exc
+    return load
 
 
 def _set_text(widget: Static, text: Text | str, *, fixed_height: bool = False) -> None:

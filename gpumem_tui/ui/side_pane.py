@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpumem_tui.process_estimate import ProcessEstimate
-from gpumem_tui.telemetry.model import PhaseMark, ProbeSample, ProcessSample
+from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeSample, ProcessSample
 
 NO_ESTIMATE_HINT = "attach gpumem_tui.probe to the job, or set its estimate in the Estimator tab (e)"
 
@@ -28,7 +28,8 @@ class PaneSelection:
     """What the pane shows: the selected GPU and process, and that process's data.
 
     ``gpu_total`` is in bytes (None: no GPU). ``samples`` are the process's probe samples,
-    ``processes`` its NVML rows (NVML used), ``marks`` its phase marks; ``published_params`` is
+    ``processes`` its NVML rows (NVML used), ``marks`` its phase marks, ``peaks`` its probe's
+    per-phase high-water marks (part of the measured peak); ``published_params`` is
     the ``total_params`` its probe published (or None).
     """
 
@@ -40,6 +41,7 @@ class PaneSelection:
     samples: Sequence[ProbeSample] = ()
     processes: Sequence[ProcessSample] = ()
     marks: Sequence[PhaseMark] = ()
+    peaks: Sequence[PhasePeak] = ()
     published_params: object = None
 
 
@@ -129,7 +131,7 @@ def _update_comparison(view: Any, state: PaneState, sel: PaneSelection) -> None:
         key = ("noest", pid)
         message = f"PID {pid} has no estimate: {NO_ESTIMATE_HINT}"
     else:
-        key = ("cmp", pid, id(process), len(sel.samples), sel.samples[-1].time)
+        key = ("cmp", pid, id(process), len(sel.samples), sel.samples[-1].time, len(sel.peaks))
         message = None
     if state.comparison_key == key:
         return
@@ -138,7 +140,9 @@ def _update_comparison(view: Any, state: PaneState, sel: PaneSelection) -> None:
         view.update_comparison(None, message)
         return
     try:
-        result = compare_process(process, list(sel.samples), sel.processes, sel.marks, sel.published_params)
+        result = compare_process(
+            process, list(sel.samples), sel.processes, sel.marks, sel.published_params, phase_peaks=sel.peaks
+        )
     except ComparisonError as exc:
         view.update_comparison(None, str(exc))
         return
