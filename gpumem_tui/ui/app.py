@@ -582,7 +582,7 @@ class GpuMemApp(App[None]):
         if process is None:
             return [], f"none for PID {ident}: {pane.NO_ESTIMATE_HINT}"
         if process.estimate is None:
-            return [], f"none for {process.label}: {process.problem or 'no estimate'}"
+            return [], f"none, {process.problem or f'{process.label}: no estimate'}"
         return bands_from_estimate(process.estimate), process.label
 
     # ---- side pane (estimator / comparison) -------------------------------------------------
