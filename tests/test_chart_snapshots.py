@@ -80,8 +80,9 @@ def _settled(app: GpuMemApp, *keys: str):
 
 def test_envelope_of_short_peaks_at_a_two_second_window(snap_compare):
     app = GpuMemApp(SteppingJob(), interval=0.05, themes=load_themes(), side_pane=False, select_pid=88)
-    app.bands = [("parameters", 2 * GiB, "band-parameters"), ("+ optimizer states", 14 * GiB, "band-optimizer-states"),
-                 ("+ activations", 34 * GiB, "band-activations")]
+    # the estimate set for PID 88 (parameters 2, + optimizer states 14, + activations 34 GiB)
+    components = {"parameters": 2 * GiB, "optimizer_states": 12 * GiB, "activations": 20 * GiB}
+    app.process_estimates.set_user(88, None, None, {"components_bytes": components}, "llama-3.2-1b")
     keys = ["left_square_bracket"] * 9  # down to the shortest window
     assert snap_compare(app, terminal_size=(140, 40), run_before=_settled(app, *keys))
 
