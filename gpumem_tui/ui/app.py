@@ -19,7 +19,7 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingsMap
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Footer, Input, Static, TextArea
 from textual.worker import Worker, WorkerState
 
 from gpumem_tui.config import check_signal_keys
@@ -661,7 +661,9 @@ class GpuMemApp(App[None]):
     # ---- actions --------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in REPLAY_ACTIONS:
-            return self.replay
+            # The replay keys are priority bindings (the table would take the arrows), but a
+            # text field's arrows, space and +/- are the user's typing: the field gets them.
+            return self.replay and not isinstance(self.focused, (Input, TextArea))
         if action == "signal" and self.readonly:
             return False
         if action == "toggle_side":
