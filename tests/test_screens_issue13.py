@@ -47,3 +47,45 @@ async def test_the_sorted_column_shows_its_arrow_whichever_it_is():
                 arrow = "▼" if reverse else "▲"
                 assert f"{_BY_KEY[key].label} {arrow}" in shown, (key, shown)
                 assert shown.count("▼") + shown.count("▲") == 1, shown
+
+
+async def test_palette_screenshot_saves_in_the_working_directory_and_says_where(tmp_path, monkeypatch):
+    """Item 9: with no ~/Downloads the palette's Screenshot failed; it now saves under the
+    working directory (or ``screenshot_dir``) and the notification names the file."""
+    home = tmp_path / "home"
+    home.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_DOWNLOAD_DIR", raising=False)
+    monkeypatch.chdir(work)
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        command = next(c for c in app.get_system_commands(app.screen) if c.title == "Screenshot")
+        command.callback()
+        await wait_for(pilot, lambda: any(work.glob("*.svg")))
+        saved = next(work.glob("*.svg"))
+        assert saved.read_text().startswith("<svg")
+        assert saved.stat().st_mode & 0o077 == 0
+        messages = [n.message for n in app._notifications]
+        assert any(str(saved) in m for m in messages), messages
+
+
+async def test_screenshot_dir_from_the_config_and_a_clear_refusal(tmp_path):
+    from gpumem_tui.config import parse_config
+
+    assert parse_config('screenshot_dir = "~/shots"').screenshot_dir == "~/shots"
+    assert parse_config("screenshot_dir = 3").notices
+    shots = tmp_path / "shots"
+    shots.mkdir()
+    app = make_app(screenshot_dir=str(shots))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        saved = app.deliver_screenshot()
+        assert saved is not None and saved.startswith(str(shots))
+        app.screenshot_dir = str(tmp_path / "missing")
+        assert app.deliver_screenshot() is None
+        await pilot.pause()
+        last = list(app._notifications)[-1].message
+        assert "missing" in last and "No such file" in last

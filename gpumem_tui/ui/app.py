@@ -79,6 +79,8 @@ class GpuMemApp(App[None]):
         keymap: binding id -> keys overrides (from the config file).
         banner: extra text for the status line (e.g. "demo job PID 123").
         side_pane: mount the estimator / comparison pane (when its widgets are installed).
+        screenshot_dir: folder the command palette's Screenshot saves into (``~`` expanded);
+            None: the working directory.
     """
 
     # Absolute, so subclasses defined in other modules (tests, benchmarks) find it too.
@@ -123,8 +125,10 @@ class GpuMemApp(App[None]):
         keymap: Iterable[tuple[str, str]] = (),
         banner: str | None = None,
         side_pane: bool = True,
+        screenshot_dir: str | None = None,
     ) -> None:
         super().__init__()
+        self.screenshot_dir = screenshot_dir
         self.side_pane_enabled = side_pane
         self.source = source
         self.interval = interval
@@ -820,6 +824,34 @@ class GpuMemApp(App[None]):
         else:
             self.notify(f"{name} sent to PID {proc.pid} ({printable(proc.command or '', 80)})",
                         title="Signal", timeout=5, markup=False)
+
+    def deliver_screenshot(
+        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
+    ) -> str | None:
+        """Save an SVG screenshot and say where, or why not.
+
+        Textual's default saves into ~/Downloads and only says "Failed to save screenshot"
+        when that folder is missing (common on servers); here it goes to ``screenshot_dir``
+        or the working directory, written 0600 (it shows command lines) and never over a file.
+        Returns the path written, or None.
+        """
+        import os
+        import time as _time
+
+        folder = Path(os.path.expanduser(path or self.screenshot_dir or os.getcwd()))
+        name = filename or _time.strftime(f"{self.title}_%Y-%m-%dT%H_%M_%S.svg")
+        target = folder / name
+        try:
+            svg = self.export_screenshot()
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(svg)
+        except OSError as exc:
+            self.notify(f"screenshot not saved to {printable(str(target), 300)}: {exc.strerror or exc}",
+                        title="Screenshot", severity="error", timeout=10, markup=False)
+            return None
+        self.notify(f"saved to {printable(str(target), 300)}", title="Screenshot", timeout=10, markup=False)
+        return str(target)
 
     async def action_quit(self) -> None:
         self.poller.stop()
