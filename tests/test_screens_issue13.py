@@ -89,3 +89,28 @@ async def test_screenshot_dir_from_the_config_and_a_clear_refusal(tmp_path):
         await pilot.pause()
         last = list(app._notifications)[-1].message
         assert "missing" in last and "No such file" in last
+
+
+async def test_a_filter_that_matches_nothing_says_so_and_the_chart_follows_it():
+    """Item 8: the table says why it is empty; the chart and pane never show a row the filter
+    hid, and follow the row the filter leaves."""
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None and app.table.row_count > 0)
+        assert app.chart_pid() == 1001  # the probed process is selected first
+        await pilot.press("slash", *"serve")
+        await wait_for(pilot, lambda: [p.pid for p in app.table.shown] == [1002])
+        assert app.chart_target == ("proc", 1002) and app.chart_pid() == 1002
+        assert "1002" in app.chart.title
+        await pilot.press(*"zzz")
+        await wait_for(pilot, lambda: not app.table.shown)
+        assert app.table_empty.display
+        assert str(app.table_empty.render()) == "no process matches 'servezzz' · esc clears"
+        assert app.chart_target is None and app.chart_pid() is None
+        assert "no process matches" in (app.chart.message or "")
+        await pilot.pause(0.5)  # new polls keep it that way
+        assert app.chart_target is None and app.table_empty.display
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.chart_target is not None)
+        assert not app.table_empty.display
+        assert app.chart_target[0] == "proc"

@@ -171,6 +171,7 @@ class GpuMemApp(App[None]):
         self.table = ProcessTable(id="processes")
         self.filter_box = Input(placeholder="filter: user:NAME gpu:N words (Enter keeps, Esc clears)", id="filter")
         self.chart = MemoryChart(id="chart")
+        self.table_empty = Static(id="table-empty")  # says why the table has no rows
         # A signal key (or the confirmation) that shares a key with another action is refused.
         safe_keymap, refused = check_signal_keys(tuple(keymap), binding_defaults())
         self._keymap_pairs = dict(safe_keymap)
@@ -211,6 +212,7 @@ class GpuMemApp(App[None]):
         with Horizontal(id="main"):
             with Vertical(id="left"):
                 yield self.table
+                yield self.table_empty
                 yield self.filter_box
                 yield self.chart
         yield Footer()
@@ -242,6 +244,7 @@ class GpuMemApp(App[None]):
             self.notify(notice, title="Config", severity="warning", timeout=10, markup=False)
         self.replay_bar.display = self.replay
         self.filter_box.display = False
+        self.table_empty.display = False
         self.chart.window = self.chart_window
         self.table.focus()
         self._update_status()
@@ -316,7 +319,8 @@ class GpuMemApp(App[None]):
             # The charted process exited: its row is gone and the cursor lands on another one.
             # That move is not the user's, so the ended job's curve stays until the cursor moves.
             self._highlighted_key = table.selected_key
-        if self.chart_target is None:
+        self._follow_filter()
+        if self.chart_target is None and not self.filter_hides_all:
             selected = table.selected
             if selected is not None:
                 self.chart_target = ("proc", selected.pid)
@@ -528,9 +532,11 @@ class GpuMemApp(App[None]):
                 return
         self._charted_target = target
         self._charted_time = snap.time if snap is not None else 0.0
+        chart.set_message(None)
         if snap is None or target is None:
             chart.set_series([], None)
-            chart.set_message("no GPU or process selected")
+            chart.set_message("no process matches the filter · esc clears" if self.filter_hides_all
+                              else "no GPU or process selected")
             chart.replot()
             return
         kind, ident = target
@@ -711,7 +717,40 @@ class GpuMemApp(App[None]):
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
         self.table.set_filter(event.value)
+        if self._follow_filter():
+            self._update_chart()
+            self._update_side()
         self._update_status()
+
+    @property
+    def filter_hides_all(self) -> bool:
+        """True when a filter is set and no row matches it."""
+        table = self.table
+        return table.filter.active and not table.shown and bool(self.snapshot and self.snapshot.processes)
+
+    def _follow_filter(self) -> bool:
+        """The chart and the pane show a row the table lists, never one the filter hid: the
+        selected row's process, or nothing (the table says no row matches). Also shows or
+        hides that line. True when the chart's target changed."""
+        table = self.table
+        empty = self.filter_hides_all
+        self.table_empty.display = empty
+        if empty:
+            query = printable(self.filter_box.value.strip(), 60)
+            self.table_empty.update(f"no process matches {query!r} · esc clears")
+        target = self.chart_target
+        if target is None and not empty and table.selected is not None:  # the filter was eased
+            self.chart_target = ("proc", table.selected.pid)
+            self._highlighted_key = table.selected_key
+            return True
+        if not table.filter.active or target is None or target[0] != "proc":
+            return False
+        if any(p.pid == target[1] for p in table.shown):
+            return False
+        selected = table.selected
+        self.chart_target = ("proc", selected.pid) if selected is not None else None
+        self._highlighted_key = table.selected_key
+        return True
 
     @on(Input.Submitted, "#filter")
     def _filter_submitted(self, event: Input.Submitted) -> None:
