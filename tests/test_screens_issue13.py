@@ -64,7 +64,7 @@ async def test_palette_screenshot_saves_in_the_working_directory_and_says_where(
         await wait_for(pilot, lambda: app.snapshot is not None)
         command = next(c for c in app.get_system_commands(app.screen) if c.title == "Screenshot")
         command.callback()
-        await wait_for(pilot, lambda: any(work.glob("*.svg")))
+        await wait_for(pilot, lambda: any("saved to" in n.message for n in app._notifications))
         saved = next(work.glob("*.svg"))
         assert saved.read_text().startswith("<svg")
         assert saved.stat().st_mode & 0o077 == 0
@@ -112,5 +112,68 @@ async def test_a_filter_that_matches_nothing_says_so_and_the_chart_follows_it():
         assert app.chart_target is None and app.table_empty.display
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.chart_target is not None)
-        assert not app.table_empty.display
+        # (the fake lists a PID /proc cannot see: the namespace note stays)
+        assert "no process matches" not in str(app.table_empty.render())
         assert app.chart_target[0] == "proc"
+
+
+def _dead_pid() -> int:
+    import psutil
+
+    pid = 4_000_000
+    while psutil.pid_exists(pid):
+        pid -= 1
+    return pid
+
+
+def test_snapshot_shows_question_marks_and_one_note_for_an_invisible_pid(fake_nvml, spawn):
+    """Item 6: a PID NVML lists but /proc does not: "?" in User/CPU/RSS/Command, one note
+    (text table and JSON), not the 72-character hint in every column."""
+    from gpumem_tui.telemetry.host import HostEnricher
+    from gpumem_tui.telemetry.model import NAMESPACE_NOTE
+    from gpumem_tui.telemetry.snapshot_cli import format_table, snapshot_to_json, take_snapshot
+
+    alive = spawn()
+    hidden = _dead_pid()
+    fake_nvml.add_process(0, pid=alive.pid, used=1 << 30)
+    fake_nvml.add_process(0, pid=hidden, used=2 << 30)
+    fake_nvml.add_process(1, pid=hidden, used=3 << 30)
+    snap = take_snapshot(0, host=HostEnricher(in_container=True))
+    doc = snapshot_to_json(snap)
+    assert doc["note"] == NAMESPACE_NOTE
+    hidden_rows = [p for p in doc["processes"] if p["pid"] == hidden]
+    assert len(hidden_rows) == 2 and all(p["user"] is None and p["command"] is None for p in hidden_rows)
+    table = format_table(snap)
+    assert table.count("--pid=host") == 1 and table.endswith(NAMESPACE_NOTE)
+    for line in (line for line in table.splitlines() if f" {hidden} " in line):
+        # User, CPU, RSS and Command each read "?"
+        assert line.split()[-4:] == ["?", "?", "?", "?"], line
+    assert len(max(table.splitlines()[:-1], key=len)) <= 120
+
+
+async def test_dashboard_shows_question_marks_and_one_notice_for_invisible_pids(fake_nvml, spawn):
+    from gpumem_tui.telemetry.host import HostEnricher
+    from gpumem_tui.telemetry.live import LiveSource
+    from gpumem_tui.telemetry.model import NAMESPACE_NOTE
+    from gpumem_tui.ui.screens import ProcessDetailScreen, detail_rows
+
+    alive = spawn()
+    hidden = [_dead_pid(), _dead_pid() - 1]
+    fake_nvml.add_process(0, pid=alive.pid, used=1 << 30)
+    for pid in hidden:
+        fake_nvml.add_process(0, pid=pid, used=2 << 30)
+    source = LiveSource(host=HostEnricher(in_container=True))
+    app = make_app(source)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None and app.table.row_count == 3)
+        await pilot.pause(0.2)
+        screen = app.export_screenshot()
+        assert screen.count("--pid=host") == 1  # one notice for the whole table
+        assert str(app.table_empty.render()) == NAMESPACE_NOTE
+        row = next(p for p in app.table.shown if p.pid == hidden[0])
+        rendered = [str(getattr(c, "plain", c)) for c in app.table.get_row(f"{hidden[0]}:0")]
+        keys = app.table.visible_columns
+        for column in ("user", "cpu", "rss", "command"):
+            assert rendered[keys.index(column)] == "?", (column, rendered)
+        details = detail_rows(row, app.snapshot.time, None)
+        assert sum("--pid=host" in text.plain for _, text in details) == 1

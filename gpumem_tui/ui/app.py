@@ -32,6 +32,7 @@ from gpumem_tui.telemetry.model import (
     ProcessSample,
     Snapshot,
     TelemetrySource,
+    namespace_note,
 )
 from gpumem_tui.step_peaks import detect_drift, step_peaks
 from gpumem_tui.text import printable
@@ -171,7 +172,8 @@ class GpuMemApp(App[None]):
         self.table = ProcessTable(id="processes")
         self.filter_box = Input(placeholder="filter: user:NAME gpu:N words (Enter keeps, Esc clears)", id="filter")
         self.chart = MemoryChart(id="chart")
-        self.table_empty = Static(id="table-empty")  # says why the table has no rows
+        self.table_empty = Static(id="table-empty")  # says why the table has no rows, or "?"
+        self._table_note = ""
         # A signal key (or the confirmation) that shares a key with another action is refused.
         safe_keymap, refused = check_signal_keys(tuple(keymap), binding_defaults())
         self._keymap_pairs = dict(safe_keymap)
@@ -734,10 +736,18 @@ class GpuMemApp(App[None]):
         hides that line. True when the chart's target changed."""
         table = self.table
         empty = self.filter_hides_all
-        self.table_empty.display = empty
+        notes = []
         if empty:
             query = printable(self.filter_box.value.strip(), 60)
-            self.table_empty.update(f"no process matches {query!r} · esc clears")
+            notes.append(f"no process matches {query!r} · esc clears")
+        namespace = namespace_note(table.shown)
+        if namespace:  # once for the table, not in every "?" cell
+            notes.append(namespace)
+        note = " · ".join(notes)
+        self.table_empty.display = bool(note)
+        if note != self._table_note:
+            self._table_note = note
+            self.table_empty.update(note)
         target = self.chart_target
         if target is None and not empty and table.selected is not None:  # the filter was eased
             self.chart_target = ("proc", table.selected.pid)
