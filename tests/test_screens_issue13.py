@@ -177,3 +177,38 @@ async def test_dashboard_shows_question_marks_and_one_notice_for_invisible_pids(
             assert rendered[keys.index(column)] == "?", (column, rendered)
         details = detail_rows(row, app.snapshot.time, None)
         assert sum("--pid=host" in text.plain for _, text in details) == 1
+
+
+def test_seeking_forward_at_the_end_of_a_replay_says_nothing_new(tmp_path):
+    """Item 13: each → at the end of a replay toasted "replay at 20.0 s of 20.0 s" and
+    "replay finished" again; the end is now said once."""
+    from gpumem_tui.telemetry.replay import ReplaySource
+    from test_replay import Clock, make_snapshot, write_trace
+
+    path = tmp_path / "t.jsonl"
+    write_trace(path, [make_snapshot(1000.0 + i, i) for i in range(5)])
+    clock = Clock()
+    src = ReplaySource(path, clock=clock)
+    said = list(src.poll().notices)
+    clock.now = 10.0
+    for _ in range(3):
+        said += src.poll().notices
+        src.seek(src.position + 10)  # what → does
+        said += src.poll().notices
+    assert [n for n in said if "finished" in n] == ["replay finished (4.0 s, 5 records)"]
+    assert not any("replay at" in n for n in said)
+    src.seek(1.0)  # a real move still says where it is, and the end is said again later
+    assert any("replay at 1.0 s of 4.0 s" in n for n in src.poll().notices)
+
+
+def test_replay_with_an_unknown_theme_exits_2_with_one_line(tmp_path, capsys):
+    """Item 13: like the dashboard, not a window with a toast."""
+    from gpumem_tui import trace_cli
+    from test_replay import make_snapshot, write_trace
+
+    path = tmp_path / "t.jsonl"
+    write_trace(path, [make_snapshot(1000.0 + i, i) for i in range(3)])
+    assert trace_cli.main(["replay", str(path), "--theme", "nosuch"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("gpumem-tui replay: unknown theme 'nosuch'; available: ") and "dark" in err
