@@ -45,7 +45,21 @@ from gpumem_tui.ui.process_table import ProcessTable, row_key
 from gpumem_tui.ui.screens import ConfirmSignalScreen, HelpScreen, ProcessDetailScreen, signal_name
 from gpumem_tui.ui.themes import APP_VARIABLES, DEFAULT_THEME, FALLBACK_THEME, ThemeSet
 
-SIDE_PANE_MIN_WIDTH = 130  # below this the pane starts hidden (`e` shows it)
+# Size classes (issue 13 item 10): "wide" (>= 160 columns) shows the estimator pane beside
+# the table and chart; "medium" (>= 120) gives them the whole width and the status line says
+# `e` opens the pane; "narrow" (< 120) also drops the less needed columns (process_table),
+# caps the table and device panel so the chart keeps rows enough for its 0 tick, and shortens
+# the replay and key lines so that nothing is cut.
+WIDE_MIN_WIDTH = 160
+MEDIUM_MIN_WIDTH = 120
+SIDE_PANE_MIN_WIDTH = WIDE_MIN_WIDTH  # below this the pane starts hidden (`e` shows it)
+
+
+def size_class(width: int) -> str:
+    """"wide", "medium" or "narrow" for a terminal ``width`` columns wide."""
+    if width >= WIDE_MIN_WIDTH:
+        return "wide"
+    return "medium" if width >= MEDIUM_MIN_WIDTH else "narrow"
 # Down to 2 s: an H100 training step of 300 ms spans a few character cells there.
 CHART_WINDOWS = (2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 6 * 3600.0)
 MAX_MARKS_PER_PID = 4096
@@ -159,6 +173,7 @@ class GpuMemApp(App[None]):
         self._pane_state = pane.PaneState()
         self.poller = Poller(self, source, interval)
         self.has_side_pane = False
+        self.size_class = ""
         self._status_shown: Text | None = None
         self._charted_target: tuple[str, int] | None = None
         self._charted_time = 0.0
@@ -236,6 +251,7 @@ class GpuMemApp(App[None]):
         main.mount(side)
         self.has_side_pane = True
         self.refresh_bindings()
+        self._update_status()
         self.call_after_refresh(self._update_side)
 
     def on_mount(self) -> None:
@@ -244,6 +260,7 @@ class GpuMemApp(App[None]):
             self.set_keymap(self._keymap_pairs)
         for notice in self.start_notices:
             self.notify(notice, title="Config", severity="warning", timeout=10, markup=False)
+        self._apply_size_class(self.size.width)
         self.replay_bar.display = self.replay
         self.filter_box.display = False
         self.table_empty.display = False
@@ -449,6 +466,8 @@ class GpuMemApp(App[None]):
                 text.append(f" ({'; '.join(table.filter.problems)})")
         if self.readonly:
             text.append(" · read-only")
+        if self.side_pane_hidden and not self._side_toggled:
+            text.append(" · e: estimator")  # the pane left with the width: say how to get it
         if self.poll_error:
             text.append(" · poll failed: ", style="bold")
             text.append(printable(self.poll_error, 300))
@@ -484,7 +503,8 @@ class GpuMemApp(App[None]):
                 text.append(f" / {dur:.1f} s")
         if isinstance(speed, (int, float)):
             text.append(f" · ×{speed:g}")
-        text.append(" · space pause · ←/→ seek 10 s · +/- speed")
+        if self.size_class != "narrow":  # narrow: the key line lists them
+            text.append(" · space pause · ←/→ seek 10 s · +/- speed")
         return text
 
     # ---- chart ----------------------------------------------------------------------------
@@ -610,9 +630,28 @@ class GpuMemApp(App[None]):
 
     def on_resize(self, event: Any) -> None:
         # Narrow terminals give the whole width to the table and chart; `e` still opens the pane.
+        self._apply_size_class(event.size.width)
         if self.has_side_pane and not self._side_toggled:
             for side in self.screen_stack[0].query("#side"):
                 side.display = event.size.width >= SIDE_PANE_MIN_WIDTH
+        self._update_status()
+
+    def _apply_size_class(self, width: int) -> None:
+        wanted = size_class(width)
+        if wanted == self.size_class:
+            return
+        self.size_class = wanted
+        for name in ("wide", "medium", "narrow"):
+            self.set_class(name == wanted, f"-size-{name}")
+        for footer in self.screen_stack[0].query(Footer) if self.screen_stack else ():
+            footer.compact = wanted != "wide"
+
+    @property
+    def side_pane_hidden(self) -> bool:
+        """True when the pane exists but is not shown (the status line then says `e`)."""
+        if not self.has_side_pane or not self.screen_stack:
+            return False
+        return not any(side.display for side in self.screen_stack[0].query("#side"))
 
     def _update_side(self) -> None:
         """Show the current selection in the side pane (no-op without it)."""
@@ -807,6 +846,7 @@ class GpuMemApp(App[None]):
         self._side_toggled = True
         for side in self.screen_stack[0].query("#side"):
             side.display = not side.display
+        self._update_status()
 
     # replay
     def action_replay_pause(self) -> None:
