@@ -16,10 +16,12 @@ CUDA dropout a 1-byte mask; CPU SDPA with dropout falls back to the math path).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from gpumem_tui.estimator.architecture import ModelArchitecture
+from gpumem_tui.estimator.devices import peft_lora
 from gpumem_tui.estimator.spec import DTYPE_BYTES, TrainingSpec
 
 MiB = 1 << 20
@@ -64,6 +66,20 @@ def precision(spec: TrainingSpec) -> Precision:
     if spec.zero == 0:
         return Precision(param=4, grad=4, state=4, master=0, compute=e, amp=True)
     return Precision(param=e, grad=e, state=4, master=4, compute=e, amp=False)
+
+
+def _peft_fp32(spec: TrainingSpec) -> bool:
+    """peft LoRA with a 16-bit base: fp32 adapters and fp32 input copies
+    (:mod:`gpumem_tui.estimator.devices.peft_lora`). Applied on the CUDA profile, whose ground
+    truth (``../shared/validation/gpu``) was measured with peft; the CPU/meta ground truth of
+    ``benchmarks/data`` was measured with the project's own 16-bit adapter."""
+    prec = precision(spec)
+    return spec.task == "lora" and spec.device == "cuda" and peft_lora.upcasts_input(prec.compute, prec.amp)
+
+
+def _adapter_bytes(spec: TrainingSpec, default: int) -> int:
+    """Bytes per LoRA adapter element (parameter, gradient, optimizer state)."""
+    return peft_lora.PEFT_ADAPTER_BYTES if _peft_fp32(spec) else default
 
 
 def trainable_params(arch: ModelArchitecture, spec: TrainingSpec) -> int:
@@ -129,7 +145,7 @@ def parameter_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
     rest_bytes = (n - layer_elems) * other_b
     total = rest_bytes + layer_bytes / (spec.tp * spec.pp)
     if spec.task in ("lora", "qlora"):
-        total += lora_params(arch, spec) * prec.param / (spec.tp * spec.pp)
+        total += lora_params(arch, spec) * _adapter_bytes(spec, prec.param) / (spec.tp * spec.pp)
     if spec.zero == 3:
         total /= spec.dp
     return int(math.ceil(total)) + buffer_bytes(arch)
@@ -167,7 +183,7 @@ def gradient_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
     absent during the next forward (PyTorch ``Optimizer.zero_grad`` docs)."""
     if spec.task == "inference":
         return 0
-    g = trainable_params(arch, spec) * precision(spec).grad / (spec.tp * spec.pp)
+    g = trainable_params(arch, spec) * _adapter_bytes(spec, precision(spec).grad) / (spec.tp * spec.pp)
     if spec.zero >= 2:
         g /= spec.dp
     return int(math.ceil(g))
@@ -237,6 +253,8 @@ def optimizer_state_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
     if spec.task == "inference":
         return 0
     prec = precision(spec)
+    if _peft_fp32(spec):
+        prec = dataclasses.replace(prec, state=peft_lora.PEFT_ADAPTER_BYTES)
     n = trainable_params(arch, spec)
     opt = spec.optimizer
     tensors = _trainable_tensor_count(arch, spec)
@@ -281,6 +299,8 @@ def optimizer_intermediate_bytes(arch: ModelArchitecture, spec: TrainingSpec) ->
     if spec.task == "inference":
         return 0
     prec = precision(spec)
+    if _peft_fp32(spec):
+        prec = dataclasses.replace(prec, state=peft_lora.PEFT_ADAPTER_BYTES)
     opt = spec.optimizer
     if opt in ("sgd", "sgd-momentum", "adamw-8bit"):
         return 0
@@ -450,11 +470,17 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     targets = {l.role for l in _targets(arch, spec)} if lora else set()
     r = spec.lora_rank or 0
 
+    peft32 = _peft_fp32(spec)
+    d_in_of = {l.role: l.d_in for l in arch.layer_linears()}
+
     def linear_saves_input(role: str) -> bool:
-        return not lora or role in targets
+        # peft with a 16-bit input: lora_A saves its own fp32 copy instead (lora_extra)
+        return not lora or (role in targets and not peft32)
 
     def lora_extra(role: str) -> int:
-        return bs * r * e if lora and role in targets else 0
+        if not (lora and role in targets):
+            return 0
+        return peft_lora.saved_bytes_per_linear(bs, d_in_of[role], r, e, not peft32)
 
     train_mode_dropout = spec.task != "inference"
     mask_b = _dropout_mask_bytes(spec, e)
