@@ -27,6 +27,7 @@ from typing import Any
 
 from gpumem_tui.estimator import components as C
 from gpumem_tui.estimator.architecture import ModelArchitecture
+from gpumem_tui.estimator.devices import cuda_kernels
 from gpumem_tui.estimator.spec import TrainingSpec, check_spec_for
 
 COMPONENT_KEYS = (
@@ -258,6 +259,11 @@ def estimate(arch: ModelArchitecture, spec: TrainingSpec) -> Estimate:
     warnings = check_spec_for(arch, spec)
     moments = _inference_moments(arch, spec) if spec.task == "inference" else _training_moments(arch, spec)
     ctx = C.cuda_context_bytes(spec)
+    if spec.device == "cuda":
+        # cuBLAS / cuBLASLt workspaces: in torch allocated, counted with the transient tensors
+        ws = cuda_kernels.library_workspace_bytes()
+        for _phase, _label, parts in moments:
+            parts["optimizer_intermediates" if _phase == "optimizer_step" else "activations"] += ws
     phases: dict[str, tuple[int, str, dict[str, int]]] = {}
     for phase, label, parts in moments:
         total = sum(parts.values())
