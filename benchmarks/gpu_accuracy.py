@@ -81,9 +81,9 @@ def arch_and_spec(case: dict[str, Any], directory: Path | None = None) -> tuple[
     if case["task"] == "inference":
         kw.pop("optimizer_impl")
         if case.get("new_tokens"):
-            kw["seq"] = case["seq"] + case["new_tokens"]  # TEMP until --new-tokens
+            kw["new_tokens"] = case["new_tokens"]
         else:
-            pass
+            kw["logits"] = "all"  # one forward whose output (every logit, the KV cache) stays alive
     if case["task"] == "lora":
         kw["lora_rank"] = case["lora_rank"]
         targets = case["lora_targets"]

@@ -238,9 +238,22 @@ def _inference_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tupl
         return [("prefill", "forward", _moment(parameters=P, activations=work + ids,
                                               logits_and_loss=b * s * arch.vocab_size * C.precision(spec).compute))]
     kv_prefill = C.kv_cache_bytes(arch, spec, b, s, prefill=True)
-    kv = C.kv_cache_bytes(arch, spec, b, s)
+    # generate(): the cache grows to prompt + new tokens (DynamicCache.update concatenates one
+    # position per decode step); without --new-tokens ``seq`` is the whole context
+    kv = C.kv_cache_bytes(arch, spec, b, s + spec.new_tokens)
     layers = max(1, arch.num_layers)
     hidden = 2 * b * s * arch.hidden_size * C.precision(spec).compute
+    if spec.logits == "all":
+        # a plain forward whose output stays alive: every position's logits (the LM head runs
+        # on the whole sequence, no fp32 upcast without labels; transformers
+        # ``LlamaForCausalLM.forward``) next to the KV cache it returns
+        every = b * s * arch.vocab_size * C.precision(spec).compute
+        # at the LM head only the final norm's output (its input) is left of the hidden states
+        return [
+            ("prefill", "prefill attention/MLP", _moment(parameters=P, kv_cache=kv_prefill, activations=work + ids)),
+            ("prefill", "prefill logits (all positions)", _moment(parameters=P, kv_cache=kv_prefill,
+                                                                  activations=hidden // 2 + ids, logits_and_loss=every)),
+        ]
     return [
         ("prefill", "prefill attention/MLP", _moment(parameters=P, kv_cache=kv_prefill, activations=work + ids)),
         ("prefill", "prefill logits", _moment(parameters=P, kv_cache=kv_prefill, activations=hidden + ids,
@@ -260,8 +273,8 @@ def estimate(arch: ModelArchitecture, spec: TrainingSpec) -> Estimate:
     moments = _inference_moments(arch, spec) if spec.task == "inference" else _training_moments(arch, spec)
     ctx = C.cuda_context_bytes(spec)
     if spec.device == "cuda":
-        # cuBLAS / cuBLASLt workspaces: in torch allocated, counted with the transient tensors
-        ws = cuda_kernels.library_workspace_bytes()
+        # cuBLAS workspaces: in torch allocated, counted with the transient tensors
+        ws = cuda_kernels.library_workspace_bytes(training=spec.task != "inference")
         for _phase, _label, parts in moments:
             parts["optimizer_intermediates" if _phase == "optimizer_step" else "activations"] += ws
     phases: dict[str, tuple[int, str, dict[str, int]]] = {}

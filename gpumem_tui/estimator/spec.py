@@ -101,6 +101,12 @@ class TrainingSpec:
             and the optimizer step (``outputs = model(**batch); outputs.loss.backward()``), so
             its ``b x s x V`` logits stay alive; HF ``Trainer`` and ``gpumem-tui measure``
             release it before backward [False]
+        new_tokens: inference with ``generate()``: ``seq`` is the prompt and the KV cache grows
+            to ``seq + new_tokens``; the prefill keeps only the last position's logits [0 =
+            one forward over ``seq``]
+        logits: inference without ``new_tokens``: ``last`` (the logits of the last position,
+            as ``generate()`` asks) or ``all`` (a plain forward whose output stays alive, e.g.
+            scoring or perplexity: ``b x s x V`` logits in the compute dtype) [last]
 
     Raises:
         SpecError: on construction, for any invalid value or contradiction (``.field`` names it).
@@ -127,6 +133,8 @@ class TrainingSpec:
     grad_accum: int = 1
     keep_grads: bool = False
     keep_outputs: bool = False
+    new_tokens: int = 0
+    logits: str = "last"
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -142,6 +150,15 @@ class TrainingSpec:
         _choice("quant", self.quant, QUANT)
         _choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         _positive("grad_accum", self.grad_accum, 1 << 16)
+        if isinstance(self.new_tokens, bool) or not isinstance(self.new_tokens, int) or not 0 <= self.new_tokens <= _MAX_SEQ:
+            raise SpecError("new_tokens", f"--new-tokens must be an integer 0..{_MAX_SEQ}, got {self.new_tokens!r}")
+        _choice("logits", self.logits, ("last", "all"))
+        if self.task != "inference" and self.new_tokens:
+            raise SpecError("new_tokens", f"--new-tokens applies to inference only (task is {self.task})")
+        if self.task != "inference" and self.logits != "last":
+            raise SpecError("logits", f"--logits all applies to inference only (task is {self.task}; training keeps every position's logits anyway)")
+        if self.new_tokens and self.logits == "all":
+            raise SpecError("logits", "--logits all is a plain forward; generate() (--new-tokens) keeps the last position's logits only")
         if not isinstance(self.keep_grads, bool):
             raise SpecError("keep_grads", "keep_grads must be true or false")
         if not isinstance(self.keep_outputs, bool):

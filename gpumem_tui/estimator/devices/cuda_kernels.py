@@ -26,12 +26,13 @@ transformers passes ``enable_gqa=True`` only when there is no attention mask (``
 in ``integrations/sdpa_attention.py``); otherwise it repeats k and v to every head
 (``repeat_kv``) first, so memory-efficient stays possible with a sliding-window or padding mask.
 
-Library workspaces: cuBLAS and cuBLASLt each keep a workspace per (handle, stream), allocated
+Library workspaces: cuBLAS keeps a workspace per (handle, stream), allocated
 through the caching allocator (so it is in torch *allocated*) the first time a matmul runs and
 kept until exit (``aten/src/ATen/cuda/CublasHandlePool.cpp``, ``getChosenWorkspaceSize`` /
 ``getCUDABlasLtWorkspaceSize``: 32 MiB on sm90+ (Hopper, Blackwell), about 8 MiB before).
 Measured on the H100: every phase of every training case of ``dev_truth_h100.jsonl`` is 64.0 to
-~96 MiB above the tensor bytes of the step; the 64 MiB floor is the two workspaces.
+~96 MiB above the tensor bytes of the step; the 64 MiB floor is the two workspaces (forward
+thread and autograd thread, see :func:`library_workspace_bytes`).
 """
 
 from __future__ import annotations
@@ -45,14 +46,18 @@ _WORKSPACE_BYTES_SM90 = 32 * MiB
 _WORKSPACE_BYTES_OLDER = 4096 * 1024 * 2 + 16 * 1024 * 8  # ":4096:2:16:8"
 
 
-def library_workspace_bytes(sm_major: int = 9) -> int:
-    """cuBLAS + cuBLASLt workspaces held in torch allocated, bytes (see module doc).
+def library_workspace_bytes(training: bool, sm_major: int = 9) -> int:
+    """cuBLAS workspaces held in torch allocated, bytes (see module doc).
 
-    ``sm_major``: compute capability major of the GPU (9 = H100). Source:
-    ``CublasHandlePool.cpp``; 64 MiB measured on the H100 (``dev_truth_h100.jsonl``).
+    One workspace per (cuBLAS handle, stream), and handles are per thread
+    (``DeviceThreadHandlePool``): the forward runs on the caller's thread, backward on the
+    autograd engine's device thread (``torch/csrc/autograd/engine.cpp``), so training holds
+    two, a no-grad forward one. ``sm_major``: compute capability major (9 = H100). Source:
+    ``CublasHandlePool.cpp``; measured on the H100 (``dev_truth_h100.jsonl``): 64 MiB in every
+    training case, 32 MiB in the inference cases.
     """
     per = _WORKSPACE_BYTES_SM90 if sm_major >= 9 else _WORKSPACE_BYTES_OLDER
-    return 2 * per
+    return (2 if training else 1) * per
 
 
 def sdpa_backend(dtype_bytes: int, head_dim: int, dropout: bool, explicit_mask: bool,
