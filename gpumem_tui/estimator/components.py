@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from gpumem_tui.estimator.architecture import ModelArchitecture
-from gpumem_tui.estimator.devices import peft_lora
+from gpumem_tui.estimator.devices import cuda_autocast, peft_lora
 from gpumem_tui.estimator.spec import DTYPE_BYTES, TrainingSpec
 
 MiB = 1 << 20
@@ -538,6 +538,13 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         if arch.fused_qkv and not arch.learned_positions:
             par += bs * (q + kv) * e  # rotary q, k are new tensors; v still pins the fused output
         par += bs * q * e + b * a * s * 4  # output (also the o-projection input) + log-sum-exp
+        if spec.device == "cuda" and arch.model_type in ("gpt2", "gpt_bigcode"):
+            # CUDA memory-efficient SDPA on the head-split views of GPT-2's fused c_attn output
+            # keeps two more b s h tensors per layer than the CPU kernel (k and v in a layout of
+            # its own while the c_attn output stays pinned by q). Measured, not derived: H100,
+            # dev_truth_h100.jsonl, GPT-2 fp32 b4 s512 / s1024 (dropout on and off) and
+            # GPT-2-medium autocast: +2 b s kv e per layer in every one
+            par += 2 * bs * kv * e
     elif _sdpa_math(arch, spec):
         # CPU SDPA math path (training with attention dropout): scaled q and k^T, v (fp32 for
         # 16-bit inputs), the softmax output, the dropout noise and its product; only the
@@ -598,7 +605,8 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
             mlp += bs * arch.num_experts * 4 + 2 * bs * h * e * arch.experts_per_token
     else:
         if arch.activation == "gelu_new":
-            mlp = 4 * bs * f * e
+            cuda_amp = prec.amp and spec.device == "cuda"
+            mlp = bs * f * cuda_autocast.gelu_new_saved_bytes_per_element(e, cuda_amp)
         else:
             mlp = bs * f * e
         if linear_saves_input("down"):
