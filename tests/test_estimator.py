@@ -142,7 +142,7 @@ def test_estimate_json_shape_and_sums(gpt2) -> None:
     assert sum(data["components_bytes"].values()) == data["peak_bytes"]
     assert data["peak_phase"] in {p["name"] for p in data["phases"]}
     assert max(p["live_bytes"] for p in data["phases"]) == data["peak_bytes"]
-    assert data["components_bytes"]["cuda_context"] == C.CUDA_CONTEXT_BYTES
+    assert data["components_bytes"]["cuda_context"] == C.cuda_context_bytes(TrainingSpec(device="cuda"))
     assert data["figures"]["allocated"] < data["peak_bytes"]
 
 

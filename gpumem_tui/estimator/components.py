@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from gpumem_tui.estimator.architecture import ModelArchitecture
-from gpumem_tui.estimator.devices import cuda_autocast, peft_lora
+from gpumem_tui.estimator.devices import cuda_autocast, cuda_context, peft_lora
 from gpumem_tui.estimator.spec import DTYPE_BYTES, TrainingSpec
 
 MiB = 1 << 20
@@ -1206,11 +1206,18 @@ def inference_logits_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int) 
 # ----- device-level terms --------------------------------------------------------------------
 
 
-def cuda_context_bytes(spec: TrainingSpec) -> int:
-    """CUDA context + kernels loaded by torch: :data:`CUDA_CONTEXT_BYTES` on ``--device
-    cuda``, 0 on the CPU. In every NVML per-process figure, in no torch figure
-    (PyTorch "CUDA semantics", memory management notes)."""
-    return CUDA_CONTEXT_BYTES if spec.device == "cuda" else 0
+def cuda_context_bytes(spec: TrainingSpec, arch: ModelArchitecture | None = None) -> int:
+    """CUDA context at the step's peak on ``--device cuda`` (0 on the CPU): in every NVML
+    per-process figure, in no torch figure. Measured figures and what they depend on (GPU
+    generation, CUDA version, libraries the step loads): :mod:`gpumem_tui.estimator.devices.
+    cuda_context`; ``spec.measured_context`` (the context measured on the box) replaces the
+    after-initialisation part."""
+    if spec.device != "cuda":
+        return 0
+    sixteen_bit_sdpa = (spec.attention in ("sdpa", "flash") and precision(spec).compute < 4
+                        and not (arch is not None and arch.model_type == "gemma2"))
+    return cuda_context.context_bytes(training=spec.task != "inference", flash_sdpa=sixteen_bit_sdpa,
+                                      generate=spec.new_tokens > 0, measured_init_bytes=spec.measured_context)
 
 
 #: share of the transient (freed-and-reallocated) bytes held as cached, unused blocks

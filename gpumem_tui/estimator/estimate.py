@@ -271,7 +271,7 @@ def estimate(arch: ModelArchitecture, spec: TrainingSpec) -> Estimate:
     """
     warnings = check_spec_for(arch, spec)
     moments = _inference_moments(arch, spec) if spec.task == "inference" else _training_moments(arch, spec)
-    ctx = C.cuda_context_bytes(spec)
+    ctx = C.cuda_context_bytes(spec, arch)
     if spec.device == "cuda":
         # cuBLAS workspaces: in torch allocated, counted with the transient tensors
         ws = cuda_kernels.library_workspace_bytes(training=spec.task != "inference")
@@ -339,7 +339,9 @@ def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -
                    "stage's logits are both counted (an upper bound for any one stage)")
     if spec.device == "cuda":
         out.append(
-            f"peak includes CUDA context ({C.CUDA_CONTEXT_BYTES >> 20} MiB) and allocator reserve: "
+            f"peak includes CUDA context ({C.cuda_context_bytes(spec, arch) >> 20} MiB, "
+            + ("measured on this box" if spec.measured_context is not None else "as measured on H100 / CUDA 13")
+            + ") and allocator reserve: "
             "compare with NVML used; 'figures.allocated' compares with torch.cuda.max_memory_allocated"
         )
     else:

@@ -107,6 +107,8 @@ class TrainingSpec:
         logits: inference without ``new_tokens``: ``last`` (the logits of the last position,
             as ``generate()`` asks) or ``all`` (a plain forward whose output stays alive, e.g.
             scoring or perplexity: ``b x s x V`` logits in the compute dtype) [last]
+        measured_context: CUDA context measured on the box after initialisation (bytes; the
+            dashboard passes it), replacing the H100 figure [None]
 
     Raises:
         SpecError: on construction, for any invalid value or contradiction (``.field`` names it).
@@ -135,6 +137,7 @@ class TrainingSpec:
     keep_outputs: bool = False
     new_tokens: int = 0
     logits: str = "last"
+    measured_context: int | None = None
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -153,6 +156,10 @@ class TrainingSpec:
         if isinstance(self.new_tokens, bool) or not isinstance(self.new_tokens, int) or not 0 <= self.new_tokens <= _MAX_SEQ:
             raise SpecError("new_tokens", f"--new-tokens must be an integer 0..{_MAX_SEQ}, got {self.new_tokens!r}")
         _choice("logits", self.logits, ("last", "all"))
+        if self.measured_context is not None and (
+                isinstance(self.measured_context, bool) or not isinstance(self.measured_context, int)
+                or not 0 <= self.measured_context <= 1 << 36):
+            raise SpecError("measured_context", f"measured CUDA context must be 0..64 GiB in bytes, got {self.measured_context!r}")
         if self.task != "inference" and self.new_tokens:
             raise SpecError("new_tokens", f"--new-tokens applies to inference only (task is {self.task})")
         if self.task != "inference" and self.logits != "last":
