@@ -26,6 +26,8 @@ _SDPA_NOTE = (
     "in fp32, when attention dropout is active in training, e.g. GPT-2 and BERT.) Figures are live "
     "tensor storage bytes, comparable to torch 'allocated', not to 'reserved' or NVML 'used'."
 )
+_FIGURES_NOTE = ("Figures are live tensor storage bytes, comparable to torch 'allocated', not to 'reserved' "
+                 "or NVML 'used'.")
 
 # estimator LoRA roles -> HF module names per family: a plain name matches the last name
 # component, a regex the full module name (GPT-2's attn.c_proj vs mlp.c_proj, BERT's
@@ -162,8 +164,12 @@ def _table(data: dict[str, Any]) -> str:
     lines += ["", "phase peaks (live bytes):"]
     for ph in data["phases"]:
         lines.append(f"  {ph['name']:<24}{format_bytes(ph['live_bytes']):>12}")
-    lines += ["", "notes:"] + [f"  - {a}" for a in data["assumptions"]]
-    lines.append("  - " + _SDPA_NOTE)
+    meta_sdpa = data["on"] == "meta" and data["attention"] == "sdpa"
+    # the meta-SDPA warning is printed once, at the top: the runner's copy of it and the
+    # note's first sentence are left out of the notes then
+    notes = [a for a in data["assumptions"] if not (meta_sdpa and "meta device SDPA" in a)]
+    lines += ["", "notes:"] + [f"  - {a}" for a in notes]
+    lines.append("  - " + (_FIGURES_NOTE if meta_sdpa else _SDPA_NOTE))
     return "\n".join(lines)
 
 
