@@ -15,6 +15,7 @@ import sys
 
 from gpumem_tui.cli_support import InputError, OneLineParser
 from gpumem_tui.estimator.cli_args import add_spec_arguments, spec_from_args
+from gpumem_tui.estimator.devices import cuda_kernels
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS, Estimate
 from gpumem_tui.estimator.methods import METHODS, run_method
 from gpumem_tui.estimator.solve import max_batch, max_seq
@@ -28,7 +29,9 @@ class _RuntimeFailure(RuntimeError):
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="gpumem-tui estimate",
-        description="Predict the peak memory of one training or inference step (bytes; shown in MiB/GiB = 2^20/2^30).",
+        description="Predict the peak memory of one training or inference step (bytes; shown in MiB/GiB = 2^20/2^30). "
+        f"The CUDA profile models torch {cuda_kernels.TORCH_VERSION_MODELLED}'s kernel selection (SDPA backends, "
+        "autocast op lists, caching allocator) and peft LoRA; its context figures were measured on an H100 / CUDA 13.",
     )
     add_spec_arguments(p)
     p.add_argument("--keep-outputs", action="store_true",
