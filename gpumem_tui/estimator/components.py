@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from gpumem_tui.estimator.architecture import ModelArchitecture
-from gpumem_tui.estimator.devices import cuda_autocast, cuda_context, peft_lora
+from gpumem_tui.estimator.devices import cuda_allocator, cuda_autocast, cuda_context, peft_lora
 from gpumem_tui.estimator.spec import DTYPE_BYTES, TrainingSpec
 
 MiB = 1 << 20
@@ -1221,7 +1221,7 @@ def cuda_context_bytes(spec: TrainingSpec, arch: ModelArchitecture | None = None
 
 
 #: share of the transient (freed-and-reallocated) bytes held as cached, unused blocks
-RESERVE_FRACTION = 0.10
+RESERVE_FRACTION = cuda_allocator.FRAGMENTATION_SHARE
 
 
 def allocator_reserve_bytes(spec: TrainingSpec, peak_allocated: int, transient: int) -> int:
@@ -1237,4 +1237,5 @@ def allocator_reserve_bytes(spec: TrainingSpec, peak_allocated: int, transient: 
     """
     if spec.device != "cuda":
         return 0
-    return int(RESERVE_FRACTION * max(0, transient))
+    # the caching-allocator model: :mod:`gpumem_tui.estimator.devices.cuda_allocator`
+    return cuda_allocator.fragmentation_bytes(transient)
