@@ -74,7 +74,7 @@ def _peft_fp32(spec: TrainingSpec) -> bool:
     truth (``../shared/validation/gpu``) was measured with peft; the CPU/meta ground truth of
     ``benchmarks/data`` was measured with the project's own 16-bit adapter."""
     prec = precision(spec)
-    return spec.task == "lora" and spec.device == "cuda" and peft_lora.upcasts_input(prec.compute, prec.amp)
+    return spec.task in ("lora", "qlora") and spec.device == "cuda" and peft_lora.upcasts_input(prec.compute, prec.amp)
 
 
 def _adapter_bytes(spec: TrainingSpec, default: int) -> int:
