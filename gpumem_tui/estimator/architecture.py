@@ -10,7 +10,8 @@ the Hugging Face ``transformers`` implementation of that ``model_type`` creates
 8,030,261,248.
 
 Field names differ per ``model_type`` (``n_embd``/``hidden_size``, ``n_layer``/
-``num_hidden_layers``, ...); each supported type has its own reader. Anything else raises
+``num_hidden_layers``, ...); one reader reads every config by the field names and defaults
+of its family description (:mod:`gpumem_tui.estimator.families`). Errors raise
 :class:`ArchitectureError` naming the model type or the missing field.
 """
 
@@ -23,20 +24,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gpumem_tui.estimator.families import Family, family_for
+from gpumem_tui.estimator.families.known import BY_MODEL_TYPE, PARAMS
+
 CATALOGUE_DIR = Path(__file__).with_name("catalogue")
 
 #: model types with a reader here; others are rejected by name.
-SUPPORTED_MODEL_TYPES = (
-    "gpt2",
-    "gpt_bigcode",
-    "bert",
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "phi3",
-    "gemma2",
-)
+SUPPORTED_MODEL_TYPES = tuple(BY_MODEL_TYPE)
 
 #: extra names accepted for catalogue entries (lower case, org prefix removed).
 _ALIASES = {
@@ -135,6 +129,7 @@ class ModelArchitecture:
     attn_logit_softcapping: float | None
     head: str  # one of HEADS
     num_labels: int
+    family: Family  # the description the config was read by
     params_override: int | None = None
     notes: tuple[str, ...] = field(default=())
 
@@ -198,11 +193,11 @@ class ModelArchitecture:
             return {"embeddings": 0, "layers": self.params_override, "final_norm": 0, "head": 0}
         h, V = self.hidden_size, self.vocab_size
         emb = V * h + self.learned_positions * h + self.type_vocab_size * h
-        if self.model_type == "bert":
+        if self.family.embedding_norm:
             emb += self._norm_params()  # embeddings.LayerNorm
         per_layer = sum(lin.params for lin in self.layer_linears())
         per_layer += self.norms_per_layer * self._norm_params()
-        final_norm = 0 if self.model_type == "bert" else self._norm_params()
+        final_norm = 0 if self.family.embedding_norm else self._norm_params()
         if self.head == "lm":
             head = 0 if self.tie_word_embeddings else V * h
         elif self.head == "mlm":
@@ -215,7 +210,7 @@ class ModelArchitecture:
             head = h * self.num_labels
         elif self.head == "classification":
             head = (h * h + h) + (h * self.num_labels + self.num_labels)  # BERT: pooler + classifier
-        elif self.model_type == "bert":
+        elif self.family.pooler:
             head = h * h + h  # BertModel's pooler
         else:
             head = 0
@@ -254,12 +249,12 @@ class ModelArchitecture:
             return 2 + 8 * self.num_layers
         norm_tensors = 2 if self.norm == "layernorm" else 1
         emb = 1 + (1 if self.learned_positions else 0) + (1 if self.type_vocab_size else 0)
-        if self.model_type == "bert":
+        if self.family.embedding_norm:
             emb += norm_tensors
         per_layer = self.norms_per_layer * norm_tensors
         for lin in self.layer_linears():
             per_layer += 2 if lin.bias else 1
-        final = 0 if self.model_type == "bert" else norm_tensors
+        final = 0 if self.family.embedding_norm else norm_tensors
         if self.head == "lm":
             head = 0 if self.tie_word_embeddings else 1
         elif self.head == "mlm":
@@ -267,7 +262,7 @@ class ModelArchitecture:
         elif self.head == "classification":
             head = 1 if self.kind == "decoder" else 4  # score weight; BERT: pooler + classifier
         else:
-            head = 2 if self.model_type == "bert" else 0
+            head = 2 if self.family.pooler else 0
         return emb + per_layer * self.num_layers + final + head
 
     def with_head(self, head: str, num_labels: int = 2) -> ModelArchitecture:
@@ -358,137 +353,78 @@ def _check_heads(model_type: str, heads: int, kv_heads: int, hidden: int, head_d
     return head_dim
 
 
-def _read_gpt2(cfg: dict[str, Any], name: str, mt: str) -> ModelArchitecture:
-    h = _int(cfg, mt, "n_embd", "hidden_size")
-    a = _int(cfg, mt, "n_head", "num_attention_heads")
-    L = _int(cfg, mt, "n_layer", "num_hidden_layers")
-    V = _int(cfg, mt, "vocab_size")
-    P = _int(cfg, mt, "n_positions", "max_position_embeddings")
-    f = _int(cfg, mt, "n_inner", default=4 * h)
-    if mt == "gpt_bigcode":
-        k = 1 if _bool(cfg, mt, "multi_query", True) else a
-    else:
-        k = a
-    hd = _check_heads(mt, a, k, h, None)
-    head, labels = _head_from_config(cfg, "decoder")
-    return ModelArchitecture(
-        name=name, model_type=mt, kind="decoder", hidden_size=h, num_layers=L, num_heads=a, num_kv_heads=k,
-        head_dim=hd, intermediate_size=f, vocab_size=V, max_position_embeddings=P,
-        tie_word_embeddings=_bool(cfg, mt, "tie_word_embeddings", True), gated_mlp=False,
-        activation=str(cfg.get("activation_function", "gelu_new")), norm="layernorm", norms_per_layer=2,
-        qkv_bias=True, out_bias=True, mlp_bias=True, fused_qkv=True, fused_gate_up=False, learned_positions=P,
-        type_vocab_size=0, num_experts=0, experts_per_token=0, sliding_window=None, sliding_layers=0,
-        attention_dropout=_float(cfg, mt, "attn_pdrop", default=0.1),
-        hidden_dropout=_float(cfg, mt, "resid_pdrop", default=0.1),
-        embedding_dropout=_float(cfg, mt, "embd_pdrop", default=0.1),
-        final_logit_softcapping=None, attn_logit_softcapping=None, head=head, num_labels=labels,
-    )
+def _bias(cfg: dict[str, Any], mt: str, rule: bool | str) -> bool:
+    return rule if isinstance(rule, bool) else _bool(cfg, mt, rule, False)
 
 
-def _read_bert(cfg: dict[str, Any], name: str, mt: str) -> ModelArchitecture:
-    h = _int(cfg, mt, "hidden_size")
-    a = _int(cfg, mt, "num_attention_heads")
-    L = _int(cfg, mt, "num_hidden_layers")
-    V = _int(cfg, mt, "vocab_size")
-    f = _int(cfg, mt, "intermediate_size")
-    P = _int(cfg, mt, "max_position_embeddings")
-    pos_type = cfg.get("position_embedding_type", "absolute")
-    if pos_type not in (None, "absolute"):
-        raise ArchitectureError(f"bert: position_embedding_type {pos_type!r} is not modelled (only 'absolute')")
-    hd = _check_heads(mt, a, a, h, None)
-    head, labels = _head_from_config(cfg, "encoder")
-    drop = _float(cfg, mt, "hidden_dropout_prob", default=0.1)
-    return ModelArchitecture(
-        name=name, model_type=mt, kind="encoder", hidden_size=h, num_layers=L, num_heads=a, num_kv_heads=a,
-        head_dim=hd, intermediate_size=f, vocab_size=V, max_position_embeddings=P,
-        tie_word_embeddings=_bool(cfg, mt, "tie_word_embeddings", True), gated_mlp=False,
-        activation=str(cfg.get("hidden_act", "gelu")), norm="layernorm", norms_per_layer=2,
-        qkv_bias=True, out_bias=True, mlp_bias=True, fused_qkv=False, fused_gate_up=False, learned_positions=P,
-        type_vocab_size=_int(cfg, mt, "type_vocab_size", default=2, minimum=0), num_experts=0,
-        experts_per_token=0, sliding_window=None, sliding_layers=0,
-        attention_dropout=_float(cfg, mt, "attention_probs_dropout_prob", default=0.1),
-        hidden_dropout=drop, embedding_dropout=drop, final_logit_softcapping=None, attn_logit_softcapping=None,
-        head=head, num_labels=labels,
-    )
-
-
-def _read_llama_like(cfg: dict[str, Any], name: str, mt: str) -> ModelArchitecture:
-    h = _int(cfg, mt, "hidden_size")
-    a = _int(cfg, mt, "num_attention_heads")
-    L = _int(cfg, mt, "num_hidden_layers")
-    V = _int(cfg, mt, "vocab_size")
-    f = _int(cfg, mt, "intermediate_size")
-    P = _int(cfg, mt, "max_position_embeddings", default=None)
-    k = _int(cfg, mt, "num_key_value_heads", default=a)
-    hd = _check_heads(mt, a, k, h, _int(cfg, mt, "head_dim", default=None))
-    tie_default = mt in ("gemma2",)
-    tie = _bool(cfg, mt, "tie_word_embeddings", tie_default)
-    experts = per_tok = 0
-    if mt == "mixtral":
-        experts = _int(cfg, mt, "num_local_experts")
-        per_tok = _int(cfg, mt, "num_experts_per_tok")
-        if per_tok > experts:
-            raise ArchitectureError(f"mixtral: num_experts_per_tok ({per_tok}) exceeds num_local_experts ({experts})")
-    if mt == "qwen2":
-        attn_bias, out_bias, mlp_bias = True, False, False
-    elif mt == "phi3":
-        attn_bias, out_bias, mlp_bias = False, False, False
-    elif mt == "gemma2":
-        attn_bias = out_bias = _bool(cfg, mt, "attention_bias", False)
-        mlp_bias = False
-    elif mt in ("mistral", "mixtral"):
-        attn_bias, out_bias, mlp_bias = False, False, False
-    else:
-        attn_bias = out_bias = _bool(cfg, mt, "attention_bias", False)
-        mlp_bias = _bool(cfg, mt, "mlp_bias", False)
+def _sliding_layers(cfg: dict[str, Any], mt: str, family: Family, num_layers: int) -> tuple[int | None, int]:
+    """Sliding window size and how many layers use it, by the family's rule; a
+    ``layer_types`` list in the config always wins."""
     window = cfg.get("sliding_window")
-    if mt == "qwen2" and not cfg.get("use_sliding_window", False):
-        window = None
-    if mt == "llama":
-        window = None
-    if window is not None:
-        window = _int(cfg, mt, "sliding_window")
-    sliding_layers = 0
-    if window is not None:
-        layer_types = cfg.get("layer_types")
-        if isinstance(layer_types, list) and len(layer_types) == L:
-            sliding_layers = sum(1 for t in layer_types if t == "sliding_attention")
-        elif mt == "gemma2":
-            sliding_layers = (L + 1) // 2  # even-indexed layers slide (Gemma 2 report, Sec. 2)
-        elif mt == "qwen2":
-            sliding_layers = max(0, L - _int(cfg, mt, "max_window_layers", default=L, minimum=0))
-        else:
-            sliding_layers = L
-    act = str(cfg.get("hidden_activation") or cfg.get("hidden_act") or "silu")
-    drop_attn = _float(cfg, mt, "attention_dropout", default=0.0)
-    resid = _float(cfg, mt, "resid_pdrop", default=0.0) if mt == "phi3" else 0.0
-    embd = _float(cfg, mt, "embd_pdrop", default=0.0) if mt == "phi3" else 0.0
-    head, labels = _head_from_config(cfg, "decoder")
+    if family.sliding == "none" or family.sliding == "qwen2" and not cfg.get("use_sliding_window", False):
+        return None, 0
+    if window is None:
+        return None, 0
+    window = _int(cfg, mt, "sliding_window")
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list) and len(layer_types) == num_layers:
+        return window, sum(1 for t in layer_types if t == "sliding_attention")
+    if family.sliding == "alternate":
+        return window, (num_layers + 1) // 2  # even-indexed layers slide (Gemma 2 report, Sec. 2)
+    if family.sliding == "qwen2":
+        return window, max(0, num_layers - _int(cfg, mt, "max_window_layers", default=num_layers, minimum=0))
+    return window, num_layers
+
+
+def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchitecture:
+    """Read ``cfg`` by the field names and defaults of ``family`` (see :class:`Family`)."""
+    h = _int(cfg, mt, *family.hidden)
+    a = _int(cfg, mt, *family.heads)
+    L = _int(cfg, mt, *family.layers)
+    V = _int(cfg, mt, "vocab_size")
+    if family.ffn_default_mult:
+        f = _int(cfg, mt, *family.ffn, default=family.ffn_default_mult * h)
+    else:
+        f = _int(cfg, mt, *family.ffn)
+    P = _int(cfg, mt, *family.positions, default=... if family.positions_required else None)
+    if family.learned_positions and cfg.get("position_embedding_type", "absolute") not in (None, "absolute"):
+        raise ArchitectureError(
+            f"{mt}: position_embedding_type {cfg['position_embedding_type']!r} is not modelled (only 'absolute')"
+        )
+    if family.kv_heads == "multi_query":
+        k = 1 if _bool(cfg, mt, "multi_query", True) else a
+    elif family.kv_heads == "mha":
+        k = a
+    else:
+        k = _int(cfg, mt, "num_key_value_heads", default=a)
+    hd = _check_heads(mt, a, k, h, _int(cfg, mt, "head_dim", default=None) if family.kv_heads == "config" else None)
+    experts = per_tok = 0
+    if family.moe_fields:
+        experts = _int(cfg, mt, family.moe_fields[0])
+        per_tok = _int(cfg, mt, family.moe_fields[1])
+        if per_tok > experts:
+            raise ArchitectureError(
+                f"{mt}: {family.moe_fields[1]} ({per_tok}) exceeds {family.moe_fields[0]} ({experts})"
+            )
+    window, sliding_layers = _sliding_layers(cfg, mt, family, L)
+    act = next((str(cfg[n]) for n in family.activation_fields if cfg.get(n)), family.activation_default)
+    drop = [_float(cfg, mt, *fields, default=d) if fields else d for fields, d in family.dropout_fields]
+    head, labels = _head_from_config(cfg, family.kind)
     return ModelArchitecture(
-        name=name, model_type=mt, kind="decoder", hidden_size=h, num_layers=L, num_heads=a, num_kv_heads=k,
-        head_dim=hd, intermediate_size=f, vocab_size=V, max_position_embeddings=P, tie_word_embeddings=tie,
-        gated_mlp=True, activation=act, norm="rmsnorm", norms_per_layer=4 if mt == "gemma2" else 2,
-        qkv_bias=attn_bias, out_bias=out_bias, mlp_bias=mlp_bias, fused_qkv=mt == "phi3",
-        fused_gate_up=mt in ("phi3", "mixtral"), learned_positions=0, type_vocab_size=0, num_experts=experts,
-        experts_per_token=per_tok, sliding_window=window, sliding_layers=sliding_layers,
-        attention_dropout=drop_attn, hidden_dropout=resid, embedding_dropout=embd,
-        final_logit_softcapping=_optional_softcap(cfg, mt, "final_logit_softcapping") if mt == "gemma2" else None,
-        attn_logit_softcapping=_optional_softcap(cfg, mt, "attn_logit_softcapping") if mt == "gemma2" else None,
-        head=head, num_labels=labels,
+        name=name, model_type=mt, kind=family.kind, hidden_size=h, num_layers=L, num_heads=a, num_kv_heads=k,
+        head_dim=hd, intermediate_size=f, vocab_size=V, max_position_embeddings=P,
+        tie_word_embeddings=_bool(cfg, mt, "tie_word_embeddings", family.tie_default), gated_mlp=family.gated_mlp,
+        activation=act, norm=family.norm, norms_per_layer=family.norms_per_layer,
+        qkv_bias=_bias(cfg, mt, family.biases[0]), out_bias=_bias(cfg, mt, family.biases[1]),
+        mlp_bias=_bias(cfg, mt, family.biases[2]), fused_qkv=family.fused_qkv, fused_gate_up=family.fused_gate_up,
+        learned_positions=P if family.learned_positions else 0,
+        type_vocab_size=_int(cfg, mt, "type_vocab_size", default=2, minimum=0) if family.type_vocab else 0,
+        num_experts=experts, experts_per_token=per_tok, sliding_window=window, sliding_layers=sliding_layers,
+        attention_dropout=drop[0], hidden_dropout=drop[1], embedding_dropout=drop[2],
+        final_logit_softcapping=_optional_softcap(cfg, mt, "final_logit_softcapping") if family.softcapping else None,
+        attn_logit_softcapping=_optional_softcap(cfg, mt, "attn_logit_softcapping") if family.softcapping else None,
+        head=head, num_labels=labels, family=family,
     )
-
-
-_READERS = {
-    "gpt2": _read_gpt2,
-    "gpt_bigcode": _read_gpt2,
-    "bert": _read_bert,
-    "llama": _read_llama_like,
-    "mistral": _read_llama_like,
-    "mixtral": _read_llama_like,
-    "qwen2": _read_llama_like,
-    "phi3": _read_llama_like,
-    "gemma2": _read_llama_like,
-}
 
 
 def architecture_from_config(config: Any, name: str = "config.json") -> ModelArchitecture:
@@ -504,15 +440,15 @@ def architecture_from_config(config: Any, name: str = "config.json") -> ModelArc
     mt = config.get("model_type")
     if not isinstance(mt, str) or not mt:
         raise ArchitectureError(f"{name}: config.json lacks field 'model_type'")
-    reader = _READERS.get(mt)
-    if reader is None:
+    family = family_for(mt)
+    if family is None:
         raise ArchitectureError(
             f"{name}: model_type {mt!r} is not modelled (supported: {', '.join(SUPPORTED_MODEL_TYPES)}); "
             "use --params N for a coarse estimate"
         )
-    if mt == "mistral" and config.get("num_local_experts"):
-        raise ArchitectureError(f"{name}: mistral config with experts is not modelled")
-    return reader(config, name, mt)
+    if not family.moe_fields and config.get("num_local_experts"):
+        raise ArchitectureError(f"{name}: {mt} config with experts is not modelled")
+    return _read(config, name, mt, family)
 
 
 def architecture_from_params(n_params: float, name: str | None = None) -> ModelArchitecture:
@@ -542,7 +478,7 @@ def architecture_from_params(n_params: float, name: str | None = None) -> ModelA
         mlp_bias=False, fused_qkv=False, fused_gate_up=False, learned_positions=0, type_vocab_size=0,
         num_experts=0, experts_per_token=0, sliding_window=None, sliding_layers=0, attention_dropout=0.0,
         hidden_dropout=0.0, embedding_dropout=0.0, final_logit_softcapping=None, attn_logit_softcapping=None,
-        head="lm", num_labels=2, params_override=n,
+        head="lm", num_labels=2, family=PARAMS, params_override=n,
         notes=(f"shape guessed from the parameter count: L={layers}, h={hidden}, V=32000 (coarse)",),
     )
 

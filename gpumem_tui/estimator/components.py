@@ -20,13 +20,11 @@ import math
 from dataclasses import dataclass
 
 from gpumem_tui.estimator.architecture import ModelArchitecture
+from gpumem_tui.estimator.devices import profile_for
+from gpumem_tui.estimator.devices.cuda import CUDA_CONTEXT_BYTES  # noqa: F401  (re-exported)
 from gpumem_tui.estimator.spec import DTYPE_BYTES, TrainingSpec
 
 MiB = 1 << 20
-
-#: CUDA context per process with lazy module loading (CUDA >= 11.7): ESTIMATOR.md gives
-#: 300-500 MiB; NVIDIA "CUDA C++ Programming Guide", Lazy Loading. The upper end is used.
-CUDA_CONTEXT_BYTES = 500 * MiB
 
 
 # ----- shared helpers ---------------------------------------------------------------------
@@ -153,9 +151,9 @@ def buffer_bytes(arch: ModelArchitecture) -> int:
     ``position_ids`` and ``token_type_ids`` (``max_positions`` int64 each)."""
     if arch.coarse:
         return 0
-    if arch.model_type == "bert":
+    if arch.family.buffers == "position_ids":
         return 2 * 8 * (arch.max_position_embeddings or 0)
-    if not arch.learned_positions:
+    if arch.family.buffers == "rotary" and not arch.learned_positions:
         return 2 * (arch.head_dim // 2) * 4
     return 0
 
@@ -198,7 +196,7 @@ def _adafactor_state_elements(arch: ModelArchitecture, spec: TrainingSpec) -> in
             per_layer += lin.d_out * lin.count
     norm_1d = (2 if arch.norm == "layernorm" else 1) * h
     per_layer += arch.norms_per_layer * norm_1d
-    if arch.model_type == "bert":
+    if arch.family.embedding_norm:
         elems += 2 * h  # embeddings LayerNorm
     head = arch.param_breakdown()["head"]
     if head == 0:
@@ -215,7 +213,7 @@ def _adafactor_state_elements(arch: ModelArchitecture, spec: TrainingSpec) -> in
         head_elems = (2 * h + h) + (nl + h + nl)  # pooler dense + bias, classifier + bias
     else:
         head_elems = 2 * h + h  # BERT's pooler
-    final = norm_1d if arch.model_type != "bert" else 0
+    final = 0 if arch.family.embedding_norm else norm_1d
     return elems + arch.num_layers * per_layer + final + head_elems
 
 
@@ -251,7 +249,7 @@ def optimizer_state_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
     else:  # adamw-8bit
         states = 2 * n + 2 * 4 * math.ceil(n / 256)
     states += n * prec.master
-    if spec.device == "cpu" and opt != "sgd" and opt != "sgd-momentum":
+    if profile_for(spec.device).optimizer_step_tensors and opt != "sgd" and opt != "sgd-momentum":
         states += 4 * tensors
     states /= spec.tp * spec.pp
     if spec.zero >= 1:
@@ -325,9 +323,9 @@ class LayerActivations:
 
 
 def _dropout_mask_bytes(spec: TrainingSpec, e: int) -> int:
-    # CUDA's fused dropout keeps a bool mask; the CPU path keeps a scaled noise tensor in the
-    # input dtype (ATen Dropout.cpp: _dropout_impl vs native_dropout).
-    return 1 if spec.device == "cuda" else e
+    # the device profile: CUDA's fused dropout keeps a bool mask, the CPU path a scaled noise
+    # tensor in the input dtype (ATen Dropout.cpp: _dropout_impl vs native_dropout)
+    return profile_for(spec.device).dropout_mask_bytes(e)
 
 
 def _fused_sdpa(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
@@ -335,10 +333,10 @@ def _fused_sdpa(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
 
     Eager never does. SDPA on the CPU falls back to the math path when dropout is on, i.e.
     in training with attention dropout (see :func:`_sdpa_math`); in inference (``eval()``)
-    dropout is off and the CPU flash kernel runs. transformers has no SDPA path for Gemma 2
-    (it falls back to eager).
+    dropout is off and the CPU flash kernel runs. A family without an SDPA path in
+    transformers (Gemma 2) falls back to eager.
     """
-    if spec.attention == "eager" or arch.model_type == "gemma2" and spec.attention == "sdpa":
+    if spec.attention == "eager" or not arch.family.sdpa and spec.attention == "sdpa":
         return False
     return not _sdpa_math(arch, spec)
 
@@ -351,14 +349,14 @@ def _sdpa_math(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
     (``dropout_p == 0``, declared in ``sdp_utils_cpp.h``); measured on torch 2.13 CPU:
     ``torch._fused_sdp_choice(q, k, v, None, 0.1, True)`` is MATH, with 0.0 FLASH_ATTENTION.
     transformers passes ``dropout_p = attention_dropout`` only in training. CUDA's flash and
-    memory-efficient kernels support dropout, so this is a CPU fact.
+    memory-efficient kernels support dropout, so this is a CPU fact (device profile). The meta
+    device always runs the math path.
     """
-    return (
-        spec.attention == "sdpa"
-        and spec.device == "cpu"
-        and arch.attention_dropout > 0
-        and spec.task != "inference"
-        and arch.model_type != "gemma2"
+    if spec.attention != "sdpa" or not arch.family.sdpa:
+        return False
+    profile = profile_for(spec.device)
+    return profile.sdpa_always_math or (
+        profile.sdpa_math_with_dropout and arch.attention_dropout > 0 and spec.task != "inference"
     )
 
 
@@ -370,7 +368,7 @@ def _v_pins_fused_qkv(arch: ModelArchitecture, spec: TrainingSpec, b: int) -> bo
     +2 bsh e per layer at b = 1)."""
     return (
         b == 1
-        and arch.model_type == "gpt2"
+        and arch.family.math_v_view_pins_fused_qkv
         and arch.fused_qkv
         and _attention_elem(arch, spec, precision(spec).compute) == precision(spec).compute
     )
@@ -407,7 +405,8 @@ def _amp_softmax_fp32(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
     torch 2.13 CPU autocast bf16: GPT-2 ``_softmax`` fp32, BERT without a padding mask
     ``_softmax`` bf16).
     """
-    return precision(spec).amp and (spec.device == "cuda" or arch.model_type in ("gpt2", "gpt_bigcode"))
+    return precision(spec).amp and (profile_for(spec.device).autocast_softmax_fp32
+                                    or arch.family.amp_mask_promotes_softmax)
 
 
 def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> LayerActivations:
@@ -469,15 +468,16 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         ln_in = bs * h * e + 2 * bs * 4
         rep += 2 * ln_in
         first_roles = ("qkv",) if arch.fused_qkv else ("q", "k", "v")
-        if any(linear_saves_input(role) for role in first_roles) or arch.model_type == "bert":
-            # BERT: the attention-block input is the previous layer's LayerNorm output, saved once
+        if any(linear_saves_input(role) for role in first_roles) or arch.family.post_norm:
+            # post-norm (BERT): the attention-block input is the previous layer's LayerNorm
+            # output, saved once
             rep += bs * h * e
         if linear_saves_input("up"):
             rep += bs * h * e
         if p_hid:
             rep += 2 * bs * h * mask_b
     else:
-        gemma = arch.model_type == "gemma2"
+        gemma = arch.family.norm_offset_fp32
         norms = arch.norms_per_layer
         amp_rms = prec.amp and not gemma
         for i in range(norms):
@@ -517,16 +517,16 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         # 16-bit inputs), the softmax output, the dropout noise and its product; only the
         # output is cast back to the compute dtype (see _sdpa_math, _attention_elem)
         ae = _attention_elem(arch, spec, e)
-        par += (bs * (q + 2 * kv) if arch.model_type in ("gpt2", "gpt_bigcode") else 3 * bs * q) * ae
+        par += (bs * (q + 2 * kv) if arch.family.eager_qkv == "fused_bmm" else 3 * bs * q) * ae
         if _v_pins_fused_qkv(arch, spec, b):
             par += bs * (q + kv) * e
         quad += b * a * s * s * ae * (3 if p_attn else 1)
         if linear_saves_input("o"):
             par += bs * q * e
     else:
-        if arch.model_type in ("gpt2", "gpt_bigcode"):
+        if arch.family.eager_qkv == "fused_bmm":
             par += bs * (q + 2 * kv) * e  # q, k^T, v copies made by batched matmul
-        elif arch.model_type == "bert":
+        elif arch.family.eager_qkv == "separate":
             par += 3 * bs * q * e
         else:
             par += 3 * bs * q * e  # q, repeat_kv(k), repeat_kv(v) at a heads
@@ -538,7 +538,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
                 # :func:`_v_pins_fused_qkv` for GPT-2; measured, MemTracker: phi-3 fp32 b=1
                 # s=2048 LoRA, +2 b s h x 4 per layer)
                 par += bs * (q + kv) * e
-        amp32 = arch.model_type in ("gpt2", "gpt_bigcode", "bert") and _amp_softmax_fp32(arch, spec)
+        amp32 = not arch.family.softmax_fp32 and _amp_softmax_fp32(arch, spec)
         if amp32:
             # fp32 softmax output (saved by its backward) and a 16-bit copy for the matmul.
             # GPT-2 casts right after the softmax (``attn_weights.type(value.dtype)``), so its
@@ -546,8 +546,8 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
             # probabilities and the matmul's autocast makes the 16-bit copy
             quad += b * a * s * s * (4 + e)
             if p_attn:
-                quad += b * a * s * s * (mask_b + (4 if arch.model_type == "bert" else 0))
-        elif arch.model_type in ("gpt2", "gpt_bigcode", "bert"):
+                quad += b * a * s * s * (mask_b + (0 if arch.family.softmax_cast_before_dropout else 4))
+        elif not arch.family.softmax_fp32:
             quad += b * a * s * s * e  # softmax output
         else:
             quad += b * a * s * s * 4  # softmax in fp32
@@ -585,7 +585,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         # the residual stream is fp32 under autocast (fp32 embeddings; ``add`` promotes a
         # 16-bit sub-block output with the fp32 residual), so both LayerNorm inputs are fp32
         rep += 2 * (4 - e) * bs * h
-        if arch.model_type == "bert":
+        if arch.family.amp_separate_qkv_casts:
             # separate query / key / value Linears each save their own 16-bit cast of the fp32
             # input: autocast caches casts of leaf weights only (``cached_cast``,
             # aten/src/ATen/autocast_mode.h); measured, MemTracker, CPU autocast: 3 casts
@@ -611,13 +611,13 @@ def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, 
         out += bs * 8 + 4  # shifted labels saved by nll_loss, the loss scalar
     else:
         out += 2 * s * 8 + e  # position / token-type id slices, loss in compute dtype
-    if arch.learned_positions and arch.model_type != "bert":
-        out += s * 8  # position ids
+    if arch.learned_positions and arch.family.buffers != "position_ids":
+        out += s * 8  # position ids (BERT slices its buffer instead)
     # under autocast the embeddings (fp32 weights, no autocast op) and the residual stream
     # they start stay fp32: the embedding dropout and the LayerNorms around it see fp32 inputs
     res = 4 if prec.amp else e
     emb_mask = _dropout_mask_bytes(spec, res)
-    if arch.model_type == "bert":
+    if arch.family.embedding_norm:
         out += bs * h * res + 2 * bs * 4  # embedding LayerNorm input + stats
         if arch.embedding_dropout > 0:
             out += bs * h * emb_mask
@@ -632,7 +632,7 @@ def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, 
         out += bs * h * emb_mask
     if arch.norm == "layernorm":
         out += bs * h * (res + e) + 2 * bs * 4  # final LayerNorm input + stats, LM-head input
-    elif arch.model_type == "gemma2":
+    elif arch.family.norm_offset_fp32:
         # final (1 + w) RMSNorm (no fp32 normalized product when frozen), LM-head input, the
         # embedding scale factor
         lora = spec.task in ("lora", "qlora")
@@ -657,12 +657,12 @@ def _frozen_savings(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int)
     bs, h = b * s, arch.hidden_size
     saved = bs * h * e + bs * 8  # LM-head input, ids
     if arch.norm == "rmsnorm":
-        if arch.model_type != "gemma2":  # (Gemma 2's frozen final norm is counted without it)
+        if not arch.family.norm_offset_fp32:  # (Gemma 2's frozen final norm is counted without it)
             saved += bs * h * (4 if precision(spec).amp else e)  # final norm's normalized copy (weight frozen)
         saved += bs * h * 4 + bs * 4  # layer 0 input norm
     else:
         saved += bs * h * e + 2 * bs * 4  # layer 0 LayerNorm input + stats
-        if arch.learned_positions and arch.model_type != "bert":
+        if arch.learned_positions and arch.family.buffers != "position_ids":
             saved += s * 8
     if arch.embedding_dropout > 0:
         saved += bs * h * _dropout_mask_bytes(spec, e)
@@ -681,7 +681,7 @@ def final_saved_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         return 4 * bs * h * e + 2 * bs * 4 if arch.head == "mlm" else 0
     if arch.norm == "layernorm":
         return bs * h * e + 2 * bs * 4 + (0 if lora else bs * h * e)
-    if arch.model_type == "gemma2":
+    if arch.family.norm_offset_fp32:
         return (1 if lora else 2) * bs * h * 4 + bs * 4 + h * 4 + (0 if lora else bs * h * e)
     res = 4 if precision(spec).amp else e
     return bs * h * 4 + bs * 4 + (0 if lora else bs * h * (res + e))
@@ -1031,10 +1031,10 @@ def checkpoint_mask_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
     layers and builds one mask per kind: both are alive until the last layer of a kind has run
     backward; ``first_layer`` gives what is left while layer 0 runs backward (measured: two
     ``where`` at the log-softmax and last-layer backward, one at layer 0)."""
-    if arch.kind != "decoder" or not (spec.attention == "eager" or arch.model_type == "gemma2"):
+    if arch.kind != "decoder" or not (spec.attention == "eager" or not arch.family.sdpa):
         return 0
     e = 4 if precision(spec).amp else precision(spec).compute
-    both = arch.model_type == "gemma2" and 0 < arch.sliding_layers < arch.num_layers and not first_layer
+    both = arch.family.mask_per_attention_kind and 0 < arch.sliding_layers < arch.num_layers and not first_layer
     return (2 if both else 1) * b * s * s * e
 
 
@@ -1106,7 +1106,7 @@ def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int,
         # once per forward and passed to every layer (transformers ``LlamaModel.forward``;
         # measured, MemTracker, CPU SDPA prefill: 2 s d x 4 + s x 8 in fp32)
         base += 2 * s * arch.head_dim * e + s * 8
-    if arch.num_layers == 1 and arch.kind == "decoder" and not arch.learned_positions and arch.model_type != "gemma2":
+    if arch.num_layers == 1 and arch.kind == "decoder" and not arch.learned_positions and not arch.family.embedding_scaled:
         # the only layer's input is the embedding output itself (Llama-style models pass
         # ``inputs_embeds`` on unchanged; GPT-2 adds positions and Gemma 2 scales: new tensors)
         base -= bs * h * e
@@ -1118,7 +1118,7 @@ def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int,
     else:
         # one float mask per attention kind (Gemma 2: sliding-window and full layers; see
         # checkpoint_mask_bytes), alive through the whole forward
-        kinds = 2 if arch.model_type == "gemma2" and 0 < arch.sliding_layers < arch.num_layers else 1
+        kinds = 2 if arch.family.mask_per_attention_kind and 0 < arch.sliding_layers < arch.num_layers else 1
         mask = kinds * b * s * s * e if arch.kind == "decoder" else 0
         if arch.norm == "rmsnorm":
             rep = 2 * bs * q * e if arch.num_kv_heads != arch.num_heads else 0
@@ -1145,7 +1145,7 @@ def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int,
     # of it) next to act(gate) and the product: 4 bsf (``Phi3MLP.forward``; note 18)
     n_mlp = (4 if arch.fused_gate_up else 3) if arch.gated_mlp else (4 if arch.activation == "gelu_new" else 2)
     mlp = n_mlp * bs * f * e * mult + bs * h * e * spec.tp + moe_acc
-    if arch.model_type in ("gpt2", "gpt_bigcode"):
+    if arch.family.attn_output_alive_in_mlp:
         # GPT2Block keeps the attention output bound (``attn_output``) next to the residual sum
         # while its MLP runs (transformers ``GPT2Block.forward``; measured, MemTracker prefill:
         # ``addmm [b s, h]`` of c_proj alive at the MLP peak, note 17)
@@ -1173,27 +1173,15 @@ def inference_logits_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int) 
 
 
 def cuda_context_bytes(spec: TrainingSpec) -> int:
-    """CUDA context + kernels loaded by torch: :data:`CUDA_CONTEXT_BYTES` on ``--device
-    cuda``, 0 on the CPU. In every NVML per-process figure, in no torch figure
-    (PyTorch "CUDA semantics", memory management notes)."""
-    return CUDA_CONTEXT_BYTES if spec.device == "cuda" else 0
-
-
-#: share of the transient (freed-and-reallocated) bytes held as cached, unused blocks
-RESERVE_FRACTION = 0.10
+    """Memory the driver holds outside torch (CUDA context + loaded kernels), from the device
+    profile: :data:`~gpumem_tui.estimator.devices.cuda.CUDA_CONTEXT_BYTES` on ``--device
+    cuda``, 0 on the CPU. In every NVML per-process figure, in no torch figure (PyTorch "CUDA
+    semantics", memory management notes)."""
+    return profile_for(spec.device).context_bytes()
 
 
 def allocator_reserve_bytes(spec: TrainingSpec, peak_allocated: int, transient: int) -> int:
-    """Caching-allocator reserve (reserved - allocated) at the peak, bytes.
-
-    The PyTorch CUDA caching allocator rounds requests (512 B blocks; requests > 1 MiB to
-    2 MiB multiples, carved from 20 MiB or larger segments) and keeps freed blocks cached for
-    reuse, so ``memory_reserved`` exceeds ``memory_allocated`` (PyTorch "CUDA semantics:
-    memory management"). Model states are allocated once and reused exactly; the reserve comes
-    from activations, logits and optimizer temporaries freed and re-requested in other sizes
-    during the step: :data:`RESERVE_FRACTION` of those transient bytes at the peak. 0 on the
-    CPU (``peak_allocated`` is accepted for callers that scale by the total).
-    """
-    if spec.device != "cuda":
-        return 0
-    return int(RESERVE_FRACTION * max(0, transient))
+    """Caching-allocator reserve (reserved - allocated) at the peak, bytes, from the device
+    profile (:func:`gpumem_tui.estimator.devices.cuda.allocator_reserve_bytes`; 0 on the
+    CPU)."""
+    return profile_for(spec.device).allocator_reserve_bytes(peak_allocated, transient)

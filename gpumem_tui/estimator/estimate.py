@@ -311,8 +311,8 @@ def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -
             out.append("gradients stay allocated through forward and backward (accumulation / set_to_none=False)")
         if spec.keep_outputs:
             out.append("the loop keeps the model output: its logits stay alive through backward and the optimizer step")
-    if arch.model_type == "gemma2" and spec.attention == "sdpa":
-        out.append("transformers has no SDPA path for gemma2: modelled as eager attention")
+    if not arch.family.sdpa and spec.attention == "sdpa":
+        out.append(f"transformers has no SDPA path for {arch.model_type}: modelled as eager attention")
     if spec.tp > 1:
         out.append("tensor parallelism with sequence parallelism (Korthikanti et al. 2022)")
     if spec.pp > 1:
@@ -320,11 +320,11 @@ def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -
                    "stage's logits are both counted (an upper bound for any one stage)")
     if spec.device == "cuda":
         out.append(
-            f"peak includes CUDA context ({C.CUDA_CONTEXT_BYTES >> 20} MiB) and allocator reserve: "
+            f"peak includes CUDA context ({C.cuda_context_bytes(spec) >> 20} MiB) and allocator reserve: "
             "compare with NVML used; 'figures.allocated' compares with torch.cuda.max_memory_allocated"
         )
     else:
-        out.append("device cpu: live tensor bytes (torch MemTracker), no context, no allocator reserve")
+        out.append(f"device {spec.device}: live tensor bytes (torch MemTracker), no context, no allocator reserve")
     if arch.num_experts:
         out.append(f"MoE: {arch.experts_per_token} of {arch.num_experts} experts per token, uniform routing")
     return out

@@ -1,0 +1,53 @@
+"""CUDA profile: a thin profile over the CUDA rules.
+
+- Dropout keeps a 1-byte bool mask (``native_dropout`` / fused dropout kernels).
+- Flash and memory-efficient SDPA kernels support dropout (no math fallback for it).
+- ``softmax`` is on CUDA autocast's fp32 list (PyTorch "Automatic Mixed Precision package",
+  CUDA ops that autocast to float32).
+- The optimizer ``step`` lives on the host (unless ``capturable`` / ``fused``); the default
+  implementation is ``foreach`` (``torch/optim/optimizer.py``, ``_default_to_fused_or_foreach``).
+- The CUDA context and the caching allocator's reserve: see :data:`CUDA_CONTEXT_BYTES` and
+  :func:`allocator_reserve_bytes`. The rules calibrated on H100 measurements (issue 9) go
+  into modules beside this one (``cuda_allocator``, ``cuda_context``, ...), called from here.
+"""
+
+from __future__ import annotations
+
+from gpumem_tui.estimator.devices import DeviceProfile
+
+MiB = 1 << 20
+
+#: CUDA context per process with lazy module loading (CUDA >= 11.7): ESTIMATOR.md gives
+#: 300-500 MiB; NVIDIA "CUDA C++ Programming Guide", Lazy Loading. The upper end is used.
+CUDA_CONTEXT_BYTES = 500 * MiB
+
+#: share of the transient (freed-and-reallocated) bytes held as cached, unused blocks
+RESERVE_FRACTION = 0.10
+
+
+def allocator_reserve_bytes(peak_allocated: int, transient: int) -> int:
+    """Caching-allocator reserve (reserved - allocated) at the peak, bytes.
+
+    The PyTorch CUDA caching allocator rounds requests (512 B blocks; requests > 1 MiB to
+    2 MiB multiples, carved from 20 MiB or larger segments) and keeps freed blocks cached for
+    reuse, so ``memory_reserved`` exceeds ``memory_allocated`` (PyTorch "CUDA semantics:
+    memory management"). Model states are allocated once and reused exactly; the reserve comes
+    from activations, logits and optimizer temporaries freed and re-requested in other sizes
+    during the step: :data:`RESERVE_FRACTION` of those transient bytes at the peak
+    (``peak_allocated`` is accepted for rules that scale by the total).
+    """
+    return int(RESERVE_FRACTION * max(0, transient))
+
+
+PROFILE = DeviceProfile(
+    name="cuda",
+    dropout_mask_bytes=lambda e: 1,
+    sdpa_math_with_dropout=False,
+    sdpa_always_math=False,
+    autocast_softmax_fp32=True,
+    optimizer_step_tensors=False,
+    default_optimizer_impl="foreach",
+    context_bytes=lambda: CUDA_CONTEXT_BYTES,
+    allocator_reserve_bytes=allocator_reserve_bytes,
+    figure="nvml_used",
+)

@@ -1,0 +1,118 @@
+"""Model families as data: one :class:`Family` description per Hugging Face implementation.
+
+A description says how to read a family's ``config.json`` (which field names it uses and
+what its defaults are) and what its ``transformers`` implementation builds and saves for
+backward: parameter layout (fused projections, biases, norms, learned or rotary positions,
+tied head), attention variant (MHA / GQA / MQA, sliding-window layer pattern, soft-capping,
+whether an SDPA path exists), MLP kind (GELU, gated, mixture of experts) and the handful of
+saved-tensor rules that differ between implementations (the dtype of the eager softmax, the
+copies made by batched matmuls, ...). :mod:`gpumem_tui.estimator.components` reads these
+fields; it never tests a ``model_type``. The descriptions themselves live in
+:mod:`gpumem_tui.estimator.families.known`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """Description of one model family (frozen data; no behaviour).
+
+    Config reading:
+        ``model_types``: the ``model_type`` values it reads; ``verified``: checked against
+        ``measure`` (MemTracker) -- an unverified description is a general fallback and the
+        estimate says so. ``hidden``/``layers``/``heads``/``ffn``/``positions``: candidate
+        field names, first present wins. ``ffn_default_mult``: MLP width as a multiple of
+        ``h`` when no ffn field is present (GPT-2's ``n_inner = None`` means 4h); 0 = required.
+        ``positions_required``: the learned position table needs its size.
+        ``kv_heads``: "config" (``num_key_value_heads``, default MHA), "multi_query"
+        (GPTBigCode's boolean, default true) or "mha".
+        ``biases``: (q/k/v, o, MLP) -- a bool, or the name of a boolean config field
+        defaulting to false. ``tie_default``: ``tie_word_embeddings`` when absent.
+        ``activation_fields``/``activation_default``: the MLP activation.
+        ``dropout_fields``: (attention, hidden, embedding) -> (field names, default).
+        ``sliding``: "none", "all" (every layer when ``sliding_window`` is set), "alternate"
+        (Gemma 2: every other layer), "qwen2" (``use_sliding_window`` and layers from
+        ``max_window_layers``); a ``layer_types`` list always wins.
+        ``softcapping``: reads ``final_logit_softcapping`` / ``attn_logit_softcapping``.
+        ``moe_fields``: (experts, experts per token) field names, () for dense.
+
+    Layout: ``kind`` "decoder" | "encoder"; ``gated_mlp``; ``norm`` "layernorm" | "rmsnorm";
+    ``norm_offset_fp32``: Gemma's ``(1 + w)`` RMSNorm computing in fp32; ``norms_per_layer``
+    (4 = sandwich norms); ``fused_qkv``/``fused_gate_up``; ``learned_positions``;
+    ``type_vocab``: token-type embeddings (BERT); ``embedding_norm``: a LayerNorm on the
+    embeddings instead of a final norm, and a pooler on the bare model (BERT);
+    ``embedding_scaled``: embeddings multiplied by ``sqrt(h)`` (a new tensor).
+
+    Saved-tensor rules (each measured with MemTracker, see the component docstrings):
+        ``eager_qkv``: what eager attention's batched matmuls keep for q, k, v --
+        "fused_bmm" (GPT-2: copies of the heads of the fused ``c_attn`` output, k/v at KV
+        width), "separate" (BERT: three ``b s q`` tensors), "repeat_kv" (Llama family: q
+        and ``repeat_kv`` copies at ``a`` heads). ``softmax_fp32``: eager softmax in fp32
+        then cast (Llama family) vs in the scores' dtype (GPT-2, BERT).
+        ``amp_mask_promotes_softmax``: under autocast the fp32 causal mask promotes the
+        scores to fp32 (GPT-2). ``amp_separate_qkv_casts``: separate q/k/v Linears each save
+        a 16-bit cast of the fp32 input under autocast (BERT).
+        ``math_v_view_pins_fused_qkv``: on SDPA's math path at b = 1 the saved v is a view
+        pinning the fused qkv output (GPT-2). ``sdpa``: transformers has an SDPA path (Gemma 2
+        falls back to eager). ``mask_per_attention_kind``: one float mask per attention kind
+        (sliding / full) is built even for SDPA. ``attn_output_alive_in_mlp``: the block
+        keeps its attention output bound while the MLP runs (GPT2Block).
+        ``buffers``: "rotary" (``inv_freq`` pair), "position_ids" (BERT's int64 id buffers).
+    """
+
+    name: str
+    model_types: tuple[str, ...]
+    kind: str = "decoder"
+    verified: bool = True
+    # ----- config reading
+    hidden: tuple[str, ...] = ("hidden_size", "n_embd", "d_model")
+    layers: tuple[str, ...] = ("num_hidden_layers", "n_layer", "num_layers")
+    heads: tuple[str, ...] = ("num_attention_heads", "n_head")
+    ffn: tuple[str, ...] = ("intermediate_size", "n_inner", "ffn_dim")
+    ffn_default_mult: int = 0
+    positions: tuple[str, ...] = ("max_position_embeddings", "n_positions")
+    positions_required: bool = False
+    kv_heads: str = "config"
+    biases: tuple[bool | str, bool | str, bool | str] = ("attention_bias", "attention_bias", "mlp_bias")
+    tie_default: bool = False
+    activation_fields: tuple[str, ...] = ("hidden_activation", "hidden_act")
+    activation_default: str = "silu"
+    dropout_fields: tuple[tuple[tuple[str, ...], float], ...] = ((("attention_dropout",), 0.0), ((), 0.0), ((), 0.0))
+    sliding: str = "none"
+    softcapping: bool = False
+    moe_fields: tuple[str, ...] = ()
+    # ----- layout
+    gated_mlp: bool = True
+    norm: str = "rmsnorm"
+    norm_offset_fp32: bool = False
+    norms_per_layer: int = 2
+    fused_qkv: bool = False
+    fused_gate_up: bool = False
+    learned_positions: bool = False
+    type_vocab: bool = False
+    embedding_norm: bool = False
+    embedding_scaled: bool = False
+    pooler: bool = False
+    post_norm: bool = False
+    # ----- saved-tensor rules
+    eager_qkv: str = "repeat_kv"
+    softmax_fp32: bool = True
+    amp_mask_promotes_softmax: bool = False
+    softmax_cast_before_dropout: bool = False
+    amp_separate_qkv_casts: bool = False
+    math_v_view_pins_fused_qkv: bool = False
+    sdpa: bool = True
+    mask_per_attention_kind: bool = False
+    attn_output_alive_in_mlp: bool = False
+    buffers: str = "rotary"
+    notes: tuple[str, ...] = field(default=())
+
+
+def family_for(model_type: str) -> Family | None:
+    """The description that reads ``model_type``, or None when no family claims it."""
+    from gpumem_tui.estimator.families.known import BY_MODEL_TYPE
+
+    return BY_MODEL_TYPE.get(model_type)

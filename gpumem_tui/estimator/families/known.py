@@ -1,0 +1,84 @@
+"""The family descriptions (data). Each entry cites the ``transformers`` module it describes;
+the saved-tensor rules were checked with MemTracker (``gpumem-tui measure``, torch 2.13 CPU
+build and meta device; ``benchmarks/data``)."""
+
+from __future__ import annotations
+
+from gpumem_tui.estimator.families import Family
+
+#: GPT-2 (``GPT2LMHeadModel``): fused ``c_attn`` Conv1D, learned positions, pre-LayerNorm,
+#: ``gelu_new`` 4h MLP, dropout 0.1 everywhere, tied head.
+GPT2 = Family(
+    name="gpt2", model_types=("gpt2",),
+    hidden=("n_embd", "hidden_size"), layers=("n_layer", "num_hidden_layers"), heads=("n_head", "num_attention_heads"),
+    ffn=("n_inner",), ffn_default_mult=4, positions=("n_positions", "max_position_embeddings"), positions_required=True,
+    kv_heads="mha", biases=(True, True, True), tie_default=True,
+    activation_fields=("activation_function",), activation_default="gelu_new",
+    dropout_fields=((("attn_pdrop",), 0.1), (("resid_pdrop",), 0.1), (("embd_pdrop",), 0.1)),
+    gated_mlp=False, norm="layernorm", fused_qkv=True, learned_positions=True,
+    eager_qkv="fused_bmm", softmax_fp32=False, amp_mask_promotes_softmax=True, softmax_cast_before_dropout=True,
+    math_v_view_pins_fused_qkv=True, attn_output_alive_in_mlp=True, buffers="none",
+)
+
+#: GPTBigCode (StarCoder, ``GPTBigCodeForCausalLM``): GPT-2 layout with multi-query attention.
+GPT_BIGCODE = Family(
+    name="gpt_bigcode", model_types=("gpt_bigcode",),
+    hidden=GPT2.hidden, layers=GPT2.layers, heads=GPT2.heads, ffn=GPT2.ffn, ffn_default_mult=4,
+    positions=GPT2.positions, positions_required=True, kv_heads="multi_query", biases=(True, True, True),
+    tie_default=True, activation_fields=GPT2.activation_fields, activation_default="gelu_new",
+    dropout_fields=GPT2.dropout_fields, gated_mlp=False, norm="layernorm", fused_qkv=True, learned_positions=True,
+    eager_qkv="fused_bmm", softmax_fp32=False, amp_mask_promotes_softmax=True, softmax_cast_before_dropout=True,
+    attn_output_alive_in_mlp=True, buffers="none",
+)
+
+#: BERT (``BertForMaskedLM`` / ``BertModel``): post-LayerNorm encoder, separate q/k/v,
+#: learned absolute + token-type embeddings with an embedding LayerNorm, pooler.
+BERT = Family(
+    name="bert", model_types=("bert",), kind="encoder",
+    hidden=("hidden_size",), layers=("num_hidden_layers",), heads=("num_attention_heads",), ffn=("intermediate_size",),
+    positions=("max_position_embeddings",), positions_required=True, kv_heads="mha", biases=(True, True, True),
+    tie_default=True, activation_fields=("hidden_act",), activation_default="gelu",
+    dropout_fields=((("attention_probs_dropout_prob",), 0.1), (("hidden_dropout_prob",), 0.1),
+                    (("hidden_dropout_prob",), 0.1)),
+    gated_mlp=False, norm="layernorm", learned_positions=True, type_vocab=True, embedding_norm=True, pooler=True,
+    post_norm=True, eager_qkv="separate", softmax_fp32=False, amp_separate_qkv_casts=True, buffers="position_ids",
+)
+
+#: Llama (``LlamaForCausalLM``): GQA, rotary, RMSNorm, SwiGLU; ``sliding_window`` ignored.
+LLAMA = Family(name="llama", model_types=("llama",))
+
+#: Mistral (``MistralForCausalLM``): Llama layout without biases, sliding window on every layer.
+MISTRAL = Family(name="mistral", model_types=("mistral",), biases=(False, False, False), sliding="all")
+
+#: Mixtral (``MixtralForCausalLM``): Mistral attention, MoE with a router and all experts of a
+#: layer in one 3-D ``gate_up_proj`` / ``down_proj`` parameter (``MixtralExperts``).
+MIXTRAL = Family(
+    name="mixtral", model_types=("mixtral",), biases=(False, False, False), sliding="all",
+    moe_fields=("num_local_experts", "num_experts_per_tok"), fused_gate_up=True,
+)
+
+#: Qwen2 (``Qwen2ForCausalLM``): q/k/v biases; sliding window only with ``use_sliding_window``.
+QWEN2 = Family(name="qwen2", model_types=("qwen2",), biases=(True, False, False), sliding="qwen2")
+
+#: Phi-3 (``Phi3ForCausalLM``): fused ``qkv_proj`` and ``gate_up_proj``, residual and
+#: embedding dropout fields.
+PHI3 = Family(
+    name="phi3", model_types=("phi3",), biases=(False, False, False), sliding="all", fused_qkv=True,
+    fused_gate_up=True,
+    dropout_fields=((("attention_dropout",), 0.0), (("resid_pdrop",), 0.0), (("embd_pdrop",), 0.0)),
+)
+
+#: Gemma 2 (``Gemma2ForCausalLM``): sandwich ``(1 + w)`` RMSNorms in fp32, alternating sliding /
+#: full layers, logit soft-capping, scaled embeddings, tied head, no SDPA path (eager).
+GEMMA2 = Family(
+    name="gemma2", model_types=("gemma2",), biases=("attention_bias", "attention_bias", False), tie_default=True,
+    sliding="alternate", softcapping=True, norm_offset_fp32=True, norms_per_layer=4, embedding_scaled=True,
+    sdpa=False, mask_per_attention_kind=True,
+)
+
+#: A bare parameter count (``--params``): no config, a GPT-style guess (never verified).
+PARAMS = Family(name="params", model_types=("params",), verified=False, gated_mlp=False, norm="layernorm")
+
+KNOWN: tuple[Family, ...] = (GPT2, GPT_BIGCODE, BERT, LLAMA, MISTRAL, MIXTRAL, QWEN2, PHI3, GEMMA2)
+
+BY_MODEL_TYPE: dict[str, Family] = {mt: fam for fam in KNOWN for mt in fam.model_types}
