@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from gpumem_tui.estimator.families import Family, family_for
-from gpumem_tui.estimator.families.known import BY_MODEL_TYPE, PARAMS
+from gpumem_tui.estimator.families.general import ENCODER_DECODER_TYPES, ENCODER_TYPES, general_family
+from gpumem_tui.estimator.families.known import BERT, BY_MODEL_TYPE, PARAMS
 
 CATALOGUE_DIR = Path(__file__).with_name("catalogue")
 
@@ -354,7 +355,12 @@ def _check_heads(model_type: str, heads: int, kv_heads: int, hidden: int, head_d
 
 
 def _bias(cfg: dict[str, Any], mt: str, rule: bool | str) -> bool:
-    return rule if isinstance(rule, bool) else _bool(cfg, mt, rule, False)
+    """A bias rule of a family: a bool, or boolean config field names ``a|b`` (first present
+    wins, default false)."""
+    if isinstance(rule, bool):
+        return rule
+    name = next((n for n in rule.split("|") if cfg.get(n) is not None), None)
+    return False if name is None else _bool(cfg, mt, name, False)
 
 
 def _sliding_layers(cfg: dict[str, Any], mt: str, family: Family, num_layers: int) -> tuple[int | None, int]:
@@ -362,6 +368,8 @@ def _sliding_layers(cfg: dict[str, Any], mt: str, family: Family, num_layers: in
     ``layer_types`` list in the config always wins."""
     window = cfg.get("sliding_window")
     if family.sliding == "none" or family.sliding == "qwen2" and not cfg.get("use_sliding_window", False):
+        return None, 0
+    if family.sliding == "config" and cfg.get("use_sliding_window") is False:
         return None, 0
     if window is None:
         return None, 0
@@ -396,16 +404,19 @@ def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchi
     elif family.kv_heads == "mha":
         k = a
     else:
-        k = _int(cfg, mt, "num_key_value_heads", default=a)
+        # GQA count; Falcon spells it num_kv_heads, or says multi_query (one KV head)
+        k = _int(cfg, mt, "num_key_value_heads", "num_kv_heads", default=1 if cfg.get("multi_query") is True else a)
     hd = _check_heads(mt, a, k, h, _int(cfg, mt, "head_dim", default=None) if family.kv_heads == "config" else None)
     experts = per_tok = 0
     if family.moe_fields:
-        experts = _int(cfg, mt, family.moe_fields[0])
-        per_tok = _int(cfg, mt, family.moe_fields[1])
+        experts = _int(cfg, mt, *family.moe_fields[0].split("|"))
+        per_tok = _int(cfg, mt, *family.moe_fields[1].split("|"))
         if per_tok > experts:
             raise ArchitectureError(
-                f"{mt}: {family.moe_fields[1]} ({per_tok}) exceeds {family.moe_fields[0]} ({experts})"
+                f"{mt}: experts per token ({per_tok}) exceed the number of experts ({experts})"
             )
+        # the experts' own width where the config separates it from the dense MLP's
+        f = _int(cfg, mt, "moe_intermediate_size", default=f)
     window, sliding_layers = _sliding_layers(cfg, mt, family, L)
     act = next((str(cfg[n]) for n in family.activation_fields if cfg.get(n)), family.activation_default)
     drop = [_float(cfg, mt, *fields, default=d) if fields else d for fields, d in family.dropout_fields]
@@ -440,15 +451,39 @@ def architecture_from_config(config: Any, name: str = "config.json") -> ModelArc
     mt = config.get("model_type")
     if not isinstance(mt, str) or not mt:
         raise ArchitectureError(f"{name}: config.json lacks field 'model_type'")
-    family = family_for(mt)
-    if family is None:
+    if mt in ENCODER_DECODER_TYPES or config.get("is_encoder_decoder") is True:
         raise ArchitectureError(
-            f"{name}: model_type {mt!r} is not modelled (supported: {', '.join(SUPPORTED_MODEL_TYPES)}); "
-            "use --params N for a coarse estimate"
+            f"{name}: model_type {mt!r} is an encoder-decoder model; encoder-decoder models are not modelled yet "
+            "(decoder-only and encoder-only configs are)"
         )
+    family = family_for(mt)
+    note = None
+    if family is None:
+        family = replace(BERT, verified=False, name="general encoder (BERT layout)") if mt in ENCODER_TYPES \
+            else general_family(config)
+        note = (f"model_type {mt!r} has no exact description: read with the {family.name} description, "
+                "not verified for this family")
     if not family.moe_fields and config.get("num_local_experts"):
         raise ArchitectureError(f"{name}: {mt} config with experts is not modelled")
-    return _read(config, name, mt, family)
+    arch = _read(config, name, mt, family)
+    _check_plausible(arch, name)
+    return arch if note is None else replace(arch, notes=arch.notes + (note,))
+
+
+#: more parameters than this is a typo or an overflow, not a model (the largest published
+#: dense and MoE models have ~2e12)
+_MAX_PARAMS = 10**14
+
+
+def _check_plausible(arch: ModelArchitecture, name: str) -> None:
+    """Raise :class:`ArchitectureError` for sizes no model has (products that overflow any
+    device: e.g. ``hidden_size`` 1e9 with a vocabulary of 1e6)."""
+    total = arch.total_params
+    if total > _MAX_PARAMS:
+        raise ArchitectureError(
+            f"{name}: the config's sizes give {total:.3g} parameters (hidden {arch.hidden_size}, "
+            f"layers {arch.num_layers}, vocab {arch.vocab_size}); more than 1e14 is not a plausible model"
+        )
 
 
 def architecture_from_params(n_params: float, name: str | None = None) -> ModelArchitecture:

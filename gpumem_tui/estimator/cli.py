@@ -41,7 +41,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seq", action="store_true", help="largest sequence length that fits --fit at --batch")
     p.add_argument("--method", default="detailed", help=f"{' | '.join(METHODS)} (default detailed)")
     p.add_argument("--compare-methods", action="store_true", help="print every method's peak beside the detailed one")
+    p.add_argument("--list", action="store_true",
+                   help="list the bundled catalogue and the configs in the local Hugging Face cache, then exit")
+    from gpumem_tui.estimator.architecture import catalogue_names
+
+    p.epilog = "catalogue: " + ", ".join(catalogue_names()) + " (or any config.json path; see --list)"
     return p
+
+
+def _list_models() -> str:
+    """``--list``: catalogue entries and cached configs with the description that reads them."""
+    from gpumem_tui.estimator.models import cached_choices, catalogue_choices, hf_cache_dir
+
+    lines = [f"  {'model':<34}{'model_type':<14}{'parameters':>16}  description"]
+    for title, choices in (("catalogue", catalogue_choices()), (f"Hugging Face cache ({hf_cache_dir()})", cached_choices())):
+        lines.append(f"{title}:")
+        if not choices:
+            lines.append("  (none)")
+        for c in choices:
+            params = f"{c.params:,}" if c.params is not None else "-"
+            what = c.error or (c.description + ("" if c.exact else ", not verified"))
+            lines.append(f"  {c.name:<34}{c.model_type:<14}{params:>16}  {what}")
+    return "\n".join(lines)
 
 
 def _fmt(n: int) -> str:
@@ -99,6 +120,9 @@ def _table(est: Estimate) -> str:
 
 def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.list:
+        print(_list_models())
+        return 0
     arch, spec = spec_from_args(args)
     if args.keep_outputs:
         spec = spec.replace(keep_outputs=True)

@@ -1,0 +1,126 @@
+"""Families as data, the general reading of unknown configs, bad configs, the model lists."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpumem_tui.estimator.architecture import ArchitectureError, architecture_from_config, load_architecture
+from gpumem_tui.estimator.estimate import estimate
+from gpumem_tui.estimator.families.known import KNOWN
+from gpumem_tui.estimator.models import cached_choices, hf_cache_dir, search_models
+from gpumem_tui.estimator.spec import TrainingSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+FAMILIES_DATA = ROOT / "benchmarks" / "data" / "measured_families.json"
+
+LLAMA_LIKE = {
+    "model_type": "brandnewlm", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+    "num_key_value_heads": 2, "intermediate_size": 1408, "vocab_size": 1000, "rms_norm_eps": 1e-6,
+    "hidden_act": "silu",
+}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpumem_tui", "estimate", *args], capture_output=True, text=True,
+                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
+
+
+def test_each_model_type_has_one_description() -> None:
+    types = [mt for fam in KNOWN for mt in fam.model_types]
+    assert len(types) == len(set(types))
+
+
+def test_unknown_family_is_read_with_the_general_description_and_flagged() -> None:
+    arch = architecture_from_config(LLAMA_LIKE, name="new")
+    assert not arch.family.verified and "RMSNorm, gated MLP" in arch.family.name
+    # GQA, gated MLP: q (512x512) k, v (512x128 each), o, gate/up/down (512x1408), 2 norms
+    per_layer = 512 * 512 * 2 + 2 * 512 * 128 + 3 * 512 * 1408 + 2 * 512
+    assert arch.total_params == 2 * per_layer + 1000 * 512 * 2 + 512  # untied head, final norm
+    est = estimate(arch, TrainingSpec(device="cpu"))
+    assert any("brandnewlm" in a and "not verified" in a for a in est.assumptions)
+
+
+def test_general_description_follows_the_config_fields() -> None:
+    gpt_like = {"model_type": "x", "n_embd": 256, "n_layer": 3, "n_head": 4, "vocab_size": 500,
+                "layer_norm_epsilon": 1e-5, "activation_function": "gelu_new", "multi_query": True}
+    arch = architecture_from_config(gpt_like)
+    assert (arch.norm, arch.gated_mlp, arch.num_kv_heads, arch.intermediate_size) == ("layernorm", False, 1, 1024)
+
+
+@pytest.mark.parametrize("config,needle", [
+    ({"model_type": "t5", "d_model": 512}, "'t5' is an encoder-decoder"),
+    ({"model_type": "somethingnew", "is_encoder_decoder": True}, "encoder-decoder"),
+    ({**LLAMA_LIKE, "num_hidden_layers": None}, "'num_hidden_layers'"),
+    ({k: v for k, v in LLAMA_LIKE.items() if k != "vocab_size"}, "'vocab_size'"),
+    ({**LLAMA_LIKE, "num_attention_heads": 7, "num_key_value_heads": 7}, "not divisible"),
+    ({**LLAMA_LIKE, "num_key_value_heads": 3}, "must divide"),
+    ({**LLAMA_LIKE, "hidden_size": 10**8, "head_dim": 64, "vocab_size": 10**8}, "not a plausible model"),
+])
+def test_bad_configs_name_the_problem(config: dict, needle: str) -> None:
+    with pytest.raises(ArchitectureError, match=needle.replace("(", r"\(")):
+        architecture_from_config(config)
+
+
+def test_cli_refuses_encoder_decoder_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "bart", "d_model": 768}))
+    res = _cli(str(path), "--device", "cpu")
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.count("\n") == 1 and "encoder-decoder" in res.stderr and "bart" in res.stderr
+
+
+def test_list_and_help_name_the_catalogue() -> None:
+    listed = _cli("--list")
+    assert listed.returncode == 0
+    for name in ("qwen3-8b", "pythia-160m", "opt-125m", "deepseek-v3", "gpt2"):
+        assert name in listed.stdout
+        assert name in _cli("--help").stdout.replace("\n", " ")
+
+
+def test_hf_cache_is_found_offline(tmp_path: Path) -> None:
+    snap = tmp_path / "hub" / "models--acme--tiny-lm" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(LLAMA_LIKE))
+    broken = tmp_path / "hub" / "models--acme--broken" / "snapshots" / "r1"
+    broken.mkdir(parents=True)
+    (broken / "config.json").write_text("{not json")
+    assert hf_cache_dir({"HF_HOME": str(tmp_path)}) == tmp_path / "hub"
+    assert hf_cache_dir({"HF_HUB_CACHE": "/x", "HF_HOME": "/y"}) == Path("/x")
+    found = {c.name: c for c in cached_choices(tmp_path / "hub")}
+    assert found["acme/tiny-lm"].model_type == "brandnewlm" and found["acme/tiny-lm"].params
+    assert found["acme/broken"].params is None and "not valid JSON" in found["acme/broken"].error
+    assert cached_choices(tmp_path / "nowhere") == []
+    hits = search_models("tiny", tmp_path / "hub")
+    assert [c.name for c in hits] == ["acme/tiny-lm"]
+    assert {c.name for c in search_models("qwen3 moe", tmp_path / "hub")} == {"qwen3-30b-a3b"}
+
+
+def _family_cases() -> list[dict]:
+    if not FAMILIES_DATA.exists():
+        return []
+    return json.loads(FAMILIES_DATA.read_text())["cases"]
+
+
+def _error(case: dict) -> tuple[float, bool]:
+    from gpumem_tui.estimator.spec import parse_lora_targets
+
+    arch = load_architecture(str(ROOT / case["config"]))
+    fields = {k: v for k, v in case["spec"].items() if k in TrainingSpec.__dataclass_fields__}
+    if "lora_targets" in fields:
+        fields["lora_targets"] = parse_lora_targets(",".join(fields["lora_targets"]))
+    est = estimate(arch, TrainingSpec(**fields))
+    measured = case["measured"]["peak_bytes"]
+    return (est.peak_bytes - measured) / measured, arch.family.verified
+
+
+@pytest.mark.parametrize("case", [c for c in _family_cases() if c["id"].startswith("unseen-")], ids=lambda c: c["id"])
+def test_unseen_family_within_10_percent_of_measure_on_meta(case: dict) -> None:
+    """Configs of families the estimator has no description for (starcoder2, helium), read
+    with the general description, against ``measure --on meta``."""
+    err, verified = _error(case)
+    assert not verified and abs(err) <= 0.10
