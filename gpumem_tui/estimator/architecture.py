@@ -131,6 +131,7 @@ class ModelArchitecture:
     head: str  # one of HEADS
     num_labels: int
     family: Family  # the description the config was read by
+    rotary_dim: int = 0  # rotated dims per head (partial rotary); 0 = head_dim
     params_override: int | None = None
     notes: tuple[str, ...] = field(default=())
 
@@ -149,6 +150,11 @@ class ModelArchitecture:
     def kv_dim(self) -> int:
         """Width of one of the key / value projection outputs: ``k * head_dim``."""
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def rotary_dims(self) -> int:
+        """Dimensions per head that rotary embeddings rotate (``head_dim`` unless partial)."""
+        return self.rotary_dim or self.head_dim
 
     @property
     def has_dropout(self) -> bool:
@@ -200,7 +206,7 @@ class ModelArchitecture:
         per_layer += self.norms_per_layer * self._norm_params()
         final_norm = 0 if self.family.embedding_norm else self._norm_params()
         if self.head == "lm":
-            head = 0 if self.tie_word_embeddings else V * h
+            head = (0 if self.tie_word_embeddings else V * h) + (V if self.family.head_bias else 0)
         elif self.head == "mlm":
             # BertOnlyMLMHead: transform dense (h*h + h), LayerNorm (2h), decoder tied + bias V
             head = h * h + h + 2 * h + V + (0 if self.tie_word_embeddings else V * h)
@@ -257,7 +263,7 @@ class ModelArchitecture:
             per_layer += 2 if lin.bias else 1
         final = 0 if self.family.embedding_norm else norm_tensors
         if self.head == "lm":
-            head = 0 if self.tie_word_embeddings else 1
+            head = (0 if self.tie_word_embeddings else 1) + (1 if self.family.head_bias else 0)
         elif self.head == "mlm":
             head = 2 + 2 + 1 + (0 if self.tie_word_embeddings else 1)
         elif self.head == "classification":
@@ -421,6 +427,9 @@ def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchi
     act = next((str(cfg[n]) for n in family.activation_fields if cfg.get(n)), family.activation_default)
     drop = [_float(cfg, mt, *fields, default=d) if fields else d for fields, d in family.dropout_fields]
     head, labels = _head_from_config(cfg, family.kind)
+    rotary_fraction = _float(cfg, mt, "partial_rotary_factor", "rotary_pct", default=1.0)
+    if rotary_fraction > 1:
+        raise ArchitectureError(f"{mt}: partial_rotary_factor must be <= 1, got {rotary_fraction}")
     return ModelArchitecture(
         name=name, model_type=mt, kind=family.kind, hidden_size=h, num_layers=L, num_heads=a, num_kv_heads=k,
         head_dim=hd, intermediate_size=f, vocab_size=V, max_position_embeddings=P,
@@ -434,7 +443,7 @@ def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchi
         attention_dropout=drop[0], hidden_dropout=drop[1], embedding_dropout=drop[2],
         final_logit_softcapping=_optional_softcap(cfg, mt, "final_logit_softcapping") if family.softcapping else None,
         attn_logit_softcapping=_optional_softcap(cfg, mt, "attn_logit_softcapping") if family.softcapping else None,
-        head=head, num_labels=labels, family=family,
+        head=head, num_labels=labels, family=family, rotary_dim=int(hd * rotary_fraction),
     )
 
 

@@ -154,7 +154,7 @@ def buffer_bytes(arch: ModelArchitecture) -> int:
     if arch.family.buffers == "position_ids":
         return 2 * 8 * (arch.max_position_embeddings or 0)
     if arch.family.buffers == "rotary" and not arch.learned_positions:
-        return 2 * (arch.head_dim // 2) * 4
+        return 2 * (arch.rotary_dims // 2) * 4
     return 0
 
 
@@ -202,7 +202,7 @@ def _adafactor_state_elements(arch: ModelArchitecture, spec: TrainingSpec) -> in
     if head == 0:
         head_elems = 0
     elif arch.head == "lm":
-        head_elems = V + h
+        head_elems = (0 if arch.tie_word_embeddings else V + h) + (V if arch.family.head_bias else 0)
     elif arch.head == "mlm":
         # transform dense (factored) + bias, LayerNorm, decoder bias (+ an untied decoder weight)
         head_elems = 2 * h + h + 2 * h + V + (0 if arch.tie_word_embeddings else V + h)
@@ -464,16 +464,19 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     rep = 0
     par = 0
     if arch.norm == "layernorm":
-        # two LayerNorms per layer: input + stats; output saved by the following Linear(s)
+        # LayerNorms (two per layer; one shared by attention and MLP in a parallel block): input
+        # + stats; the output is saved by the following Linear(s)
         ln_in = bs * h * e + 2 * bs * 4
-        rep += 2 * ln_in
+        rep += arch.norms_per_layer * ln_in
         first_roles = ("qkv",) if arch.fused_qkv else ("q", "k", "v")
-        if any(linear_saves_input(role) for role in first_roles) or arch.family.post_norm:
-            # post-norm (BERT): the attention-block input is the previous layer's LayerNorm
-            # output, saved once
-            rep += bs * h * e
-        if linear_saves_input("up"):
-            rep += bs * h * e
+        # post-norm (BERT): the attention-block input is the previous layer's LayerNorm output,
+        # saved once
+        attn_in = any(linear_saves_input(role) for role in first_roles) or arch.family.post_norm
+        mlp_in = linear_saves_input("up")
+        if arch.norms_per_layer == 1:
+            rep += bs * h * e if attn_in or mlp_in else 0  # one norm output feeds both blocks
+        else:
+            rep += bs * h * e * (int(attn_in) + int(mlp_in))
         if p_hid:
             rep += 2 * bs * h * mask_b
     else:
@@ -584,7 +587,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     if prec.amp and arch.norm == "layernorm":
         # the residual stream is fp32 under autocast (fp32 embeddings; ``add`` promotes a
         # 16-bit sub-block output with the fp32 residual), so both LayerNorm inputs are fp32
-        rep += 2 * (4 - e) * bs * h
+        rep += arch.norms_per_layer * (4 - e) * bs * h
         if arch.family.amp_separate_qkv_casts:
             # separate query / key / value Linears each save their own 16-bit cast of the fp32
             # input: autocast caches casts of leaf weights only (``cached_cast``,
@@ -642,7 +645,7 @@ def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, 
         # autocast), LM-head input (its 16-bit cast under autocast)
         out += bs * h * 4 + bs * 4 + bs * h * (res + e)
     if arch.learned_positions == 0:
-        out += 2 * s * arch.head_dim * e  # rotary cos and sin
+        out += 2 * s * arch.rotary_dims * e  # rotary cos and sin
     if spec.task in ("lora", "qlora"):
         out -= _frozen_savings(arch, spec, b, s)
     return int(out)
@@ -1105,7 +1108,7 @@ def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int,
         # rotary cos and sin (``(1, s, d)`` in the compute dtype) and the position ids, made
         # once per forward and passed to every layer (transformers ``LlamaModel.forward``;
         # measured, MemTracker, CPU SDPA prefill: 2 s d x 4 + s x 8 in fp32)
-        base += 2 * s * arch.head_dim * e + s * 8
+        base += 2 * s * arch.rotary_dims * e + s * 8
     if arch.num_layers == 1 and arch.kind == "decoder" and not arch.learned_positions and not arch.family.embedding_scaled:
         # the only layer's input is the embedding output itself (Llama-style models pass
         # ``inputs_embeds`` on unchanged; GPT-2 adds positions and Gemma 2 scales: new tensors)

@@ -43,8 +43,14 @@ class Family:
     ``norm_offset_fp32``: Gemma's ``(1 + w)`` RMSNorm computing in fp32; ``norms_per_layer``
     (4 = sandwich norms); ``fused_qkv``/``fused_gate_up``; ``learned_positions``;
     ``type_vocab``: token-type embeddings (BERT); ``embedding_norm``: a LayerNorm on the
-    embeddings instead of a final norm, and a pooler on the bare model (BERT);
-    ``embedding_scaled``: embeddings multiplied by ``sqrt(h)`` (a new tensor).
+    embeddings instead of a final norm (BERT); ``embedding_scaled``: embeddings multiplied
+    by ``sqrt(h)`` (a new tensor); ``pooler``: the bare model has a pooler (BERT);
+    ``post_norm``: LayerNorm after the residual add, so the attention block's input is the
+    previous norm's output (BERT); ``head_bias``: the LM head has a bias (Phi);
+    ``parallel_residual``: attention and MLP both read the layer input (``x + attn(ln(x)) +
+    mlp(ln(x))``; with ``norms_per_layer`` 1 they share one norm output: Phi, Falcon-7B).
+    Partial rotary embeddings are read from the config (``partial_rotary_factor`` /
+    ``rotary_pct``).
 
     Saved-tensor rules (each measured with MemTracker, see the component docstrings):
         ``eager_qkv``: what eager attention's batched matmuls keep for q, k, v --
@@ -96,6 +102,8 @@ class Family:
     embedding_norm: bool = False
     embedding_scaled: bool = False
     pooler: bool = False
+    head_bias: bool = False
+    parallel_residual: bool = False
     post_norm: bool = False
     # ----- saved-tensor rules
     eager_qkv: str = "repeat_kv"

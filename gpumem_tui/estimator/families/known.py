@@ -76,9 +76,17 @@ GEMMA2 = Family(
     sdpa=False, mask_per_attention_kind=True,
 )
 
+#: Phi-1/1.5/2 (``PhiForCausalLM``): one LayerNorm shared by a parallel attention + MLP block,
+#: biases everywhere (LM head too), ``gelu_new`` MLP, partial rotary, residual dropout.
+PHI = Family(
+    name="phi", model_types=("phi",), biases=(True, True, True), norm="layernorm", norms_per_layer=1,
+    parallel_residual=True, gated_mlp=False, activation_fields=("hidden_act",), activation_default="gelu_new",
+    dropout_fields=((("attention_dropout",), 0.0), (("resid_pdrop",), 0.0), (("embd_pdrop",), 0.0)), head_bias=True,
+)
+
 #: A bare parameter count (``--params``): no config, a GPT-style guess (never verified).
 PARAMS = Family(name="params", model_types=("params",), verified=False, gated_mlp=False, norm="layernorm")
 
-KNOWN: tuple[Family, ...] = (GPT2, GPT_BIGCODE, BERT, LLAMA, MISTRAL, MIXTRAL, QWEN2, PHI3, GEMMA2)
+KNOWN: tuple[Family, ...] = (GPT2, GPT_BIGCODE, BERT, LLAMA, MISTRAL, MIXTRAL, QWEN2, PHI3, GEMMA2, PHI)
 
 BY_MODEL_TYPE: dict[str, Family] = {mt: fam for fam in KNOWN for mt in fam.model_types}
