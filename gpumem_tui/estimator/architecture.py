@@ -152,6 +152,15 @@ class ModelArchitecture:
         return self.num_kv_heads * self.head_dim
 
     @property
+    def qk_norm_params(self) -> int:
+        """Weights of one layer's query and key norms (elements; 0 without them)."""
+        if self.family.qk_norm == "head":
+            return 2 * self.head_dim
+        if self.family.qk_norm == "full":
+            return self.q_dim + self.kv_dim
+        return 0
+
+    @property
     def rotary_dims(self) -> int:
         """Dimensions per head that rotary embeddings rotate (``head_dim`` unless partial)."""
         return self.rotary_dim or self.head_dim
@@ -203,7 +212,7 @@ class ModelArchitecture:
         if self.family.embedding_norm:
             emb += self._norm_params()  # embeddings.LayerNorm
         per_layer = sum(lin.params for lin in self.layer_linears())
-        per_layer += self.norms_per_layer * self._norm_params()
+        per_layer += self.norms_per_layer * self._norm_params() + self.qk_norm_params
         final_norm = 0 if self.family.embedding_norm else self._norm_params()
         if self.head == "lm":
             head = (0 if self.tie_word_embeddings else V * h) + (V if self.family.head_bias else 0)
@@ -258,7 +267,7 @@ class ModelArchitecture:
         emb = 1 + (1 if self.learned_positions else 0) + (1 if self.type_vocab_size else 0)
         if self.family.embedding_norm:
             emb += norm_tensors
-        per_layer = self.norms_per_layer * norm_tensors
+        per_layer = self.norms_per_layer * norm_tensors + (2 if self.qk_norm_params else 0)
         for lin in self.layer_linears():
             per_layer += 2 if lin.bias else 1
         final = 0 if self.family.embedding_norm else norm_tensors

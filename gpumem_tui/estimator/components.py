@@ -195,7 +195,7 @@ def _adafactor_state_elements(arch: ModelArchitecture, spec: TrainingSpec) -> in
         if lin.bias:
             per_layer += lin.d_out * lin.count
     norm_1d = (2 if arch.norm == "layernorm" else 1) * h
-    per_layer += arch.norms_per_layer * norm_1d
+    per_layer += arch.norms_per_layer * norm_1d + arch.qk_norm_params
     if arch.family.embedding_norm:
         elems += 2 * h  # embeddings LayerNorm
     head = arch.param_breakdown()["head"]
@@ -496,7 +496,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
                 if not lora:
                     # normalized, saved by the (trainable) weight multiply: in the compute
                     # dtype, or fp32 under autocast (``input_dtype`` is the fp32 residual's)
-                    rep += bs * h * (4 if amp_rms else e)
+                    rep += bs * h * (4 if amp_rms or arch.family.norm_weight_fp32 else e)
             if feeds_linear:
                 roles = (("qkv",) if arch.fused_qkv else ("q", "k", "v")) if i == 0 else (
                     ("gate_up",) if arch.fused_gate_up else ("gate", "up"))
@@ -562,6 +562,14 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
             quad += b * a * s * s * (mask_b + e)
         if linear_saves_input("o"):
             par += bs * q * e
+    if arch.family.qk_norm != "none":
+        # query / key RMSNorms (Qwen3, Gemma 3 per head; OLMo 2 over the projection): the fp32
+        # upcast of q and k (the projection output itself when it already is fp32), the
+        # normalized copy saved by the trained weight's multiply, one rsqrt per normalized row
+        # (measured, MemTracker: (q + kv) bs (4 + e) + bs (a + k) 4 per layer, Qwen3 fp32/bf16)
+        rows = a + arch.num_kv_heads if arch.family.qk_norm == "head" else 2
+        normalized = 0 if lora else 4 if arch.family.norm_weight_fp32 else e
+        par += bs * (q + kv) * (4 + normalized) + bs * rows * 4
     if p_hid and arch.norm != "layernorm":
         rep += 2 * bs * h * mask_b
     # MLP
@@ -642,8 +650,8 @@ def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, 
         out += (1 if lora else 2) * bs * h * 4 + bs * 4 + h * 4 + bs * h * e + e
     else:
         # final RMSNorm input (fp32 upcast / fp32 residual), rsqrt, normalized (fp32 under
-        # autocast), LM-head input (its 16-bit cast under autocast)
-        out += bs * h * 4 + bs * 4 + bs * h * (res + e)
+        # autocast or with an fp32 weight multiply), LM-head input (its 16-bit cast under autocast)
+        out += bs * h * 4 + bs * 4 + bs * h * ((4 if arch.family.norm_weight_fp32 else res) + e)
     if arch.learned_positions == 0:
         out += 2 * s * arch.rotary_dims * e  # rotary cos and sin
     if spec.task in ("lora", "qlora"):
@@ -686,7 +694,7 @@ def final_saved_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         return bs * h * e + 2 * bs * 4 + (0 if lora else bs * h * e)
     if arch.family.norm_offset_fp32:
         return (1 if lora else 2) * bs * h * 4 + bs * 4 + h * 4 + (0 if lora else bs * h * e)
-    res = 4 if precision(spec).amp else e
+    res = 4 if precision(spec).amp or arch.family.norm_weight_fp32 else e
     return bs * h * 4 + bs * 4 + (0 if lora else bs * h * (res + e))
 
 

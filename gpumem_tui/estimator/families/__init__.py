@@ -49,6 +49,10 @@ class Family:
     previous norm's output (BERT); ``head_bias``: the LM head has a bias (Phi);
     ``parallel_residual``: attention and MLP both read the layer input (``x + attn(ln(x)) +
     mlp(ln(x))``; with ``norms_per_layer`` 1 they share one norm output: Phi, Falcon-7B).
+    ``qk_norm``: RMSNorm on queries and keys before rotary -- "head" (per head, weight of
+    ``head_dim``: Qwen3, Gemma 3), "full" (over the whole projection: OLMo 2) or "none".
+    ``norm_weight_fp32``: the RMSNorm multiplies its weight in fp32 and casts after
+    (``(w * x).to(dtype)``, OLMo 2), so it saves an fp32 normalized copy.
     Partial rotary embeddings are read from the config (``partial_rotary_factor`` /
     ``rotary_pct``).
 
@@ -103,6 +107,8 @@ class Family:
     embedding_scaled: bool = False
     pooler: bool = False
     head_bias: bool = False
+    qk_norm: str = "none"
+    norm_weight_fp32: bool = False
     parallel_residual: bool = False
     post_norm: bool = False
     # ----- saved-tensor rules

@@ -84,9 +84,16 @@ PHI = Family(
     dropout_fields=((("attention_dropout",), 0.0), (("resid_pdrop",), 0.0), (("embd_pdrop",), 0.0)), head_bias=True,
 )
 
+#: Qwen3 (``Qwen3ForCausalLM``): Qwen2 without q/k/v biases, with per-head q/k RMSNorms.
+QWEN3 = Family(name="qwen3", model_types=("qwen3",), qk_norm="head", sliding="qwen2")
+
+#: OLMo 2 (``Olmo2ForCausalLM``): RMSNorms after attention and MLP (not before), q/k RMSNorms
+#: over the whole projections; every RMSNorm multiplies its weight in fp32 (``Olmo2RMSNorm``).
+OLMO2 = Family(name="olmo2", model_types=("olmo2",), qk_norm="full", norm_weight_fp32=True)
+
 #: A bare parameter count (``--params``): no config, a GPT-style guess (never verified).
 PARAMS = Family(name="params", model_types=("params",), verified=False, gated_mlp=False, norm="layernorm")
 
-KNOWN: tuple[Family, ...] = (GPT2, GPT_BIGCODE, BERT, LLAMA, MISTRAL, MIXTRAL, QWEN2, PHI3, GEMMA2, PHI)
+KNOWN: tuple[Family, ...] = (GPT2, GPT_BIGCODE, BERT, LLAMA, MISTRAL, MIXTRAL, QWEN2, PHI3, GEMMA2, PHI, QWEN3, OLMO2)
 
 BY_MODEL_TYPE: dict[str, Family] = {mt: fam for fam in KNOWN for mt in fam.model_types}
