@@ -392,6 +392,11 @@ def _sliding_layers(cfg: dict[str, Any], mt: str, family: Family, num_layers: in
     layer_types = cfg.get("layer_types")
     if isinstance(layer_types, list) and len(layer_types) == num_layers:
         return window, sum(1 for t in layer_types if t == "sliding_attention")
+    if family.sliding == "pattern":
+        # every n-th layer attends globally (transformers Gemma3TextConfig: layer_types from
+        # sliding_window_pattern, default 6)
+        n = _int(cfg, mt, "sliding_window_pattern", default=6)
+        return window, sum(1 for i in range(num_layers) if (i + 1) % n)
     if family.sliding == "alternate":
         return window, (num_layers + 1) // 2  # even-indexed layers slide (Gemma 2 report, Sec. 2)
     if family.sliding == "qwen2":

@@ -154,7 +154,7 @@ def buffer_bytes(arch: ModelArchitecture) -> int:
     if arch.family.buffers == "position_ids":
         return 2 * 8 * (arch.max_position_embeddings or 0)
     if arch.family.buffers == "rotary" and not arch.learned_positions:
-        return 2 * (arch.rotary_dims // 2) * 4
+        return arch.family.rotary_sets * 2 * (arch.rotary_dims // 2) * 4
     return 0
 
 
@@ -653,7 +653,7 @@ def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, 
         # autocast or with an fp32 weight multiply), LM-head input (its 16-bit cast under autocast)
         out += bs * h * 4 + bs * 4 + bs * h * ((4 if arch.family.norm_weight_fp32 else res) + e)
     if arch.learned_positions == 0:
-        out += 2 * s * arch.rotary_dims * e  # rotary cos and sin
+        out += arch.family.rotary_sets * 2 * s * arch.rotary_dims * e  # rotary cos and sin
     if spec.task in ("lora", "qlora"):
         out -= _frozen_savings(arch, spec, b, s)
     return int(out)
@@ -1116,7 +1116,7 @@ def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int,
         # rotary cos and sin (``(1, s, d)`` in the compute dtype) and the position ids, made
         # once per forward and passed to every layer (transformers ``LlamaModel.forward``;
         # measured, MemTracker, CPU SDPA prefill: 2 s d x 4 + s x 8 in fp32)
-        base += 2 * s * arch.rotary_dims * e + s * 8
+        base += arch.family.rotary_sets * 2 * s * arch.rotary_dims * e + s * 8
     if arch.num_layers == 1 and arch.kind == "decoder" and not arch.learned_positions and not arch.family.embedding_scaled:
         # the only layer's input is the embedding output itself (Llama-style models pass
         # ``inputs_embeds`` on unchanged; GPT-2 adds positions and Gemma 2 scales: new tensors)

@@ -53,7 +53,9 @@ class Family:
     ``head_dim``: Qwen3, Gemma 3), "full" (over the whole projection: OLMo 2) or "none".
     ``norm_weight_fp32``: the RMSNorm multiplies its weight in fp32 and casts after
     (``(w * x).to(dtype)``, OLMo 2), so it saves an fp32 normalized copy.
-    Partial rotary embeddings are read from the config (``partial_rotary_factor`` /
+    ``rotary_sets``: rotary tables per forward (Gemma 3: one per attention kind, local and
+    global bases). ``sliding`` "pattern": every ``sliding_window_pattern``-th layer is full
+    (Gemma 3). Partial rotary embeddings are read from the config (``partial_rotary_factor`` /
     ``rotary_pct``).
 
     Saved-tensor rules (each measured with MemTracker, see the component docstrings):
@@ -109,6 +111,7 @@ class Family:
     head_bias: bool = False
     qk_norm: str = "none"
     norm_weight_fp32: bool = False
+    rotary_sets: int = 1
     parallel_residual: bool = False
     post_norm: bool = False
     # ----- saved-tensor rules

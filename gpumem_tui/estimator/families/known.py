@@ -91,9 +91,35 @@ QWEN3 = Family(name="qwen3", model_types=("qwen3",), qk_norm="head", sliding="qw
 #: over the whole projections; every RMSNorm multiplies its weight in fp32 (``Olmo2RMSNorm``).
 OLMO2 = Family(name="olmo2", model_types=("olmo2",), qk_norm="full", norm_weight_fp32=True)
 
+#: StableLM (``StableLmForCausalLM``): LayerNorms, SwiGLU, partial rotary, optional q/k/v biases.
+STABLELM = Family(name="stablelm", model_types=("stablelm",), norm="layernorm", biases=("use_qkv_bias", False, False))
+
+#: GPT-NeoX / Pythia (``GPTNeoXForCausalLM``): fused ``query_key_value`` with biases, two
+#: LayerNorms read by a parallel attention + MLP block, GELU MLP, partial rotary, untied head.
+GPT_NEOX = Family(
+    name="gpt_neox", model_types=("gpt_neox",), norm="layernorm", biases=(True, True, True), fused_qkv=True,
+    gated_mlp=False, parallel_residual=True, activation_fields=("hidden_act",), activation_default="gelu",
+    dropout_fields=((("attention_dropout",), 0.0), (("hidden_dropout",), 0.0), ((), 0.0)),
+)
+
+#: Qwen3-MoE (``Qwen3MoeForCausalLM``): Qwen3 attention (per-head q/k norms), every layer a
+#: mixture of experts (router + experts stored as 3-D ``gate_up_proj`` / ``down_proj``).
+QWEN3_MOE = Family(
+    name="qwen3_moe", model_types=("qwen3_moe",), qk_norm="head", sliding="qwen2",
+    moe_fields=("num_experts", "num_experts_per_tok"), fused_gate_up=True,
+)
+
+#: Gemma 3 text (``Gemma3ForCausalLM``): the Gemma 2 layout with per-head ``(1 + w)`` q/k norms,
+#: five sliding-window layers per global one, a rotary table per attention kind, an SDPA path.
+GEMMA3 = Family(
+    name="gemma3_text", model_types=("gemma3_text",), biases=("attention_bias", "attention_bias", False),
+    tie_default=True, sliding="pattern", softcapping=True, norm_offset_fp32=True, norms_per_layer=4,
+    embedding_scaled=True, mask_per_attention_kind=True, qk_norm="head", rotary_sets=2,
+)
+
 #: A bare parameter count (``--params``): no config, a GPT-style guess (never verified).
 PARAMS = Family(name="params", model_types=("params",), verified=False, gated_mlp=False, norm="layernorm")
 
-KNOWN: tuple[Family, ...] = (GPT2, GPT_BIGCODE, BERT, LLAMA, MISTRAL, MIXTRAL, QWEN2, PHI3, GEMMA2, PHI, QWEN3, OLMO2)
+KNOWN: tuple[Family, ...] = (GPT2, GPT_BIGCODE, BERT, LLAMA, MISTRAL, MIXTRAL, QWEN2, PHI3, GEMMA2, PHI, QWEN3, OLMO2, STABLELM, GPT_NEOX, QWEN3_MOE, GEMMA3)
 
 BY_MODEL_TYPE: dict[str, Family] = {mt: fam for fam in KNOWN for mt in fam.model_types}
