@@ -354,6 +354,11 @@ def _sdpa_math(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
     """
     if spec.attention != "sdpa" or not arch.family.sdpa:
         return False
+    if arch.family.sdpa_broadcast_kv and arch.num_kv_heads != arch.num_heads:
+        # fused kernels need as many KV heads as query heads unless ``enable_gqa`` is passed
+        # (torch ``sdp_utils``: ``check_batch_size_and_num_heads_dense``); measured, MemTracker,
+        # Falcon-7B shape on CPU SDPA: fp32 s x s probabilities per layer
+        return True
     profile = profile_for(spec.device)
     return profile.sdpa_always_math or (
         profile.sdpa_math_with_dropout and arch.attention_dropout > 0 and spec.task != "inference"

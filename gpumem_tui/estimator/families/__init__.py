@@ -53,6 +53,8 @@ class Family:
     ``head_dim``: Qwen3, Gemma 3), "full" (over the whole projection: OLMo 2) or "none".
     ``norm_weight_fp32``: the RMSNorm multiplies its weight in fp32 and casts after
     (``(w * x).to(dtype)``, OLMo 2), so it saves an fp32 normalized copy.
+    ``sdpa_broadcast_kv``: the family calls SDPA with keys/values at the KV head count and no
+    ``enable_gqa`` (Falcon), which sends MQA/GQA shapes to the math path.
     ``rotary_sets``: rotary tables per forward (Gemma 3: one per attention kind, local and
     global bases). ``sliding`` "pattern": every ``sliding_window_pattern``-th layer is full
     (Gemma 3). Partial rotary embeddings are read from the config (``partial_rotary_factor`` /
@@ -112,6 +114,7 @@ class Family:
     qk_norm: str = "none"
     norm_weight_fp32: bool = False
     rotary_sets: int = 1
+    sdpa_broadcast_kv: bool = False
     parallel_residual: bool = False
     post_norm: bool = False
     # ----- saved-tensor rules

@@ -117,9 +117,21 @@ GEMMA3 = Family(
     embedding_scaled=True, mask_per_attention_kind=True, qk_norm="head", rotary_sets=2,
 )
 
+#: Falcon-7B style (``FalconForCausalLM``, ``parallel_attn``, old decoder architecture): one
+#: LayerNorm shared by a parallel attention + MLP block, fused multi-query ``query_key_value``,
+#: its own eager attention (broadcast matmul over the single KV head, softmax in the compute
+#: dtype), GELU 4h MLP, tied head.
+FALCON = Family(
+    name="falcon", model_types=("falcon",), norm="layernorm", norms_per_layer=1, parallel_residual=True,
+    fused_qkv=True, gated_mlp=False, biases=("bias", "bias", "bias"), tie_default=True,
+    ffn=("ffn_hidden_size",), ffn_default_mult=4, activation_fields=("activation",), activation_default="gelu",
+    dropout_fields=((("attention_dropout",), 0.0), (("hidden_dropout",), 0.0), ((), 0.0)),
+    eager_qkv="fused_bmm", softmax_fp32=False, sdpa_broadcast_kv=True,
+)
+
 #: A bare parameter count (``--params``): no config, a GPT-style guess (never verified).
 PARAMS = Family(name="params", model_types=("params",), verified=False, gated_mlp=False, norm="layernorm")
 
-KNOWN: tuple[Family, ...] = (GPT2, GPT_BIGCODE, BERT, LLAMA, MISTRAL, MIXTRAL, QWEN2, PHI3, GEMMA2, PHI, QWEN3, OLMO2, STABLELM, GPT_NEOX, QWEN3_MOE, GEMMA3)
+KNOWN: tuple[Family, ...] = (GPT2, GPT_BIGCODE, BERT, LLAMA, MISTRAL, MIXTRAL, QWEN2, PHI3, GEMMA2, PHI, QWEN3, OLMO2, STABLELM, GPT_NEOX, QWEN3_MOE, GEMMA3, FALCON)
 
 BY_MODEL_TYPE: dict[str, Family] = {mt: fam for fam in KNOWN for mt in fam.model_types}
