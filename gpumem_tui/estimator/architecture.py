@@ -132,6 +132,7 @@ class ModelArchitecture:
     num_labels: int
     family: Family  # the description the config was read by
     rotary_dim: int = 0  # rotated dims per head (partial rotary); 0 = head_dim
+    shared_expert_size: int = 0  # width of the always-on shared expert MLP of a MoE layer
     params_override: int | None = None
     notes: tuple[str, ...] = field(default=())
 
@@ -191,6 +192,13 @@ class ModelArchitecture:
         else:
             out.append(LinearShape("up", h, f, self.mlp_bias, n))
         out.append(LinearShape("down", f, h, self.mlp_bias, n))
+        if self.shared_expert_size:
+            fs = self.shared_expert_size
+            out.append(LinearShape("shared_gate", h, fs, False))
+            out.append(LinearShape("shared_up", h, fs, False))
+            out.append(LinearShape("shared_down", fs, h, False))
+            if self.family.shared_expert_gate:
+                out.append(LinearShape("shared_expert_gate", h, 1, False))
         return tuple(out)
 
     # ----- parameter counts -----------------------------------------------------------
@@ -458,6 +466,8 @@ def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchi
         final_logit_softcapping=_optional_softcap(cfg, mt, "final_logit_softcapping") if family.softcapping else None,
         attn_logit_softcapping=_optional_softcap(cfg, mt, "attn_logit_softcapping") if family.softcapping else None,
         head=head, num_labels=labels, family=family, rotary_dim=int(hd * rotary_fraction),
+        shared_expert_size=_int(cfg, mt, family.shared_expert_field, default=0, minimum=0)
+        if family.shared_expert_field else 0,
     )
 
 

@@ -586,6 +586,12 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         mlp *= n_tok_mult
         if arch.num_experts:
             mlp += bs * arch.num_experts * 4 + 2 * bs * h * e * arch.experts_per_token
+        if arch.shared_expert_size:
+            # the shared expert is a dense gated MLP on every token (gate, act, up, product);
+            # its sigmoid gate keeps the gate's output and the expert's output for the product
+            mlp += 4 * bs * arch.shared_expert_size * e
+            if arch.family.shared_expert_gate:
+                mlp += bs * h * e + 2 * bs * e
     else:
         if arch.activation == "gelu_new":
             mlp = 4 * bs * f * e

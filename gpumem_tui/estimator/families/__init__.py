@@ -55,6 +55,9 @@ class Family:
     (``(w * x).to(dtype)``, OLMo 2), so it saves an fp32 normalized copy.
     ``sdpa_broadcast_kv``: the family calls SDPA with keys/values at the KV head count and no
     ``enable_gqa`` (Falcon), which sends MQA/GQA shapes to the math path.
+    ``shared_expert_field``: config field with the width of an always-on gated MLP beside
+    the routed experts (Qwen2-MoE ``shared_expert_intermediate_size``); ``shared_expert_gate``:
+    its output is scaled by ``sigmoid(Linear(h, 1))``.
     ``rotary_sets``: rotary tables per forward (Gemma 3: one per attention kind, local and
     global bases). ``sliding`` "pattern": every ``sliding_window_pattern``-th layer is full
     (Gemma 3). Partial rotary embeddings are read from the config (``partial_rotary_factor`` /
@@ -115,6 +118,8 @@ class Family:
     norm_weight_fp32: bool = False
     rotary_sets: int = 1
     sdpa_broadcast_kv: bool = False
+    shared_expert_field: str = ""
+    shared_expert_gate: bool = False
     parallel_residual: bool = False
     post_norm: bool = False
     # ----- saved-tensor rules

@@ -129,9 +129,17 @@ FALCON = Family(
     eager_qkv="fused_bmm", softmax_fp32=False, sdpa_broadcast_kv=True,
 )
 
+#: Qwen2-MoE / Qwen1.5-MoE (``Qwen2MoeForCausalLM``): Qwen2 attention (q/k/v biases), routed
+#: experts plus a sigmoid-gated shared expert in every layer.
+QWEN2_MOE = Family(
+    name="qwen2_moe", model_types=("qwen2_moe",), biases=(True, False, False), sliding="qwen2",
+    moe_fields=("num_experts", "num_experts_per_tok"), fused_gate_up=True,
+    shared_expert_field="shared_expert_intermediate_size", shared_expert_gate=True,
+)
+
 #: A bare parameter count (``--params``): no config, a GPT-style guess (never verified).
 PARAMS = Family(name="params", model_types=("params",), verified=False, gated_mlp=False, norm="layernorm")
 
-KNOWN: tuple[Family, ...] = (GPT2, GPT_BIGCODE, BERT, LLAMA, MISTRAL, MIXTRAL, QWEN2, PHI3, GEMMA2, PHI, QWEN3, OLMO2, STABLELM, GPT_NEOX, QWEN3_MOE, GEMMA3, FALCON)
+KNOWN: tuple[Family, ...] = (GPT2, GPT_BIGCODE, BERT, LLAMA, MISTRAL, MIXTRAL, QWEN2, PHI3, GEMMA2, PHI, QWEN3, OLMO2, STABLELM, GPT_NEOX, QWEN3_MOE, GEMMA3, FALCON, QWEN2_MOE)
 
 BY_MODEL_TYPE: dict[str, Family] = {mt: fam for fam in KNOWN for mt in fam.model_types}
