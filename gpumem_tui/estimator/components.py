@@ -986,7 +986,7 @@ def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
         mb = _dropout_mask_bytes(spec, e)
         p_attn = arch.attention_dropout > 0 and spec.task != "inference"
         pinned = bs * (q + kv) * e if _v_pins_fused_qkv_eager(arch, b) else 0  # freed with v
-        if arch.norm == "rmsnorm" and e != 4:  # fp32 softmax, cast to the compute dtype
+        if arch.family.softmax_fp32 and e != 4:  # fp32 softmax, cast to the compute dtype
             w.alloc(sq * e + bs * q * e)  # grads of the probabilities and of v
             w.free(sq * e + bs * q * e + pinned)  # saved probabilities (cast) and v
             w.alloc(sq * 4)  # cast backward
@@ -995,7 +995,7 @@ def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
             w.free(2 * sq * 4)  # its input gradient and the saved softmax output
             w.alloc(sq * e)  # back to the scores' dtype
             w.free(sq * 4)
-        elif arch.norm == "rmsnorm":
+        elif arch.family.softmax_fp32:
             w.alloc(sq * 4 + bs * q * e)
             w.free(bs * q * e + pinned)
             w.alloc(sq * 4)
@@ -1142,7 +1142,7 @@ def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int,
         # checkpoint_mask_bytes), alive through the whole forward
         kinds = 2 if arch.family.mask_per_attention_kind and 0 < arch.sliding_layers < arch.num_layers else 1
         mask = kinds * b * s * s * e if arch.kind == "decoder" else 0
-        if arch.norm == "rmsnorm":
+        if arch.family.softmax_fp32:
             rep = 2 * bs * q * e if arch.num_kv_heads != arch.num_heads else 0
             # rotated q, the repeat_kv copies of k and v (GQA), the masked scores, their fp32
             # copy and the fp32 softmax (pre-rotary k and the v projection are dropped once
