@@ -133,6 +133,9 @@ class ModelArchitecture:
     family: Family  # the description the config was read by
     rotary_dim: int = 0  # rotated dims per head (partial rotary); 0 = head_dim
     shared_expert_size: int = 0  # width of the always-on shared expert MLP of a MoE layer
+    embed_dim: int = 0  # token-embedding / LM-head width when projected to h (OPT); 0 = h
+    post_norm: bool = False  # LayerNorm after the residual add (BERT, OPT-350m)
+    final_norm: bool = True  # a norm before the head (not BERT, not post-norm OPT)
     params_override: int | None = None
     notes: tuple[str, ...] = field(default=())
 
@@ -151,6 +154,11 @@ class ModelArchitecture:
     def kv_dim(self) -> int:
         """Width of one of the key / value projection outputs: ``k * head_dim``."""
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def embed_width(self) -> int:
+        """Width of the token embedding and the LM-head input (``h`` unless projected)."""
+        return self.embed_dim or self.hidden_size
 
     @property
     def qk_norm_params(self) -> int:
@@ -216,14 +224,17 @@ class ModelArchitecture:
         if self.params_override is not None:
             return {"embeddings": 0, "layers": self.params_override, "final_norm": 0, "head": 0}
         h, V = self.hidden_size, self.vocab_size
-        emb = V * h + self.learned_positions * h + self.type_vocab_size * h
+        wd = self.embed_width
+        emb = V * wd + self.learned_positions * h + self.type_vocab_size * h
+        if wd != h:
+            emb += 2 * wd * h  # project_in and project_out (no bias)
         if self.family.embedding_norm:
             emb += self._norm_params()  # embeddings.LayerNorm
         per_layer = sum(lin.params for lin in self.layer_linears())
         per_layer += self.norms_per_layer * self._norm_params() + self.qk_norm_params
-        final_norm = 0 if self.family.embedding_norm else self._norm_params()
+        final_norm = self._norm_params() if self.final_norm else 0
         if self.head == "lm":
-            head = (0 if self.tie_word_embeddings else V * h) + (V if self.family.head_bias else 0)
+            head = (0 if self.tie_word_embeddings else V * wd) + (V if self.family.head_bias else 0)
         elif self.head == "mlm":
             # BertOnlyMLMHead: transform dense (h*h + h), LayerNorm (2h), decoder tied + bias V
             head = h * h + h + 2 * h + V + (0 if self.tie_word_embeddings else V * h)
@@ -261,7 +272,7 @@ class ModelArchitecture:
         """
         if self.params_override is not None:
             return max(1, self.params_override // max(1, 12 * self.num_layers))
-        sizes = [self.vocab_size * self.hidden_size]
+        sizes = [self.vocab_size * self.embed_width]
         for lin in self.layer_linears():
             sizes.append(lin.count * lin.d_in * lin.d_out)
         return max(sizes)
@@ -273,12 +284,13 @@ class ModelArchitecture:
             return 2 + 8 * self.num_layers
         norm_tensors = 2 if self.norm == "layernorm" else 1
         emb = 1 + (1 if self.learned_positions else 0) + (1 if self.type_vocab_size else 0)
+        emb += 2 if self.embed_width != self.hidden_size else 0
         if self.family.embedding_norm:
             emb += norm_tensors
         per_layer = self.norms_per_layer * norm_tensors + (2 if self.qk_norm_params else 0)
         for lin in self.layer_linears():
             per_layer += 2 if lin.bias else 1
-        final = 0 if self.family.embedding_norm else norm_tensors
+        final = norm_tensors if self.final_norm else 0
         if self.head == "lm":
             head = (0 if self.tie_word_embeddings else 1) + (1 if self.family.head_bias else 0)
         elif self.head == "mlm":
@@ -379,11 +391,12 @@ def _check_heads(model_type: str, heads: int, kv_heads: int, hidden: int, head_d
 
 def _bias(cfg: dict[str, Any], mt: str, rule: bool | str) -> bool:
     """A bias rule of a family: a bool, or boolean config field names ``a|b`` (first present
-    wins, default false)."""
+    wins), default false, or true with a ``=true`` suffix."""
     if isinstance(rule, bool):
         return rule
-    name = next((n for n in rule.split("|") if cfg.get(n) is not None), None)
-    return False if name is None else _bool(cfg, mt, name, False)
+    names, _, default = rule.partition("=")
+    name = next((n for n in names.split("|") if cfg.get(n) is not None), None)
+    return default == "true" if name is None else _bool(cfg, mt, name, False)
 
 
 def _sliding_layers(cfg: dict[str, Any], mt: str, family: Family, num_layers: int) -> tuple[int | None, int]:
@@ -449,6 +462,7 @@ def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchi
     act = next((str(cfg[n]) for n in family.activation_fields if cfg.get(n)), family.activation_default)
     drop = [_float(cfg, mt, *fields, default=d) if fields else d for fields, d in family.dropout_fields]
     head, labels = _head_from_config(cfg, family.kind)
+    post_norm = family.post_norm or bool(family.pre_norm_field) and not _bool(cfg, mt, family.pre_norm_field, True)
     rotary_fraction = _float(cfg, mt, "partial_rotary_factor", "rotary_pct", default=1.0)
     if rotary_fraction > 1:
         raise ArchitectureError(f"{mt}: partial_rotary_factor must be <= 1, got {rotary_fraction}")
@@ -459,7 +473,7 @@ def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchi
         activation=act, norm=family.norm, norms_per_layer=family.norms_per_layer,
         qkv_bias=_bias(cfg, mt, family.biases[0]), out_bias=_bias(cfg, mt, family.biases[1]),
         mlp_bias=_bias(cfg, mt, family.biases[2]), fused_qkv=family.fused_qkv, fused_gate_up=family.fused_gate_up,
-        learned_positions=P if family.learned_positions else 0,
+        learned_positions=P + family.position_offset if family.learned_positions else 0,
         type_vocab_size=_int(cfg, mt, "type_vocab_size", default=2, minimum=0) if family.type_vocab else 0,
         num_experts=experts, experts_per_token=per_tok, sliding_window=window, sliding_layers=sliding_layers,
         attention_dropout=drop[0], hidden_dropout=drop[1], embedding_dropout=drop[2],
@@ -468,6 +482,8 @@ def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchi
         head=head, num_labels=labels, family=family, rotary_dim=int(hd * rotary_fraction),
         shared_expert_size=_int(cfg, mt, family.shared_expert_field, default=0, minimum=0)
         if family.shared_expert_field else 0,
+        embed_dim=_int(cfg, mt, family.embed_proj_field, default=h) if family.embed_proj_field else 0,
+        post_norm=post_norm, final_norm=not family.embedding_norm and not (post_norm and family.pre_norm_field),
     )
 
 

@@ -213,7 +213,7 @@ def _adafactor_state_elements(arch: ModelArchitecture, spec: TrainingSpec) -> in
         head_elems = (2 * h + h) + (nl + h + nl)  # pooler dense + bias, classifier + bias
     else:
         head_elems = 2 * h + h  # BERT's pooler
-    final = 0 if arch.family.embedding_norm else norm_1d
+    final = norm_1d if arch.final_norm else 0
     return elems + arch.num_layers * per_layer + final + head_elems
 
 
@@ -476,7 +476,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         first_roles = ("qkv",) if arch.fused_qkv else ("q", "k", "v")
         # post-norm (BERT): the attention-block input is the previous layer's LayerNorm output,
         # saved once
-        attn_in = any(linear_saves_input(role) for role in first_roles) or arch.family.post_norm
+        attn_in = any(linear_saves_input(role) for role in first_roles) or arch.post_norm
         mlp_in = linear_saves_input("up")
         if arch.norms_per_layer == 1:
             rep += bs * h * e if attn_in or mlp_in else 0  # one norm output feeds both blocks
@@ -597,7 +597,8 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
             mlp = 4 * bs * f * e
         else:
             mlp = bs * f * e
-        if linear_saves_input("down"):
+        # ReLU saves its output, which is also the down projection's input: one tensor
+        if linear_saves_input("down") and arch.activation != "relu":
             mlp += bs * f * e
     par += mlp
     for role in ("q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up"):
@@ -634,7 +635,11 @@ def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, 
     else:
         out += 2 * s * 8 + e  # position / token-type id slices, loss in compute dtype
     if arch.learned_positions and arch.family.buffers != "position_ids":
-        out += s * 8  # position ids (BERT slices its buffer instead)
+        # position ids (BERT slices its buffer instead; OPT computes one row per sequence)
+        out += (bs if arch.family.positions_from_mask else s) * 8
+    if arch.embed_width != h:
+        # project_in keeps the narrow embedding output, the LM head the narrow project_out output
+        out += 2 * bs * arch.embed_width * e
     # under autocast the embeddings (fp32 weights, no autocast op) and the residual stream
     # they start stay fp32: the embedding dropout and the LayerNorms around it see fp32 inputs
     res = 4 if prec.amp else e
@@ -653,7 +658,10 @@ def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, 
     if arch.embedding_dropout > 0:
         out += bs * h * emb_mask
     if arch.norm == "layernorm":
-        out += bs * h * (res + e) + 2 * bs * 4  # final LayerNorm input + stats, LM-head input
+        if arch.final_norm:
+            out += bs * h * (res + e) + 2 * bs * 4  # final LayerNorm input + stats, LM-head input
+        else:
+            out += bs * h * e  # the last layer's (post-norm) output feeds the head
     elif arch.family.norm_offset_fp32:
         # final (1 + w) RMSNorm (no fp32 normalized product when frozen), LM-head input, the
         # embedding scale factor
@@ -806,7 +814,7 @@ def head_gradient_temporaries(arch: ModelArchitecture, spec: TrainingSpec) -> He
         return HeadGradTemps(0, 0, 0)
     prec = precision(spec)
     shard = (spec.tp * spec.pp) * (spec.dp if spec.zero >= 2 else 1)
-    vh = arch.vocab_size * arch.hidden_size * prec.grad / shard
+    vh = arch.vocab_size * arch.embed_width * prec.grad / shard
     if arch.tie_word_embeddings:
         return HeadGradTemps(pending=int(vh), head_new=0, embedding=int((3 if spec.grads_persist else 2) * vh))
     if spec.grads_persist:

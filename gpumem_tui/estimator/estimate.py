@@ -138,7 +138,7 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     amp_casts = 0
     if prec.amp:  # 16-bit copies of every Linear weight (incl. the LM head), cached by autocast
         # LM head; BERT's MLM head: transform dense + decoder
-        head_lin = arch.vocab_size * h if arch.head == "lm" else (arch.vocab_size + h) * h if arch.head == "mlm" else 0
+        head_lin = arch.vocab_size * arch.embed_width if arch.head == "lm" else (arch.vocab_size + h) * h if arch.head == "mlm" else 0
         amp_casts = (arch.linear_weight_params + head_lin) * e / (spec.tp * spec.pp)
     # in backward (outside the autocast context, whose cast cache is cleared on exit) a cast
     # lives only while the op that saved it has not run backward; with full checkpointing the
@@ -154,7 +154,7 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
         casts_bw_head = casts_bw_final = casts_bw_last = amp_casts
     full_training = spec.task == "train"
     shard_g = (spec.tp * spec.pp) * (spec.dp if spec.zero >= 2 else 1)
-    head_w = arch.vocab_size * h * prec.grad / shard_g if full_training and arch.head in ("lm", "mlm") else 0
+    head_w = arch.vocab_size * arch.embed_width * prec.grad / shard_g if full_training and arch.head in ("lm", "mlm") else 0
     # (V, h) gradient temporaries: a tied head's pending contribution, the embedding backward's
     # dense gradient and sum, an untied head's new gradient when a .grad exists
     HT = C.head_gradient_temporaries(arch, spec)

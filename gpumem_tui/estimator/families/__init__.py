@@ -58,6 +58,12 @@ class Family:
     ``shared_expert_field``: config field with the width of an always-on gated MLP beside
     the routed experts (Qwen2-MoE ``shared_expert_intermediate_size``); ``shared_expert_gate``:
     its output is scaled by ``sigmoid(Linear(h, 1))``.
+    ``position_offset``: extra rows of the learned position table (OPT: 2);
+    ``positions_from_mask``: position ids are computed per sequence (``cumsum`` of the mask,
+    ``b s`` int64, OPT) rather than one ``s`` row; ``embed_proj_field``: config field with
+    the embedding width when it differs from ``h`` (OPT ``word_embed_proj_dim``: project_in /
+    project_out Linears); ``pre_norm_field``: boolean config field, false = post-norm layers
+    and no final norm (OPT ``do_layer_norm_before``).
     ``rotary_sets``: rotary tables per forward (Gemma 3: one per attention kind, local and
     global bases). ``sliding`` "pattern": every ``sliding_window_pattern``-th layer is full
     (Gemma 3). Partial rotary embeddings are read from the config (``partial_rotary_factor`` /
@@ -119,6 +125,10 @@ class Family:
     rotary_sets: int = 1
     sdpa_broadcast_kv: bool = False
     shared_expert_field: str = ""
+    position_offset: int = 0
+    positions_from_mask: bool = False
+    embed_proj_field: str = ""
+    pre_norm_field: str = ""
     shared_expert_gate: bool = False
     parallel_residual: bool = False
     post_norm: bool = False

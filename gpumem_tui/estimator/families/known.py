@@ -137,9 +137,22 @@ QWEN2_MOE = Family(
     shared_expert_field="shared_expert_intermediate_size", shared_expert_gate=True,
 )
 
+#: OPT (``OPTForCausalLM``): learned positions with an offset of 2 rows computed per sequence,
+#: LayerNorm before (125m, 1.3b, ...) or after (350m) each block, ReLU 4h MLP, dropout 0.1,
+#: llama-style eager attention (fp32 softmax), optional ``word_embed_proj_dim`` projections,
+#: tied head.
+OPT = Family(
+    name="opt", model_types=("opt",), norm="layernorm", biases=("enable_bias=true",) * 3,
+    ffn=("ffn_dim",), positions=("max_position_embeddings",), positions_required=True, learned_positions=True,
+    position_offset=2, positions_from_mask=True, embed_proj_field="word_embed_proj_dim",
+    pre_norm_field="do_layer_norm_before", gated_mlp=False, tie_default=True, kv_heads="mha",
+    activation_fields=("activation_function",), activation_default="relu",
+    dropout_fields=((("attention_dropout",), 0.0), (("dropout",), 0.1), ((), 0.0)), buffers="none",
+)
+
 #: A bare parameter count (``--params``): no config, a GPT-style guess (never verified).
 PARAMS = Family(name="params", model_types=("params",), verified=False, gated_mlp=False, norm="layernorm")
 
-KNOWN: tuple[Family, ...] = (GPT2, GPT_BIGCODE, BERT, LLAMA, MISTRAL, MIXTRAL, QWEN2, PHI3, GEMMA2, PHI, QWEN3, OLMO2, STABLELM, GPT_NEOX, QWEN3_MOE, GEMMA3, FALCON, QWEN2_MOE)
+KNOWN: tuple[Family, ...] = (GPT2, GPT_BIGCODE, BERT, LLAMA, MISTRAL, MIXTRAL, QWEN2, PHI3, GEMMA2, PHI, QWEN3, OLMO2, STABLELM, GPT_NEOX, QWEN3_MOE, GEMMA3, FALCON, QWEN2_MOE, OPT)
 
 BY_MODEL_TYPE: dict[str, Family] = {mt: fam for fam in KNOWN for mt in fam.model_types}
