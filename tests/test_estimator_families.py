@@ -195,3 +195,10 @@ def test_exact_family_within_1_percent_median_2_percent_worst(family: str) -> No
     assert len(errors) >= 3
     assert statistics.median(errors) <= 0.01
     assert max(errors) <= 0.02
+
+
+def test_general_reading_names_the_structure_it_does_not_model() -> None:
+    arch = load_architecture("deepseek-v3")
+    assert not arch.family.verified
+    note = " ".join(arch.notes)
+    assert "multi-head latent attention" in note and "dense first layers" in note and "shared experts" in note

@@ -512,12 +512,26 @@ def architecture_from_config(config: Any, name: str = "config.json") -> ModelArc
             else general_family(config)
         note = (f"model_type {mt!r} has no exact description: read with the {family.name} description, "
                 "not verified for this family")
+        ignored = [what for field, what in _GENERAL_IGNORES if config.get(field)]
+        if ignored:
+            note += "; not modelled: " + ", ".join(ignored)
     if not family.moe_fields and config.get("num_local_experts"):
         raise ArchitectureError(f"{name}: {mt} config with experts is not modelled")
     arch = _read(config, name, mt, family)
     _check_plausible(arch, name)
     return arch if note is None else replace(arch, notes=arch.notes + (note,))
 
+
+#: config fields whose structure the general description does not model (named in the note)
+_GENERAL_IGNORES = (
+    ("kv_lora_rank", "multi-head latent attention (approximated as MHA)"),
+    ("q_lora_rank", "low-rank query projection"),
+    ("first_k_dense_replace", "dense first layers (all layers taken as MoE)"),
+    ("n_shared_experts", "shared experts"),
+    ("shared_expert_intermediate_size", "shared experts"),
+    ("use_parallel_residual", "parallel attention + MLP block"),
+    ("parallel_attn", "parallel attention + MLP block"),
+)
 
 #: more parameters than this is a typo or an overflow, not a model (the largest published
 #: dense and MoE models have ~2e12)

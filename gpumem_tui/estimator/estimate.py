@@ -329,7 +329,7 @@ def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -
         shared = " plus the shared expert" if arch.shared_expert_size else ""
         out.append(
             f"MoE routing assumption: balanced -- {arch.experts_per_token} of {arch.num_experts} experts per token{shared}, "
-            f"each expert sees k/E of the tokens (checked on CPU with random weights); a worst case that routes "
+            f"each expert sees k/E of the tokens (as measured on CPU with random weights and tokens); a worst case that routes "
             f"every token to the same experts needs up to {arch.num_experts // max(1, arch.experts_per_token)}x "
             "the expert activations"
         )
