@@ -51,6 +51,11 @@ MOE: list[tuple[str, dict[str, Any]]] = [
     ("qwen3-30b-a3b", _narrow(intermediate_size=512, moe_intermediate_size=128, num_experts=8, num_experts_per_tok=2,
                               num_key_value_heads=2, head_dim=64)),
     ("mixtral-8x7b", _narrow(intermediate_size=512, num_local_experts=4, num_experts_per_tok=2, num_key_value_heads=2)),
+    # no exact description yet (MLA, dense first layer, shared expert): the general reading's error
+    ("deepseek-v3", _narrow(num_hidden_layers=3, first_k_dense_replace=1, intermediate_size=512, moe_intermediate_size=128,
+                            n_routed_experts=8, num_experts_per_tok=2, n_group=1, topk_group=1, n_shared_experts=1,
+                            q_lora_rank=128, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
+                            num_key_value_heads=4)),
 ]
 UNSEEN = ["benchmarks/data/configs/unseen/starcoder2.json", "benchmarks/data/configs/unseen/helium.json"]
 

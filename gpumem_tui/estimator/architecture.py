@@ -136,6 +136,9 @@ class ModelArchitecture:
     embed_dim: int = 0  # token-embedding / LM-head width when projected to h (OPT); 0 = h
     post_norm: bool = False  # LayerNorm after the residual add (BERT, OPT-350m)
     final_norm: bool = True  # a norm before the head (not BERT, not post-norm OPT)
+    mla: tuple[int, ...] = ()  # (q_lora_rank or 0, kv_lora_rank, qk_nope, qk_rope, v_head_dim)
+    dense_layers: int = 0  # leading layers with a dense MLP of width dense_ffn (MoE models)
+    dense_ffn: int = 0
     params_override: int | None = None
     notes: tuple[str, ...] = field(default=())
 
@@ -167,6 +170,8 @@ class ModelArchitecture:
             return 2 * self.head_dim
         if self.family.qk_norm == "full":
             return self.q_dim + self.kv_dim
+        if self.mla:
+            return self.mla[0] + self.mla[1]  # q_a_layernorm (when q is low-rank), kv_a_layernorm
         return 0
 
     @property
@@ -182,13 +187,25 @@ class ModelArchitecture:
         """The ``nn.Linear`` layers of one transformer layer (experts counted with ``count``)."""
         h, f = self.hidden_size, self.intermediate_size
         out: list[LinearShape] = []
-        if self.fused_qkv:
+        if self.mla:
+            q_rank, kv_rank, nope, rope, v = self.mla
+            a = self.num_heads
+            if q_rank:
+                out.append(LinearShape("q_a", h, q_rank, self.qkv_bias))
+                out.append(LinearShape("q_b", q_rank, a * (nope + rope), False))
+            else:
+                out.append(LinearShape("q", h, a * (nope + rope), False))
+            out.append(LinearShape("kv_a", h, kv_rank + rope, self.qkv_bias))
+            out.append(LinearShape("kv_b", kv_rank, a * (nope + v), False))
+            out.append(LinearShape("o", a * v, h, self.out_bias))
+        elif self.fused_qkv:
             out.append(LinearShape("qkv", h, self.q_dim + 2 * self.kv_dim, self.qkv_bias))
         else:
             out.append(LinearShape("q", h, self.q_dim, self.qkv_bias))
             out.append(LinearShape("k", h, self.kv_dim, self.qkv_bias))
             out.append(LinearShape("v", h, self.kv_dim, self.qkv_bias))
-        out.append(LinearShape("o", self.q_dim, h, self.out_bias))
+        if not self.mla:
+            out.append(LinearShape("o", self.q_dim, h, self.out_bias))
         n = max(1, self.num_experts)
         if self.num_experts:
             out.append(LinearShape("router", h, self.num_experts, False))
@@ -230,8 +247,9 @@ class ModelArchitecture:
             emb += 2 * wd * h  # project_in and project_out (no bias)
         if self.family.embedding_norm:
             emb += self._norm_params()  # embeddings.LayerNorm
-        per_layer = sum(lin.params for lin in self.layer_linears())
-        per_layer += self.norms_per_layer * self._norm_params() + self.qk_norm_params
+        layers = (self.num_layers - self.dense_layers) * self._layer_params()
+        if self.dense_layers:
+            layers += self.dense_layers * self.dense_variant()._layer_params()
         final_norm = self._norm_params() if self.final_norm else 0
         if self.head == "lm":
             head = (0 if self.tie_word_embeddings else V * wd) + (V if self.family.head_bias else 0)
@@ -249,7 +267,17 @@ class ModelArchitecture:
             head = h * h + h  # BertModel's pooler
         else:
             head = 0
-        return {"embeddings": emb, "layers": per_layer * self.num_layers, "final_norm": final_norm, "head": head}
+        return {"embeddings": emb, "layers": layers, "final_norm": final_norm, "head": head}
+
+    def _layer_params(self) -> int:
+        return (sum(lin.params for lin in self.layer_linears())
+                + self.norms_per_layer * self._norm_params() + self.qk_norm_params)
+
+    def dense_variant(self) -> ModelArchitecture:
+        """The architecture of a dense leading layer of a MoE model (same attention, a dense
+        gated MLP of width ``dense_ffn``, separate gate / up / down Linears)."""
+        return replace(self, num_experts=0, experts_per_token=0, shared_expert_size=0, dense_layers=0,
+                       intermediate_size=self.dense_ffn, fused_gate_up=False)
 
     @property
     def total_params(self) -> int:
@@ -261,7 +289,11 @@ class ModelArchitecture:
         """Elements in the transformer layers' ``nn.Linear`` weights (what QLoRA quantizes)."""
         if self.params_override is not None:
             return self.params_override
-        return self.num_layers * sum(lin.count * lin.d_in * lin.d_out for lin in self.layer_linears())
+        def weights(arch: ModelArchitecture) -> int:
+            return sum(lin.count * lin.d_in * lin.d_out for lin in arch.layer_linears())
+
+        dense = self.dense_layers * (weights(self.dense_variant()) - weights(self)) if self.dense_layers else 0
+        return self.num_layers * weights(self) + dense
 
     @property
     def largest_param_elements(self) -> int:
@@ -287,9 +319,11 @@ class ModelArchitecture:
         emb += 2 if self.embed_width != self.hidden_size else 0
         if self.family.embedding_norm:
             emb += norm_tensors
-        per_layer = self.norms_per_layer * norm_tensors + (2 if self.qk_norm_params else 0)
-        for lin in self.layer_linears():
-            per_layer += 2 if lin.bias else 1
+        def layer_tensors(arch: ModelArchitecture) -> int:
+            n = arch.norms_per_layer * norm_tensors + ((1 + bool(arch.mla[0])) if arch.mla else 2 if arch.qk_norm_params else 0)
+            return n + sum(2 if lin.bias else 1 for lin in arch.layer_linears())
+
+        per_layer = layer_tensors(self)
         final = norm_tensors if self.final_norm else 0
         if self.head == "lm":
             head = (0 if self.tie_word_embeddings else 1) + (1 if self.family.head_bias else 0)
@@ -299,7 +333,8 @@ class ModelArchitecture:
             head = 1 if self.kind == "decoder" else 4  # score weight; BERT: pooler + classifier
         else:
             head = 2 if self.family.pooler else 0
-        return emb + per_layer * self.num_layers + final + head
+        dense = self.dense_layers * (layer_tensors(self.dense_variant()) - per_layer) if self.dense_layers else 0
+        return emb + per_layer * self.num_layers + dense + final + head
 
     def with_head(self, head: str, num_labels: int = 2) -> ModelArchitecture:
         """Copy with another head kind (see :data:`HEADS`)."""
@@ -425,6 +460,13 @@ def _sliding_layers(cfg: dict[str, Any], mt: str, family: Family, num_layers: in
     return window, num_layers
 
 
+def _mla(cfg: dict[str, Any], mt: str) -> tuple[int, ...]:
+    """Multi-head latent attention sizes (DeepSeek-V2/V3 config fields)."""
+    q_rank = _int(cfg, mt, "q_lora_rank", default=0, minimum=0)
+    return (q_rank, _int(cfg, mt, "kv_lora_rank"), _int(cfg, mt, "qk_nope_head_dim"),
+            _int(cfg, mt, "qk_rope_head_dim"), _int(cfg, mt, "v_head_dim"))
+
+
 def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchitecture:
     """Read ``cfg`` by the field names and defaults of ``family`` (see :class:`Family`)."""
     h = _int(cfg, mt, *family.hidden)
@@ -449,6 +491,9 @@ def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchi
         k = _int(cfg, mt, "num_key_value_heads", "num_kv_heads", default=1 if cfg.get("multi_query") is True else a)
     hd = _check_heads(mt, a, k, h, _int(cfg, mt, "head_dim", default=None) if family.kv_heads == "config" else None)
     experts = per_tok = 0
+    f_dense = 0
+    if family.mla:
+        hd = _int(cfg, mt, "qk_nope_head_dim") + _int(cfg, mt, "qk_rope_head_dim")
     if family.moe_fields:
         experts = _int(cfg, mt, *family.moe_fields[0].split("|"))
         per_tok = _int(cfg, mt, *family.moe_fields[1].split("|"))
@@ -457,6 +502,7 @@ def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchi
                 f"{mt}: experts per token ({per_tok}) exceed the number of experts ({experts})"
             )
         # the experts' own width where the config separates it from the dense MLP's
+        f_dense = f
         f = _int(cfg, mt, "moe_intermediate_size", default=f)
     window, sliding_layers = _sliding_layers(cfg, mt, family, L)
     act = next((str(cfg[n]) for n in family.activation_fields if cfg.get(n)), family.activation_default)
@@ -479,9 +525,13 @@ def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchi
         attention_dropout=drop[0], hidden_dropout=drop[1], embedding_dropout=drop[2],
         final_logit_softcapping=_optional_softcap(cfg, mt, "final_logit_softcapping") if family.softcapping else None,
         attn_logit_softcapping=_optional_softcap(cfg, mt, "attn_logit_softcapping") if family.softcapping else None,
-        head=head, num_labels=labels, family=family, rotary_dim=int(hd * rotary_fraction),
-        shared_expert_size=_int(cfg, mt, family.shared_expert_field, default=0, minimum=0)
+        head=head, num_labels=labels, family=family,
+        rotary_dim=_int(cfg, mt, "qk_rope_head_dim") if family.mla else int(hd * rotary_fraction),
+        shared_expert_size=math.prod(_int(cfg, mt, n, default=0, minimum=0) for n in family.shared_expert_field.split("*"))
         if family.shared_expert_field else 0,
+        mla=_mla(cfg, mt) if family.mla else (),
+        dense_layers=min(L, _int(cfg, mt, family.dense_first_field, default=0, minimum=0)) if family.dense_first_field else 0,
+        dense_ffn=f_dense,
         embed_dim=_int(cfg, mt, family.embed_proj_field, default=h) if family.embed_proj_field else 0,
         post_norm=post_norm, final_norm=not family.embedding_norm and not (post_norm and family.pre_norm_field),
     )
@@ -515,6 +565,9 @@ def architecture_from_config(config: Any, name: str = "config.json") -> ModelArc
         ignored = [what for field, what in _GENERAL_IGNORES if config.get(field)]
         if ignored:
             note += "; not modelled: " + ", ".join(ignored)
+    if note is None and not family.verified:
+        note = (f"model_type {mt!r}: the {family.name} description has exact parameters but is not verified "
+                "against measure for activations")
     if not family.moe_fields and config.get("num_local_experts"):
         raise ArchitectureError(f"{name}: {mt} config with experts is not modelled")
     arch = _read(config, name, mt, family)

@@ -64,6 +64,11 @@ class Family:
     the embedding width when it differs from ``h`` (OPT ``word_embed_proj_dim``: project_in /
     project_out Linears); ``pre_norm_field``: boolean config field, false = post-norm layers
     and no final norm (OPT ``do_layer_norm_before``).
+    ``mla``: multi-head latent attention (DeepSeek-V2/V3: low-rank ``q_a``/``q_b`` and
+    ``kv_a``/``kv_b`` projections with RMSNorms on the latents, read from ``q_lora_rank``,
+    ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``);
+    ``dense_first_field``: config field counting leading layers with a dense MLP instead of
+    experts (``first_k_dense_replace``). ``shared_expert_field`` may be a product ``a*b``.
     ``rotary_sets``: rotary tables per forward (Gemma 3: one per attention kind, local and
     global bases). ``sliding`` "pattern": every ``sliding_window_pattern``-th layer is full
     (Gemma 3). Partial rotary embeddings are read from the config (``partial_rotary_factor`` /
@@ -126,6 +131,8 @@ class Family:
     sdpa_broadcast_kv: bool = False
     shared_expert_field: str = ""
     position_offset: int = 0
+    mla: bool = False
+    dense_first_field: str = ""
     positions_from_mask: bool = False
     embed_proj_field: str = ""
     pre_norm_field: str = ""

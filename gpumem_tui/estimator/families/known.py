@@ -150,9 +150,19 @@ OPT = Family(
     dropout_fields=((("attention_dropout",), 0.0), (("dropout",), 0.1), ((), 0.0)), buffers="none",
 )
 
+#: DeepSeek-V3 (``DeepseekV3ForCausalLM``): multi-head latent attention, leading dense layers,
+#: then routed experts (3-D ``gate_up_proj`` / ``down_proj``) plus ``n_shared_experts`` shared
+#: ones. Parameters are exact; the activations of MLA are approximated by an MHA of
+#: ``qk_nope + qk_rope`` head width (not verified: ``verified`` is False).
+DEEPSEEK_V3 = Family(
+    name="deepseek_v3", model_types=("deepseek_v3",), verified=False, mla=True,
+    moe_fields=("n_routed_experts", "num_experts_per_tok"), fused_gate_up=True,
+    shared_expert_field="n_shared_experts*moe_intermediate_size", dense_first_field="first_k_dense_replace",
+)
+
 #: A bare parameter count (``--params``): no config, a GPT-style guess (never verified).
 PARAMS = Family(name="params", model_types=("params",), verified=False, gated_mlp=False, norm="layernorm")
 
-KNOWN: tuple[Family, ...] = (GPT2, GPT_BIGCODE, BERT, LLAMA, MISTRAL, MIXTRAL, QWEN2, PHI3, GEMMA2, PHI, QWEN3, OLMO2, STABLELM, GPT_NEOX, QWEN3_MOE, GEMMA3, FALCON, QWEN2_MOE, OPT)
+KNOWN: tuple[Family, ...] = (GPT2, GPT_BIGCODE, BERT, LLAMA, MISTRAL, MIXTRAL, QWEN2, PHI3, GEMMA2, PHI, QWEN3, OLMO2, STABLELM, GPT_NEOX, QWEN3_MOE, GEMMA3, FALCON, QWEN2_MOE, OPT, DEEPSEEK_V3)
 
 BY_MODEL_TYPE: dict[str, Family] = {mt: fam for fam in KNOWN for mt in fam.model_types}
