@@ -209,3 +209,47 @@ def test_general_reading_names_the_structure_it_does_not_model() -> None:
 def test_deepseek_v3_description_is_flagged_as_not_verified() -> None:
     est = estimate(load_architecture("deepseek-v3"), TrainingSpec(device="cpu", seq=128))
     assert any("deepseek_v3" in a and "not verified" in a for a in est.assumptions)
+
+
+def test_estimate_with_the_new_modules_imports_neither_torch_nor_textual() -> None:
+    code = (
+        "import sys\n"
+        "from gpumem_tui.estimator import cli, models\n"
+        "from gpumem_tui.estimator.architecture import load_architecture\n"
+        "from gpumem_tui.estimator.estimate import estimate\n"
+        "from gpumem_tui.estimator.spec import TrainingSpec\n"
+        "for name in ('deepseek-v3', 'opt-350m', 'gemma-3-1b'):\n"
+        "    estimate(load_architecture(name), TrainingSpec(device='meta'))\n"
+        "models.search_models('qwen')\n"
+        "bad = [m for m in ('torch', 'textual', 'pynvml', 'transformers') if m in sys.modules]\n"
+        "print(bad)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[]"
+
+
+def test_meta_profile_puts_sdpa_on_the_math_path() -> None:
+    arch = load_architecture("qwen3-0.6b")
+    cpu = estimate(arch, TrainingSpec(device="cpu", attention="sdpa", batch=1, seq=2048))
+    meta = estimate(arch, TrainingSpec(device="meta", attention="sdpa", batch=1, seq=2048))
+    # the meta device stores the s x s probabilities that the CPU flash kernel does not
+    assert meta.components_bytes["activations"] - cpu.components_bytes["activations"] >= 28 * 16 * 2048 * 2048
+
+
+# `gpumem-tui measure CONFIG --on meta --attention sdpa --batch 2 --seq 512` (torch 2.13 CPU
+# build, transformers 5.24): the meta device runs SDPA's math path
+META_SDPA_MEASURED = [
+    ("qwen3-0.6b-cpu-sdpa-fp32-b2-s256", "fp32", 151_222_632),
+    ("qwen3-0.6b-cpu-sdpa-fp32-b2-s256", "bf16", 116_544_872),
+    ("gpt2-small-L2-fp32-b2-s256-cpu-sdpa", "fp32", 264_380_536),
+    ("gpt2-small-L2-fp32-b2-s256-cpu-sdpa", "bf16", 210_860_152),
+]
+
+
+@pytest.mark.parametrize("config,dtype,measured", META_SDPA_MEASURED)
+def test_meta_profile_matches_measure_on_meta_with_sdpa(config: str, dtype: str, measured: int) -> None:
+    arch = load_architecture(str(ROOT / "benchmarks" / "data" / "configs" / f"{config}.json"))
+    est = estimate(arch, TrainingSpec(device="meta", attention="sdpa", batch=2, seq=512, dtype=dtype))
+    assert abs(est.peak_bytes - measured) / measured < 0.005
