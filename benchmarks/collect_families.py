@@ -76,6 +76,11 @@ def cases() -> list[tuple[str, str, dict[str, Any], dict[str, Any], str]]:
         out += [(_id(name, "cpu", s), name, cpu_over, s, "cpu") for s in CPU_SHAPES]
     for name, cpu_over in MOE:
         out += [(_id(name, "cpu", s), name, cpu_over, s, "cpu") for s in CPU_SHAPES]
+    # held out while the MLA rules were written: no low-rank query (V2-Lite style), other shapes
+    lite = dict(MOE[-1][1], q_lora_rank=None, num_hidden_layers=2)
+    out += [(_id("deepseek-v3-noqlora", "cpu", s), "deepseek-v3", lite, s, "cpu")
+            for s in (dict(batch=2, seq=384, dtype="bf16", attention="eager"),
+                      dict(batch=1, seq=768, dtype="fp32", attention="sdpa"))]
     for path in UNSEEN:
         name = "unseen-" + Path(path).stem
         out += [(_id(name, "meta", s), path, {}, s, "meta") for s in META_SHAPES]

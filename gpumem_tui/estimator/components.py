@@ -354,6 +354,10 @@ def _sdpa_math(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
     """
     if spec.attention != "sdpa" or not arch.family.sdpa:
         return False
+    if arch.mla and arch.mla[4] != arch.head_dim:
+        # fused kernels need one head size for q, k and v (torch ``sdp_utils_cpp``:
+        # ``check_head_dim_size_cpp``); MLA's values are narrower than its keys
+        return True
     if arch.family.sdpa_broadcast_kv and arch.num_kv_heads != arch.num_heads:
         # fused kernels need as many KV heads as query heads unless ``enable_gqa`` is passed
         # (torch ``sdp_utils``: ``check_batch_size_and_num_heads_dense``); measured, MemTracker,
@@ -575,6 +579,8 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         rows = a + arch.num_kv_heads if arch.family.qk_norm == "head" else 2
         normalized = 0 if lora else 4 if arch.family.norm_weight_fp32 else e
         par += bs * (q + kv) * (4 + normalized) + bs * rows * 4
+    if arch.mla:
+        par += _mla_extra(arch, spec, b, s, lora)
     if p_hid and arch.norm != "layernorm":
         rep += 2 * bs * h * mask_b
     # MLP
@@ -614,6 +620,28 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
             # aten/src/ATen/autocast_mode.h); measured, MemTracker, CPU autocast: 3 casts
             rep += 2 * bs * h * e
     return LayerActivations(replicated=int(rep), parallel=int(par), quadratic=int(quad))
+
+
+def _mla_extra(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int, lora: bool) -> int:
+    """Saved bytes of one multi-head-latent-attention layer beyond those of an MHA layer with
+    ``qk_nope + qk_rope`` heads (transformers ``DeepseekV3Attention.forward``): the RMSNorms of
+    the query and KV latents (fp32 upcast -- for fp32 compute the ``kv_a`` output the split
+    latent is a view of --, rsqrt, normalized copy, output saved by ``q_b`` / ``kv_b``), the
+    value as a view pinning the whole ``kv_b`` output, and an o-projection input of
+    ``a v_head_dim``."""
+    q_rank, kv_rank, nope, rope, v = arch.mla
+    e = precision(spec).compute
+    bs, a, qk = b * s, arch.num_heads, nope + rope
+    normalized = 0 if lora else e
+    out = 0
+    for rank in (q_rank, kv_rank):
+        if rank:
+            out += bs * rank * (4 + normalized + e) + bs * 4
+    if e == 4:
+        out += bs * rope * 4  # the upcast is a view of the kv_a output: its rope part stays too
+    out += bs * a * (nope + v - qk) * e  # v pins kv_b's output (k_nope and v)
+    out += bs * a * (v - qk) * e  # o-projection input at the value width
+    return out
 
 
 def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
@@ -1088,7 +1116,13 @@ def activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int
         per = checkpoint_input_bytes(arch, spec, b, s)
         extra = checkpoint_mask_bytes(arch, spec, b, s)
     per = per / spec.tp
-    return int(per * arch.num_layers + extra + fixed_activation_bytes(arch, spec, b, s))
+    total = per * arch.num_layers
+    if arch.dense_layers and spec.grad_ckpt != "full":
+        # leading dense layers of a MoE model save a dense MLP's tensors instead of the experts'
+        dense = layer_activations(arch.dense_variant(), spec, b, s)
+        total += arch.dense_layers * ((dense.total - (dense.quadratic if spec.grad_ckpt == "selective" else 0)) / spec.tp
+                                      - per)
+    return int(total + extra + fixed_activation_bytes(arch, spec, b, s))
 
 
 # ----- inference -----------------------------------------------------------------------------

@@ -152,10 +152,9 @@ OPT = Family(
 
 #: DeepSeek-V3 (``DeepseekV3ForCausalLM``): multi-head latent attention, leading dense layers,
 #: then routed experts (3-D ``gate_up_proj`` / ``down_proj``) plus ``n_shared_experts`` shared
-#: ones. Parameters are exact; the activations of MLA are approximated by an MHA of
-#: ``qk_nope + qk_rope`` head width (not verified: ``verified`` is False).
+#: ones; MLA's values are narrower than its keys, so SDPA takes the math path.
 DEEPSEEK_V3 = Family(
-    name="deepseek_v3", model_types=("deepseek_v3",), verified=False, mla=True,
+    name="deepseek_v3", model_types=("deepseek_v3",), mla=True,
     moe_fields=("n_routed_experts", "num_experts_per_tok"), fused_gate_up=True,
     shared_expert_field="n_shared_experts*moe_intermediate_size", dense_first_field="first_k_dense_replace",
 )
