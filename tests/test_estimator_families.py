@@ -176,17 +176,7 @@ def _per_family() -> dict[str, list[float]]:
     return out
 
 
-_KNOWN_MISSES = {
-    # worst case 2.2 %: with fp32 compute one b s (q + 2 kv) x 4 per layer more than modelled
-    # is alive at the backward peak (meta and CPU, eager and SDPA); not traced yet
-    "falcon": "fp32 Falcon keeps one fused-qkv-sized tensor per layer more than modelled",
-}
-
-
-@pytest.mark.parametrize("family", [
-    pytest.param(f, marks=pytest.mark.xfail(strict=True, reason=_KNOWN_MISSES[f])) if f in _KNOWN_MISSES else f
-    for f in sorted(_per_family())
-])
+@pytest.mark.parametrize("family", sorted(_per_family()))
 def test_exact_family_within_1_percent_median_2_percent_worst(family: str) -> None:
     """``estimate --device cpu`` vs ``measure`` (meta eager at real widths, CPU SDPA/eager at
     narrow widths; MoE on the CPU) over at least three shapes per family."""

@@ -390,6 +390,18 @@ def _v_pins_fused_qkv_eager(arch: ModelArchitecture, b: int) -> bool:
     return b == 1 and arch.fused_qkv and not arch.learned_positions and arch.num_kv_heads == arch.num_heads
 
 
+def _broadcast_kv_copies(arch: ModelArchitecture, b: int, s: int, e: int) -> int:
+    """Extra bytes when single-head keys / values are broadcast against ``a`` query heads by
+    ``torch.matmul`` (Falcon's own attention): for ``b > 1`` matmul expands them and saves the
+    ``a``-head copies for backward (k and v: ``2 b s (q - kv) e``); at ``b = 1`` it folds the
+    query heads into the matrix rows and copies nothing (``torch.matmul`` folding, ATen
+    ``LinearAlgebra.cpp``; measured, MemTracker, Falcon-7B shapes: exact at b = 1, one
+    ``2 b s (q - kv) e`` per layer more at b = 2 and 4)."""
+    if not arch.family.sdpa_broadcast_kv or arch.num_kv_heads != 1 or arch.num_heads == 1 or b == 1:
+        return 0
+    return 2 * b * s * (arch.q_dim - arch.kv_dim) * e
+
+
 def _attention_elem(arch: ModelArchitecture, spec: TrainingSpec, e: int) -> int:
     """Element size of the attention core's saved tensors: 4 on the math path for 16-bit
     inputs, else ``e``. ``_scaled_dot_product_attention_math`` (``aten/src/ATen/native/
@@ -530,6 +542,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         # output is cast back to the compute dtype (see _sdpa_math, _attention_elem)
         ae = _attention_elem(arch, spec, e)
         par += (bs * (q + 2 * kv) if arch.family.eager_qkv == "fused_bmm" else 3 * bs * q) * ae
+        par += _broadcast_kv_copies(arch, b, s, ae)
         if _v_pins_fused_qkv(arch, spec, b):
             par += bs * (q + kv) * e
         quad += b * a * s * s * ae * (3 if p_attn else 1)
@@ -538,6 +551,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     else:
         if arch.family.eager_qkv == "fused_bmm":
             par += bs * (q + 2 * kv) * e  # q, k^T, v copies made by batched matmul
+            par += _broadcast_kv_copies(arch, b, s, e)
         elif arch.family.eager_qkv == "separate":
             par += 3 * bs * q * e
         else:
