@@ -359,6 +359,9 @@ def _int(cfg: dict[str, Any], model_type: str, *names: str, default: Any = ..., 
     value = _get(cfg, model_type, *names, default=default)
     if value is None:
         return value  # type: ignore[return-value]
+    if isinstance(value, int) and not isinstance(value, bool) and value > 10**9:
+        # checked before any float(): a 3000-digit integer overflows the conversion
+        raise ArchitectureError(f"config field {names[0]!r} is implausibly large ({len(str(value))} digits)")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value):
         raise ArchitectureError(f"config field {names[0]!r} must be an integer, got {value!r}")
     value = int(value)
@@ -373,6 +376,8 @@ def _float(cfg: dict[str, Any], model_type: str, *names: str, default: float = 0
     value = _get(cfg, model_type, *names, default=default)
     if value is None:
         return default
+    if isinstance(value, int) and not isinstance(value, bool) and value > 1e300:
+        raise ArchitectureError(f"config field {names[0]!r} is implausibly large ({len(str(value))} digits)")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise ArchitectureError(f"config field {names[0]!r} must be a non-negative number, got {value!r}")
     return float(value)
@@ -570,6 +575,7 @@ def architecture_from_config(config: Any, name: str = "config.json") -> ModelArc
                 "against measure for activations")
     if not family.moe_fields and config.get("num_local_experts"):
         raise ArchitectureError(f"{name}: {mt} config with experts is not modelled")
+    _check_rope_scaling(config.get("rope_scaling"), name)
     arch = _read(config, name, mt, family)
     _check_plausible(arch, name)
     return arch if note is None else replace(arch, notes=arch.notes + (note,))
@@ -600,6 +606,24 @@ def _check_plausible(arch: ModelArchitecture, name: str) -> None:
             f"{name}: the config's sizes give {total:.3g} parameters (hidden {arch.hidden_size}, "
             f"layers {arch.num_layers}, vocab {arch.vocab_size}); more than 1e14 is not a plausible model"
         )
+
+
+def _check_rope_scaling(value: Any, name: str) -> None:
+    """``rope_scaling`` does not change memory, but transformers builds the model from it
+    (``ROPE_INIT_FUNCTIONS[rope_type]``): a config that ``measure`` cannot build is refused
+    here too, so ``estimate`` and ``measure`` accept the same files."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise ArchitectureError(f"{name}: config field 'rope_scaling' must be an object or null, got {type(value).__name__}")
+    for key in ("rope_type", "type"):
+        kind = value.get(key)
+        if kind is not None and not isinstance(kind, str):
+            raise ArchitectureError(f"{name}: config field 'rope_scaling.{key}' must be a string, got {kind!r}"[:200])
+    factor = value.get("factor")
+    if factor is not None and (isinstance(factor, bool) or not isinstance(factor, (int, float))
+                               or not 0 < factor < 1e6 or factor != factor):
+        raise ArchitectureError(f"{name}: config field 'rope_scaling.factor' must be a number > 0, got {factor!r}"[:200])
 
 
 def architecture_from_params(n_params: float, name: str | None = None) -> ModelArchitecture:
@@ -664,16 +688,18 @@ def load_architecture(source: str) -> ModelArchitecture:
     if looks_like_path:
         if path.is_dir():
             path = path / "config.json"
+        from gpumem_tui.safe_files import read_json  # regular files, size-limited, any nesting
+
         try:
-            text = path.read_text(encoding="utf-8")
+            config = read_json(path)
         except FileNotFoundError:
             raise ArchitectureError(f"no such config file: {path}") from None
         except (OSError, UnicodeDecodeError) as exc:
-            raise ArchitectureError(f"cannot read {path}: {exc}") from None
-        try:
-            config = json.loads(text)
+            raise ArchitectureError(f"cannot read {path}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}") from None
         except json.JSONDecodeError as exc:
             raise ArchitectureError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+        except ValueError as exc:  # nested too deeply
+            raise ArchitectureError(f"{path}: {exc}") from None
         return architecture_from_config(config, name=str(path))
     key = _normalise(source)
     names = catalogue_names()
