@@ -9,36 +9,12 @@ A :class:`DeviceProfile` is read by :mod:`gpumem_tui.estimator.components` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from gpumem_tui.estimator.devices import cpu, cuda, meta
+from gpumem_tui.estimator.devices.profile import DeviceProfile
 
+__all__ = ["DeviceProfile", "profile_for"]
 
-@dataclass(frozen=True, slots=True)
-class DeviceProfile:
-    """Device-dependent rules (frozen). Sizes in bytes.
-
-    ``dropout_mask_bytes(e)``: bytes per element a dropout keeps for backward when its input
-    has ``e`` bytes per element. ``sdpa_math_with_dropout``: SDPA falls back to the math path
-    (s x s probabilities) when training with attention dropout. ``sdpa_always_math``: SDPA
-    always runs the math path. ``autocast_softmax_fp32``: ``softmax`` is on the device's
-    autocast fp32 list. ``optimizer_step_tensors``: torch keeps each parameter's optimizer
-    ``step`` as a 4-byte tensor on the device. ``default_optimizer_impl``: torch's default
-    optimizer implementation there ("single" or "foreach"). ``context_bytes()``: memory the
-    driver holds outside torch (0 off CUDA). ``allocator_reserve_bytes(peak_allocated,
-    transient)``: caching-allocator reserve at the peak. ``figure``: what the peak compares
-    with.
-    """
-
-    name: str
-    dropout_mask_bytes: Callable[[int], int]
-    sdpa_math_with_dropout: bool
-    sdpa_always_math: bool
-    autocast_softmax_fp32: bool
-    optimizer_step_tensors: bool
-    default_optimizer_impl: str
-    context_bytes: Callable[[], int]
-    allocator_reserve_bytes: Callable[[int, int], int]
-    figure: str
+_PROFILES = {"cpu": cpu.PROFILE, "meta": meta.PROFILE, "cuda": cuda.PROFILE}
 
 
 def profile_for(device: str) -> DeviceProfile:
@@ -47,6 +23,4 @@ def profile_for(device: str) -> DeviceProfile:
     Raises:
         KeyError: an unknown device name (the spec validates names first).
     """
-    from gpumem_tui.estimator.devices import cpu, cuda, meta
-
-    return {"cpu": cpu.PROFILE, "meta": meta.PROFILE, "cuda": cuda.PROFILE}[device]
+    return _PROFILES[device]

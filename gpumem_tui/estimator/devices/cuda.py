@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from gpumem_tui.estimator.devices import DeviceProfile
+from gpumem_tui.estimator.devices.profile import DeviceProfile
 
 MiB = 1 << 20
 

@@ -11,6 +11,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpumem_tui.estimator.devices import cpu
+import gpumem_tui.estimator.devices.cpu as cpu
 
 PROFILE = replace(cpu.PROFILE, name="meta", sdpa_always_math=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from gpumem_tui.estimator.families import Family
+from gpumem_tui.estimator.families.description import Family
 
 #: model types that are encoder-decoder (refused by name; a config may also say
 #: ``is_encoder_decoder: true``)

@@ -4,7 +4,7 @@ build and meta device; ``benchmarks/data``)."""
 
 from __future__ import annotations
 
-from gpumem_tui.estimator.families import Family
+from gpumem_tui.estimator.families.description import Family
 
 #: GPT-2 (``GPT2LMHeadModel``): fused ``c_attn`` Conv1D, learned positions, pre-LayerNorm,
 #: ``gelu_new`` 4h MLP, dropout 0.1 everywhere, tied head.
