@@ -57,25 +57,28 @@ def catalogue_choices() -> list[ModelChoice]:
     return [_choice(name, name, "catalogue") for name in catalogue_names()]
 
 
+def cached_configs(cache: Path | None = None) -> list[tuple[str, str]]:
+    """``(repo id, config.json path)`` of every model in the local Hugging Face cache (newest
+    snapshot), sorted, without reading the files: cheap enough for a dashboard start. [] when
+    there is no cache or it cannot be listed."""
+    cache = hf_cache_dir() if cache is None else cache
+    out = []
+    try:
+        repos = sorted(p for p in cache.iterdir() if p.name.startswith("models--"))
+        for repo in repos:
+            configs = sorted(repo.glob("snapshots/*/config.json"), key=lambda p: p.stat().st_mtime)
+            if configs:
+                out.append((repo.name[len("models--"):].replace("--", "/"), str(configs[-1])))
+    except OSError:
+        return out
+    return out
+
+
 def cached_choices(cache: Path | None = None) -> list[ModelChoice]:
     """Models whose ``config.json`` is in the local Hugging Face cache (newest snapshot of
     each repository), sorted by repository id; [] when there is no cache. Never raises for
     an unreadable entry: it is listed with its ``error``."""
-    cache = hf_cache_dir() if cache is None else cache
-    try:
-        repos = sorted(p for p in cache.iterdir() if p.name.startswith("models--"))
-    except OSError:
-        return []
-    out = []
-    for repo in repos:
-        try:
-            configs = sorted(repo.glob("snapshots/*/config.json"), key=lambda p: p.stat().st_mtime)
-        except OSError:
-            continue
-        if configs:
-            repo_id = repo.name[len("models--"):].replace("--", "/")
-            out.append(_choice(repo_id, str(configs[-1]), "hf-cache"))
-    return out
+    return [_choice(repo_id, path, "hf-cache") for repo_id, path in cached_configs(cache)]
 
 
 def search_models(query: str, cache: Path | None = None) -> list[ModelChoice]:
