@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import math
 import re
 import warnings
