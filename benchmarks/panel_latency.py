@@ -22,7 +22,8 @@ import time
 from textual.app import App, ComposeResult
 from textual.widgets import Input
 
-from gpumem_tui.ui.estimator_panel import EstimatorPanel, MemoryBar
+from gpumem_tui.ui.estimator_panel import EstimatorPanel
+from gpumem_tui.ui.memory_bar import MemoryBar
 from gpumem_tui.ui.themes import APP_VARIABLES
 from gpumem_tui.units import GiB
 

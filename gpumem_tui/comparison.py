@@ -32,14 +32,13 @@ unknown). Memory is in bytes everywhere.
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS
-from gpumem_tui.telemetry.model import PhaseMark, ProbeInfo, ProbeSample, ProcessSample, Snapshot
+from gpumem_tui.step_peaks import Drift, StepPeak, detect_drift, step_peaks
+from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeInfo, ProbeSample, ProcessSample
 
 __all__ = [
     "ACTIVATIONS_WITHOUT_TEMPORARIES",
@@ -54,8 +53,6 @@ __all__ = [
     "FIGURE_RESERVED",
     "PeakComparison",
     "compare",
-    "compare_snapshots",
-    "compare_trace",
     "percent_error",
     "short_label",
     "spec_from_probe_info",
@@ -87,6 +84,8 @@ CATEGORY_COMPONENTS: dict[str, tuple[str, ...]] = {
     "temporaries": ("optimizer_intermediates", "logits_and_loss"),
     "temp": ("optimizer_intermediates", "logits_and_loss"),
     "kv_cache": ("kv_cache",),
+    # a CUDA phase peak's rest after what the probe could name (gpumem_tui.probe.peak_split)
+    "activations_and_temporaries": ("activations", "optimizer_intermediates"),
 }
 
 #: What the probe's "activations" holds when it published no "temporaries" category.
@@ -216,6 +215,8 @@ class ComparisonResult:
     notes: tuple[str, ...] = ()
     measured_peak_phase: str | None = None
     components_sample_bytes: int | None = None
+    steps: tuple[StepPeak, ...] = ()  # per-step high-water marks from the probe's peak records
+    drift: Drift | None = None  # a steady rise of the per-step peak (a leak), or None
 
     @property
     def headline(self) -> PeakComparison:
@@ -239,7 +240,9 @@ class ComparisonResult:
         ``groups`` {group: [components]}, ``peaks`` (every figure), ``device``, ``pid``,
         ``peak_phase`` (predicted), ``measured_peak_phase`` (the probe's phase at the sample
         the components come from, or null), ``components_sample_bytes`` (that sample's live
-        bytes), ``samples``, ``notes``.
+        bytes), ``samples``, ``notes``, ``steps`` [{"step", "peak_bytes", "phase_peaks":
+        {phase: bytes}}] (the probe's high-water marks; empty for traces of older probes) and
+        ``drift`` ({"bytes_per_step", "steps", "first_step", "last_step", "text"} or null).
         """
         predicted: dict[str, int] = dict(self.predicted_components)
         measured: dict[str, int | None] = {name: None for name in predicted}
@@ -281,6 +284,15 @@ class ComparisonResult:
             "components_sample_bytes": self.components_sample_bytes,
             "samples": self.sample_count,
             "notes": list(self.notes),
+            "steps": [s.to_json() for s in self.steps],
+            "drift": None if self.drift is None else {
+                "bytes_per_step": round(self.drift.bytes_per_step),
+                "steps": self.drift.steps,
+                "first_step": self.drift.first_step,
+                "last_step": self.drift.last_step,
+                "what": self.drift.what,
+                "text": self.drift.text(),
+            },
         }
 
 
@@ -324,6 +336,7 @@ def compare(
     *,
     pid: int | None = None,
     phase_marks: Sequence[PhaseMark] = (),
+    phase_peaks: Sequence[PhasePeak] = (),
 ) -> ComparisonResult:
     """Compare an estimate with what a probe (and NVML) measured for one process.
 
@@ -338,11 +351,15 @@ def compare(
         pid: the process to compare; default: the only PID in ``probes``.
         phase_marks: the probe's phase marks (any PIDs), to name the phase of the sample the
             components come from (``measured_peak_phase``).
+        phase_peaks: the probe's per-phase high-water marks (any PIDs): the ``steps`` of the
+            result, and part of the measured peak.
 
     Per component, the measured bytes are the probe's categories at the sample with the most
     live bytes (the measured peak), because the estimate's components are its breakdown at
     its peak. The headline peak is ``max(peak_allocated_bytes, allocated_bytes)`` over the
-    samples (torch allocated on CUDA, the tracker's live bytes on the CPU).
+    samples and the per-phase high-water marks (torch allocated on CUDA, the tracker's live
+    bytes on the CPU): with high-water marks it is the highest of them, exact whatever the
+    sampling interval.
 
     Raises:
         ComparisonError: no probe samples for the process, several PIDs without ``pid``,
@@ -382,6 +399,12 @@ def compare(
 
     # Headline: torch allocated / CPU live tensors.
     peak_allocated = max(max(p.allocated_bytes, p.peak_allocated_bytes or 0) for p in samples)
+    steps = step_peaks(phase_peaks, pid)
+    if steps:
+        peak_allocated = max(peak_allocated, max(s.peak_bytes for s in steps))
+    drift = detect_drift([(s.step, s.peak_bytes) for s in steps])
+    if drift is not None:
+        notes.append(f"the per-step peak rises steadily: {drift.text()} (a leak?)")
     reserved_values = [p.reserved_bytes for p in samples if p.reserved_bytes is not None]
     peak_reserved = max(reserved_values) if reserved_values else None
     nvml_values = [
@@ -407,12 +430,27 @@ def compare(
     elif peak_nvml is not None:
         notes.append("NVML lists this CPU job on a GPU: its NVML figure is not compared")
 
-    rows, at_peak = _component_rows(predicted, samples, figure, notes)
+    split_peak = _split_peak(phase_peaks, pid, peak_allocated)
+    if split_peak is not None:  # the probe's split of the highest high-water mark (CUDA)
+        samples_for_rows = [*samples, ProbeSample(time=split_peak.end, pid=pid, device=split_peak.device,
+                                                  allocated_bytes=split_peak.peak_bytes,
+                                                  categories=split_peak.categories)]
+        notes.append(
+            f"components are the probe's split of the peak (step {split_peak.step}, "
+            f"{split_peak.phase.value}): parameters, optimizer states and gradients counted from the "
+            "model and optimizer (gradients in backward to within one parameter's), logits and loss "
+            "buffers from the model output and the loss's graph; activations and temporaries are not "
+            "split from each other"
+        )
+    else:
+        samples_for_rows = samples
+    rows, at_peak = _component_rows(predicted, samples_for_rows, figure, notes)
     measured_phase = None
     sample_bytes = None
     if at_peak is not None:
         sample_bytes = sum(v for _, v in at_peak.categories)
-        measured_phase = _phase_at(phase_marks, pid, at_peak.time)
+        measured_phase = (split_peak.phase.value if split_peak is not None and at_peak.time == split_peak.end
+                          else _phase_at(phase_marks, pid, at_peak.time))
         if sample_bytes < peak_allocated:
             notes.append(
                 f"components are from the sample with the most live bytes ({_mib(sample_bytes)}"
@@ -434,7 +472,18 @@ def compare(
         notes=tuple(notes),
         measured_peak_phase=measured_phase,
         components_sample_bytes=sample_bytes,
+        steps=tuple(steps),
+        drift=drift,
     )
+
+
+def _split_peak(peaks: Sequence[PhasePeak], pid: int, measured_peak: int) -> PhasePeak | None:
+    """The highest high-water mark of ``pid`` that carries a split, if it is the measured peak."""
+    split = [p for p in peaks if p.pid == pid and p.categories]
+    if not split:
+        return None
+    best = max(split, key=lambda p: (p.peak_bytes, p.end))
+    return best if best.peak_bytes >= measured_peak else None
 
 
 def _mib(n: int) -> str:
@@ -731,97 +780,3 @@ def spec_from_probe_info(info: ProbeInfo, **overrides: object) -> tuple[Any, Any
     except (TypeError, ValueError) as exc:
         raise ComparisonError(f"pid {info.pid}: the probed setup is not usable: {exc}") from None
     return arch, spec
-
-
-# --------------------------------------------------------------------------------------------
-# From snapshots / a trace file
-
-
-def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None) -> ComparisonResult:
-    """Estimate from the probe's published setup and compare with its measured samples.
-
-    The spec's ``device`` is taken from where the probe measured (cpu or cuda), so the
-    prediction includes the CUDA context exactly when the measurement can.
-
-    Args:
-        snapshots: a recorded or live series; the last ``ProbeInfo`` of the process is used.
-        pid: the probed process; default: the only one that published a ``ProbeInfo``.
-
-    Raises:
-        ComparisonError: no probed process, several without ``pid``, no samples, or inputs
-            the estimator rejects (one line, names the field).
-    """
-    from gpumem_tui.estimator.estimate import estimate as run_estimate
-
-    probes: list[ProbeSample] = []
-    processes: list[ProcessSample] = []
-    marks: list[PhaseMark] = []
-    infos: dict[int, ProbeInfo] = {}
-    for snap in snapshots:
-        probes.extend(snap.probes)
-        processes.extend(snap.processes)
-        marks.extend(snap.phase_marks)
-        for info in snap.probe_infos:
-            infos[info.pid] = info
-    if pid is None:
-        candidates = sorted(infos) or sorted({p.pid for p in probes})
-        if not candidates:
-            raise ComparisonError("no probed process in the trace (run the job with gpumem_tui.probe)")
-        if len(candidates) > 1:
-            raise ComparisonError(f"several probed processes {candidates}: choose one with --pid")
-        pid = candidates[0]
-    info = infos.get(pid)
-    if info is None:
-        raise ComparisonError(f"pid {pid} published no model/setup information (ProbeInfo)")
-    samples = [p for p in probes if p.pid == pid]
-    if not samples:
-        raise ComparisonError(f"no probe samples for pid {pid}: nothing measured to compare with")
-    device = _device_kind(samples[-1].device)
-    arch, spec = spec_from_probe_info(info, device=device)
-    try:
-        est = run_estimate(arch, spec)
-    except ValueError as exc:  # SpecError / ArchitectureError are ValueErrors
-        raise ComparisonError(f"pid {pid}: the estimator rejected the probed setup: {exc}") from None
-    result = compare(est, samples, processes, pid=pid, phase_marks=marks)
-    published = dict(info.setup).get("total_params")
-    counted = getattr(est, "total_params", None)
-    if isinstance(published, int) and published > 0 and isinstance(counted, int):
-        if abs(counted - published) > 0.001 * published:
-            note = (
-                f"the estimator counts {counted:,} parameters, the probed model has {published:,}: "
-                "the architecture read from its config differs from the model that ran"
-            )
-            result = dataclasses.replace(result, notes=(*result.notes, note))
-    return result
-
-
-def compare_trace(path: str | os.PathLike[str], pid: int | None = None) -> dict[str, Any]:
-    """``gpumem-tui compare trace.jsonl --json``: the comparison of a recorded trace as JSON.
-
-    Returns :meth:`ComparisonResult.to_json` plus ``"trace_notices"`` (the reader's notices,
-    e.g. a torn last line). All byte figures are ints; percentages are floats or null.
-
-    Raises:
-        TraceError: (from ``gpumem_tui.telemetry.replay.read_trace``) empty or non-JSON trace.
-        ComparisonError: the trace has nothing to compare (see :func:`compare_snapshots`).
-        OSError: the file cannot be read.
-    """
-    from gpumem_tui.telemetry.replay import read_trace
-
-    snapshots, notices = read_trace(path)
-    result = compare_snapshots(snapshots, pid=pid).to_json()
-    result["trace_notices"] = list(notices)
-    _check_finite(result)
-    return result
-
-
-def _check_finite(obj: Any) -> None:
-    """JSON has no NaN/inf; a non-finite percentage would be a bug, not data."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        raise ComparisonError("internal error: non-finite number in the comparison")
-    if isinstance(obj, dict):
-        for value in obj.values():
-            _check_finite(value)
-    elif isinstance(obj, list):
-        for value in obj:
-            _check_finite(value)

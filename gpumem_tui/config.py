@@ -1,11 +1,17 @@
-"""User configuration: a TOML file read with ``tomllib``, validated strictly, found nearest-first.
+"""User configuration: a TOML file read with ``tomllib``, validated strictly.
 
-Headless (no Textual). Search order, first existing file wins:
+Headless (no Textual). Where a config comes from, first that applies:
 
 1. an explicit path (``gpumem-tui --config PATH``),
-2. ``./gpumem-tui.toml`` in the current directory,
-3. ``<user config dir>/config.toml`` where the user config dir is
+2. ``<user config dir>/config.toml`` where the user config dir is
    ``platformdirs.user_config_dir("gpumem-tui")`` or ``$GPUMEM_TUI_CONFIG_DIR`` when set.
+
+Never from the working directory: a ``./gpumem-tui.toml`` planted by another user in a
+shared directory could turn read-only off and put a signal on ``q`` (issue 13, item 16);
+such a file is named in a notice and not read. A config file (or its directory) that
+another user owns or can write is not read either (a notice says which and why; for
+``--config`` it is an error), and a file over :data:`gpumem_tui.safe_files.TOML_LIMIT` or
+not a regular file is refused.
 
 File shape (every key optional)::
 
@@ -49,7 +55,58 @@ class Config:
 
 
 class ConfigError(ValueError):
-    """An explicit config path that does not exist or cannot be read."""
+    """An explicit config path that does not exist, cannot be read, or is not safe to read."""
+
+
+def unsafe_reason(path: Path, st: os.stat_result | None = None) -> str | None:
+    """Why a config file should not be trusted, or None: the file or its directory is owned
+    by another user than this one (root excepted) or writable by its group (unless it is the
+    user's private group) or others (a sticky directory of this user's excepted). ``st``: the file's status if already known.
+
+    Raises:
+        OSError: the file or its directory cannot be examined.
+    """
+    import stat
+
+    from gpumem_tui.safe_files import group_is_private
+
+    me = os.geteuid()
+    for what, target in (("file", path), ("directory", path.parent)):
+        status = st if (what == "file" and st is not None) else os.stat(target)
+        if status.st_uid not in (me, 0):
+            return f"the config {what} {target} is owned by uid {status.st_uid}, not by you"
+        group_writes = bool(status.st_mode & stat.S_IWGRP) and not group_is_private(status.st_gid)
+        writers = [who for who, writes in (("its group", group_writes), ("every user", status.st_mode & stat.S_IWOTH))
+                   if writes]
+        if writers and not (what == "directory" and status.st_mode & stat.S_ISVTX and status.st_uid == me):
+            return (f"the config {what} {target} is writable by {' and '.join(writers)} "
+                    f"(mode {stat.S_IMODE(status.st_mode):04o}; chmod go-w {target})")
+    return None
+
+
+class _Unsafe(Exception):
+    pass
+
+
+def _read(path: Path) -> str:
+    """The text of a config file: a regular file, safe by :func:`unsafe_reason` (checked on
+    the opened file), at most TOML_LIMIT bytes, UTF-8.
+
+    Raises:
+        _Unsafe: the reason it is not trusted.
+        OSError (FileRefused): missing, unreadable, not a regular file, too large.
+        UnicodeDecodeError: not UTF-8.
+    """
+    from gpumem_tui.safe_files import TOML_LIMIT, FileRefused, format_limit, open_regular_binary
+
+    with open_regular_binary(path) as handle:
+        reason = unsafe_reason(path, os.fstat(handle.fileno()))
+        if reason is not None:
+            raise _Unsafe(reason)
+        data = handle.read(TOML_LIMIT + 1)
+    if len(data) > TOML_LIMIT:
+        raise FileRefused(f"over the {format_limit(TOML_LIMIT)} limit for a config file")
+    return data.decode("utf-8")
 
 
 def user_config_dir() -> Path:
@@ -63,9 +120,8 @@ def user_config_dir() -> Path:
 
 
 def candidate_paths(explicit: Path | None = None) -> list[Path]:
-    """Paths searched for a config file, nearest first."""
+    """Paths a config is read from, first that exists wins (never the working directory)."""
     paths = [] if explicit is None else [Path(explicit)]
-    paths.append(Path.cwd() / LOCAL_FILE_NAME)
     paths.append(user_config_dir() / "config.toml")
     return paths
 
@@ -79,18 +135,27 @@ def load_config(explicit: Path | str | None = None) -> Config:
     if explicit is not None:
         path = Path(explicit)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = _read(path)
+        except _Unsafe as exc:
+            raise ConfigError(f"not reading {path}: {exc}") from None
         except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}") from None
         return parse_config(text, path)
+    local = Path.cwd() / LOCAL_FILE_NAME
+    skipped = (f"{local} is not read: configs come from {user_config_dir() / 'config.toml'} or --config FILE",) \
+        if os.path.lexists(local) else ()
     for path in candidate_paths():
-        if path.is_file():
+        if os.path.lexists(path):
             try:
-                text = path.read_text(encoding="utf-8")
+                text = _read(path)
+            except _Unsafe as exc:
+                return Config(notices=(*skipped, f"{path}: not read, {exc}; using defaults"))
             except (OSError, UnicodeDecodeError) as exc:
-                return Config(notices=(f"{path}: cannot read config file ({exc}); using defaults",))
-            return parse_config(text, path)
-    return Config()
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                return Config(notices=(*skipped, f"{path}: cannot read config file ({why}); using defaults"))
+            config = parse_config(text, path)
+            return replace(config, notices=(*skipped, *config.notices))
+    return Config(notices=skipped)
 
 
 _TOML_POS = re.compile(r"\(at line (\d+), column \d+\)")
@@ -164,7 +229,7 @@ def parse_config(text: str, path: Path | None = None) -> Config:
                 bad(key, f"readonly must be true or false, got {value!r}")
             else:
                 config = replace(config, readonly=value)
-        elif key == "keys":
+        elif key == "keys":  # clashes with signal keys are checked where bindings are known
             if not isinstance(value, dict):
                 bad(key, "keys must be a table of binding id = \"key\"")
                 continue
@@ -179,3 +244,49 @@ def parse_config(text: str, path: Path | None = None) -> Config:
             line = key_line(text, key) or key_line(text, "", key)
             notices.append(f"{_where(path, line)}: unknown setting {key!r} ignored")
     return replace(config, notices=tuple(notices))
+
+
+#: Binding ids whose keys send a signal, and the confirmation that sends it.
+SIGNAL_BINDING_IDS = ("signal_int", "signal_term", "signal_kill")
+CONFIRM_BINDING_ID = "signal_confirm"
+
+
+def _keys(spec: str) -> set[str]:
+    return {k.strip() for k in spec.split(",") if k.strip()}
+
+
+def check_signal_keys(keymap: tuple[tuple[str, str], ...], defaults: dict[str, str],
+                      path: Path | None = None) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """Drop key overrides that would let one key press both do something else and send (or
+    confirm) a signal: a signal binding or the confirmation must have keys no other binding
+    uses. ``defaults`` maps every binding id of the dashboard to its default keys.
+
+    Returns:
+        (the keymap without the refused overrides, a notice per refused override).
+    """
+    overrides = dict(keymap)
+    guarded = (*SIGNAL_BINDING_IDS, CONFIRM_BINDING_ID)
+    notices: list[str] = []
+    while True:
+        effective = {bid: _keys(overrides.get(bid, keys)) for bid, keys in defaults.items()}
+        clash = next(((g, other, sorted(effective[g] & effective[other])[0]) for g in guarded if g in effective
+                      for other in effective if other != g and effective[g] & effective[other]), None)
+        if clash is None:
+            break
+        guard, other, key = clash
+        # refuse the override that made the clash (the guarded one if both were set)
+        refused = guard if guard in overrides else other
+        if refused not in overrides:  # the defaults themselves clash: nothing to refuse
+            break
+        notices.append(f"{path or 'config'}: keys.{refused} = {overrides[refused]!r} refused: {key!r} would "
+                       f"both {_action(guard)} and {_action(other)}; a signal key must be a key of its own")
+        del overrides[refused]
+    return tuple((bid, keys) for bid, keys in keymap if bid in overrides), tuple(notices)
+
+
+def _action(binding_id: str) -> str:
+    if binding_id == CONFIRM_BINDING_ID:
+        return "confirm a signal"
+    if binding_id in SIGNAL_BINDING_IDS:
+        return f"send SIG{binding_id.removeprefix('signal_').upper()}"
+    return f"run {binding_id}"

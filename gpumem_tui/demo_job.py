@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gpumem_tui.cli_support import InputError, OneLineParser, non_negative_seconds, positive_int
+from gpumem_tui.cli_support import InputError, OneLineParser, non_negative_seconds, positive_int, positive_seconds
 
 DEFAULTS = {"vocab": 8192, "layers": 4, "hidden": 256, "heads": 4, "batch": 4, "seq": 128}
 
@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--parent-pid", type=int, default=None,
                         help="stop when this process is no longer the parent (the dashboard died)")
     parser.add_argument("--no-probe", action="store_true", help="run without the probe (benchmarks)")
+    parser.add_argument("--probe-interval", type=positive_seconds, default=0.1,
+                        help="seconds between the probe's periodic samples [0.1]; longer than a step "
+                             "shows what the per-phase high-water marks add")
     parser.add_argument("--keep-output", action="store_true",
                         help="keep the model output referenced through backward and the optimizer step, "
                         "as many hand-written loops do (the probe detects and publishes it)")
@@ -219,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
 
         probe = gpumem_tui.probe.attach(
             model, optimizer, batch=args.batch, seq=args.seq, task="train",
-            config=config, directory=args.probe_dir,
+            config=config, directory=args.probe_dir, interval=args.probe_interval,
             extra={"model_name": "gpumem-tui demo GPT-2", "demo_model": "hf" if use_hf else "builtin",
                    # the builtin model calls SDPA (HF publishes config._attn_implementation itself)
                    **({} if use_hf else {"attention": "sdpa"})},

@@ -140,6 +140,7 @@ def _replay(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"gpumem-tui replay: cannot read {args.trace}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    from gpumem_tui.crash import DashboardCrashed
     from gpumem_tui.ui.launch import run_dashboard
 
     try:
@@ -152,6 +153,9 @@ def _replay(args: argparse.Namespace) -> int:
         )
     except KeyboardInterrupt:
         pass
+    except DashboardCrashed as exc:
+        print(f"gpumem-tui replay: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -159,7 +163,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from gpumem_tui.comparison import ComparisonError, compare_trace
+    from gpumem_tui.comparison import ComparisonError
+    from gpumem_tui.process_estimate import compare_trace
     from gpumem_tui.telemetry.replay import TraceError
 
     try:
@@ -211,6 +216,13 @@ def format_comparison(result: dict[str, Any]) -> str:
         f"{format_mib(peak_m) if peak_m is not None else 'n/a':>12} "
         f"{f'{peak_err:+.1f}' if peak_err is not None else 'n/a':>9}"
     )
+    steps = result.get("steps") or []
+    if steps:
+        top = max(steps, key=lambda st: st.get("peak_bytes", 0))
+        phases = top.get("phase_peaks", {})
+        phase = max(phases, key=phases.get) if phases else "?"
+        lines.append(f"high-water marks of {len(steps)} steps: highest {format_mib(top.get('peak_bytes'))} "
+                     f"in step {top.get('step')} ({printable(str(phase), 20)})")
     for note in [*result.get("notes", []), *result.get("trace_notices", [])]:
         lines.append(f"note: {printable(str(note))}")
     return "\n".join(lines)

@@ -16,11 +16,10 @@ from gpumem_tui.comparison import (
     FIGURE_RESERVED,
     ComparisonError,
     compare,
-    compare_snapshots,
-    compare_trace,
     percent_error,
     spec_from_probe_info,
 )
+from gpumem_tui.process_estimate import compare_snapshots, compare_trace
 from gpumem_tui.estimator.architecture import CATALOGUE_DIR
 from gpumem_tui.estimator.estimate import estimate
 from gpumem_tui.telemetry.model import (

@@ -34,8 +34,9 @@ def test_nearest_first(_isolated):
     assert cfg.load_config().interval == 3.0
     (work / "gpumem-tui.toml").write_text("interval = 0.5\n")
     c = cfg.load_config()
-    assert c.interval == 0.5 and c.theme == "dark"  # the nearer file wins as a whole
-    assert c.path == work / "gpumem-tui.toml"
+    assert c.interval == 3.0 and c.theme == "light"  # the working directory's file is never read
+    assert c.path == user / "config.toml"
+    assert any("gpumem-tui.toml is not read" in n for n in c.notices)
     explicit = work / "other.toml"
     explicit.write_text("readonly = true\n")
     c = cfg.load_config(explicit)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumem_tui import demo
+from gpumem_tui import demo, demo_process
 from gpumem_tui.telemetry.model import Phase
 from gpumem_tui.telemetry.replay import read_trace
 
@@ -59,7 +59,7 @@ def test_headless_demo_records_a_real_job_end_to_end(tmp_path):
 
 
 def test_start_and_stop_a_demo_job_cleanly(tmp_path):
-    job = demo.start_demo_job(steps=0, probe_dir=tmp_path, model="builtin", pause=0.05,
+    job = demo_process.start_demo_job(steps=0, probe_dir=tmp_path, model="builtin", pause=0.05,
                               extra_args=["--batch", "1", "--seq", "16"])
     try:
         stream = tmp_path / f"{job.pid}.jsonl"
@@ -81,7 +81,7 @@ def test_start_and_stop_a_demo_job_cleanly(tmp_path):
 
 
 def test_owned_probe_dir_is_removed_on_stop():
-    job = demo.start_demo_job(steps=1, model="builtin", extra_args=["--batch", "1", "--seq", "8", "--no-probe"])
+    job = demo_process.start_demo_job(steps=1, model="builtin", extra_args=["--batch", "1", "--seq", "8", "--no-probe"])
     directory = job.probe_dir
     assert directory.is_dir()
     job.stop(timeout=30)

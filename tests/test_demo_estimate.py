@@ -18,7 +18,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from gpumem_tui.comparison import compare_snapshots, spec_from_probe_info  # noqa: E402
+from gpumem_tui.comparison import spec_from_probe_info  # noqa: E402
+from gpumem_tui.process_estimate import compare_snapshots  # noqa: E402
 from gpumem_tui.telemetry.model import Snapshot  # noqa: E402
 from gpumem_tui.telemetry.probe_source import ProbeSource  # noqa: E402
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -91,24 +93,35 @@ def test_fit_gpu_index_without_nvml_is_a_clear_error(capsys, monkeypatch) -> Non
     assert code == 1 and "give a size" in err and err.count("\n") == 1
 
 
-def test_fit_gpu_index_reads_nvml_total(capsys, monkeypatch) -> None:
-    from gpumem_tui.telemetry import nvml
-    from gpumem_tui.telemetry.model import DeviceSample
+def test_fit_a_gpu_uses_its_free_memory_and_says_so(capsys, fake_nvml) -> None:
+    # GPU 0: 80 GiB with 60 GiB used by other jobs; GPU 1: 80 GiB with 10 GiB used
+    fake_nvml.gpus[0].memory_total, fake_nvml.gpus[0].memory_used = 80 << 30, 60 << 30
+    fake_nvml.gpus[1].memory_total, fake_nvml.gpus[1].memory_used = 80 << 30, 10 << 30
+    args = ["llama-3.2-1b", "--batch", "4", "--seq", "2048"]
+    code, out, _ = _run([*args, "--fit", "0", "--json"], capsys)
+    fit = json.loads(out)["fit"]
+    assert code == 0 and fit["budget_kind"] == "free" and fit["gpu_index"] == 0
+    assert fit["budget_bytes"] == 20 << 30 and fit["total_bytes"] == 80 << 30 and fit["used_bytes"] == 60 << 30
+    assert fit["fits"] is False  # ~34 GiB does not fit in the 20 GiB the other jobs leave
+    code, out, _ = _run([*args, "--fit", "0"], capsys)
+    assert "20.00 GiB free of 80.00 GiB total" in out and "NO" in out
+    # --fit GPU, as README and --help write it: the GPU with the most free memory
+    code, out, _ = _run([*args, "--fit", "GPU", "--json"], capsys)
+    fit = json.loads(out)["fit"]
+    assert code == 0 and fit["gpu_index"] == 1 and fit["budget_bytes"] == 70 << 30 and fit["fits"] is True
+    code, _, err = _run([*args, "--fit", "7"], capsys)
+    assert code == 2 and "no GPU 7" in err
 
-    class FakeSource:
-        def poll(self):  # noqa: ANN202
-            dev = DeviceSample(index=0, name="Fake 24G", uuid=None, memory_total_bytes=24 << 30,
-                               memory_used_bytes=0, utilization_gpu_percent=None, temperature_c=None,
-                               power_draw_w=None, power_limit_w=None)
-            return nvml.NvmlReading(devices=(dev,))
 
-        def close(self) -> None:
-            pass
+def test_fit_help_and_readme_agree_with_the_code(capsys) -> None:
+    from gpumem_tui.estimator.cli import build_parser
 
-    monkeypatch.setattr(nvml, "NvmlSource", FakeSource)
-    code, out, _ = _run(["gpt2", "--fit", "0", "--json"], capsys)
-    data = json.loads(out)
-    assert code == 0 and data["fit"]["budget_bytes"] == 24 << 30 and "GPU 0" in data["fit"]["budget"]
+    helptext = build_parser().format_help()
+    assert "SIZE|N|GPU" in helptext and "free" in helptext
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    for form in re.findall(r"--fit ([^\]`\s]+)", readme):
+        for word in form.split("\\|"):
+            assert word in ("GPU", "N") or word[0].isdigit(), word
 
 
 def test_estimate_imports_neither_torch_nor_textual() -> None:

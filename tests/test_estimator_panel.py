@@ -17,7 +17,9 @@ from gpumem_tui.estimator.estimate import estimate
 from gpumem_tui.estimator.solve import max_batch
 from gpumem_tui.estimator.spec import TrainingSpec
 from gpumem_tui.telemetry.model import ProbeInfo
-from gpumem_tui.ui.estimator_panel import EstimatorPanel, MemoryBar, bands_from_estimate
+from gpumem_tui.process_estimate import from_probe_info
+from gpumem_tui.ui.estimator_panel import EstimatorPanel
+from gpumem_tui.ui.memory_bar import MemoryBar, bands_from_estimate
 from gpumem_tui.ui.themes import APP_VARIABLES
 from gpumem_tui.units import GiB, format_bytes
 
@@ -43,6 +45,13 @@ def _text(widget: Static) -> str:
     content = widget.content
     return content.plain if hasattr(content, "plain") else str(content)
 
+
+
+def _show(panel, info, device=None):
+    """Show a probed process in the panel as the app does; returns the estimate's problem."""
+    process = from_probe_info(info, device)
+    panel.show_process(info.pid, process)
+    return process.problem
 
 async def _settle(app: App, pilot) -> None:
     """Let messages, the largest-batch solve (and any it queued) finish."""
@@ -170,7 +179,7 @@ async def test_fit_text_against_a_gpu_total_and_max_batch():
         assert panel.max_batch_value == max_batch(arch, spec, 24 * GiB)
 
 
-async def test_apply_probe_info_sets_the_form():
+async def test_show_process_sets_the_form_from_its_probe():
     config = json.loads((CATALOGUE_DIR / "gpt2.json").read_text())
     config["n_layer"] = 4  # a probed model that is not a catalogue entry
     info = ProbeInfo(
@@ -182,7 +191,7 @@ async def test_apply_probe_info_sets_the_form():
     async with app.run_test(size=SIZE) as pilot:
         await _settle(app, pilot)
         panel = app.query_one(EstimatorPanel)
-        assert panel.apply_probe_info(info, device="cpu") is None
+        assert _show(panel, info, device="cpu") is None
         await _settle(app, pilot)
         assert panel.query_one("#est-batch", Input).value == "3"
         assert panel.query_one("#est-seq", Input).value == "256"
@@ -198,7 +207,7 @@ async def test_apply_probe_info_sets_the_form():
         assert panel.spec.batch == 6 and panel.architecture.num_layers == 4
         # a probe without batch: the model still applies, the reason is returned and shown
         partial = ProbeInfo(pid=99, model_config=config, setup=(("seq", 128),))
-        reason = panel.apply_probe_info(partial)
+        reason = _show(panel, partial)
         assert reason is not None and "batch" in reason
         await _settle(app, pilot)
         assert "batch" in _text(panel.query_one("#est-message", Static))
@@ -324,7 +333,7 @@ async def test_theme_switch_recolours_the_bar_and_legend():
         assert any("#ff0000" in str(span.style).lower() for span in legend.spans)
 
 
-async def test_apply_probe_info_with_garbage_never_raises():
+async def test_show_process_with_garbage_probe_never_raises():
     app = Host()
     async with app.run_test(size=SIZE) as pilot:
         await _settle(app, pilot)
@@ -335,7 +344,7 @@ async def test_apply_probe_info_with_garbage_never_raises():
             ProbeInfo(pid=2, model_config={"model_type": "llama"}, setup=(("batch", "x"),)),
             ProbeInfo(pid=3, model_config=None, setup=()),
         ):
-            reason = panel.apply_probe_info(info)
+            reason = _show(panel, info)
             assert reason and f"pid {info.pid}" in reason and "\n" not in reason
             await _settle(app, pilot)
         assert panel.estimate is not None and panel.estimate.peak_bytes == good.peak_bytes
@@ -369,7 +378,7 @@ async def test_warnings_are_shown_not_hidden_in_assumptions():
         panel.set_form(seq=512, zero=2)  # ZeRO over one device saves nothing
         await _settle(app, pilot)
         notes = _text(panel.query_one("#est-notes", Static))
-        assert "--zero 2" in notes and "max_position" not in notes
+        assert "ZeRO 2" in notes and "--" not in notes and "max_position" not in notes
 
 
 async def test_hostile_probed_model_name_is_shown_literally():
@@ -380,9 +389,26 @@ async def test_hostile_probed_model_name_is_shown_literally():
     async with app.run_test(size=SIZE) as pilot:
         await _settle(app, pilot)
         panel = app.query_one(EstimatorPanel)
-        assert panel.apply_probe_info(info) is None
+        assert _show(panel, info) is None
         await _settle(app, pilot)
         select = panel.query_one("#est-model", Select)
         label = select.query_one("SelectCurrent #label", Static)
         shown = "".join(seg.text for seg in label.render_line(0))
         assert "[bold red]pwn[/]" in shown and "\x1b" not in shown
+
+
+async def test_model_picker_offers_models_from_the_hf_cache(tmp_path, monkeypatch):
+    snap = tmp_path / "hub" / "models--acme--tiny-qwen3" / "snapshots" / "r1"
+    snap.mkdir(parents=True)
+    config = json.loads((CATALOGUE_DIR / "qwen3-0.6b.json").read_text())
+    (snap / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    app = Host()
+    async with app.run_test(size=SIZE) as pilot:
+        await _settle(app, pilot)
+        panel = app.query_one(EstimatorPanel)
+        select = panel.query_one("#est-model", Select)
+        select.value = str(snap / "config.json")
+        await _settle(app, pilot)
+        assert panel.architecture.model_type == "qwen3" and panel.architecture.num_layers == 3

@@ -21,6 +21,7 @@ HEADLESS = [
     "gpumem_tui.estimator.solve",
     "gpumem_tui.estimator.cli",
     "gpumem_tui.comparison",
+    "gpumem_tui.process_estimate",
 ]
 
 

@@ -168,8 +168,10 @@ async def test_bands_overlay_and_toggle():
     app = make_app(FakeSource(steps=2))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.snapshot is not None)
+        components = {"parameters": 2 * GiB, "gradients": 2 * GiB}
+        app.process_estimates.set_user(app.chart_target[1], None, None, {"components_bytes": components}, "mine")
+        app._update_chart()
         bands = [("parameters", 2 * GiB, "band-parameters"), ("+ gradients", 4 * GiB, "band-gradients")]
-        app.set_predicted_bands(bands)
         chart = app.query_one(MemoryChart)
         assert chart.bands == bands
         await pilot.pause()
@@ -360,21 +362,28 @@ async def test_bad_theme_file_falls_back_with_file_and_line(tmp_path):
 
 async def test_side_pane_wiring_gpu_total_probe_and_bands():
     pytest.importorskip("gpumem_tui.ui.estimator_panel")
-    from gpumem_tui.ui.estimator_panel import EstimatorPanel, bands_from_estimate
+    from gpumem_tui.ui.estimator_panel import EstimatorPanel
+    from gpumem_tui.ui.memory_bar import bands_from_estimate
 
     app = make_app(FakeSource(), side_pane=True, select_pid=1001)
     async with app.run_test(size=(200, 50)) as pilot:
         await wait_for(pilot, lambda: bool(app.query(EstimatorPanel)) and app.snapshot is not None)
         panel = app.query_one(EstimatorPanel)
-        await wait_for(pilot, lambda: panel.estimate is not None and app.bands)
+        await wait_for(pilot, lambda: panel.estimate is not None and panel.process_pid == 1001)
         # selected process 1001 runs on GPU 0 (40 GiB): the panel checks the fit against it
         assert panel.budget_bytes == 40 * GiB
-        # the panel's estimate is what the chart overlays
+        # 1001's probe published no model config: no bands, and the chart says why
+        assert app.chart.bands == [] and "no model config" in app.chart.bands_note
+        # the user sets 1001's estimate in the pane: the chart overlays exactly that
+        panel.set_form(batch=2)
+        await wait_for(pilot, lambda: bool(app.bands))
         assert app.chart.bands == bands_from_estimate(panel.estimate)
         # selecting a process on GPU 1 moves the budget to that GPU's total
         app.table.select_pid(1003)
         await pilot.pause()
         assert app.chart_target == ("proc", 1003)
+        assert app.selected_gpu() == 1 and panel.budget_bytes == 40 * GiB
+        assert app.chart.bands == []  # 1003 has no estimate: 1001's is not drawn under it
         await pilot.press("e")
         assert not app.query_one("#side").display
 
@@ -567,7 +576,10 @@ async def test_comparison_follows_the_selected_probed_process():
         await wait_for(pilot, lambda: bool(app.query(EstimatorPanel)) and app.snapshot is not None)
         panel = app.query_one(EstimatorPanel)
         view = app.query_one(ComparisonView)
-        await wait_for(pilot, lambda: panel.estimate is not None and view.result is not None)
+        await wait_for(pilot, lambda: panel.process_pid == 1001 and "no model config" in str(
+            app.query_one("#cmp-figure").render()))
+        panel.set_form(batch=2)  # the user's estimate for 1001 is compared with its samples
+        await wait_for(pilot, lambda: view.result is not None)
         assert view.result.pid == 1001
         assert app.query_one("#cmp-table").row_count > 0
         # a process without a probe: the view says why there is nothing to compare

@@ -40,7 +40,8 @@ def test_bad_options_exit_2_with_one_line(argv, message, capsys, monkeypatch):
 def test_good_options_reach_run_dashboard(monkeypatch, tmp_path):
     seen = {}
     monkeypatch.setattr(launch, "run_dashboard", lambda **kw: seen.update(kw))
-    (tmp_path / "gpumem-tui.toml").write_text("interval = 3\nreadonly = true\n")
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.toml").write_text("interval = 3\nreadonly = true\n")
     assert launch.main(["--theme", "light", "--no-demo"]) == 0
     assert seen["interval"] == 3.0 and seen["theme"] == "light" and seen["readonly"] is True
     assert seen["demo"] is False
@@ -51,7 +52,8 @@ def test_good_options_reach_run_dashboard(monkeypatch, tmp_path):
 def test_unknown_theme_in_config_is_a_notice_not_an_error(monkeypatch, tmp_path):
     seen = {}
     monkeypatch.setattr(launch, "run_dashboard", lambda **kw: seen.update(kw))
-    (tmp_path / "gpumem-tui.toml").write_text('theme = "neon"\n')
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.toml").write_text('theme = "neon"\n')
     assert launch.main([]) == 0
     assert seen["theme"] == "dark"
     assert any("unknown theme 'neon'" in n for n in seen["config"].notices)

@@ -65,11 +65,10 @@ def test_overlay_bands_and_phases(snap_compare):
 
     async def run_before(pilot) -> None:
         await until_time(app, T0 + steps - 1)(pilot)
-        app.set_predicted_bands([
-            ("parameters", 2 * GiB, "band-parameters"),
-            ("+ gradients", 4 * GiB, "band-gradients"),
-            ("+ optimizer states", 6 * GiB + 512 * MiB, "band-optimizer-states"),
-        ])
+        # the user's estimate for the selected process: its bands are drawn on its chart
+        components = {"parameters": 2 * GiB, "gradients": 2 * GiB, "optimizer_states": 2 * GiB + 512 * MiB}
+        app.process_estimates.set_user(1001, None, None, {"components_bytes": components}, "test model")
+        app._update_chart()
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(140, 44), run_before=run_before)

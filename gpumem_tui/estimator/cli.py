@@ -1,10 +1,10 @@
 """``gpumem-tui estimate``: predicted peak memory of a training or inference step.
 
 Imports neither torch nor textual (a test checks ``sys.modules``): the estimator is pure
-Python. NVML is imported only for ``--fit GPU_INDEX``.
+Python. NVML is imported only for ``--fit N`` / ``--fit GPU`` (a GPU's free memory).
 
 Exit codes: 0 ok (also when the job does not fit: the answer is printed), 2 bad input (one
-line on stderr), 1 a runtime failure (NVML unavailable for ``--fit 0``).
+line on stderr), 1 a runtime failure (NVML unavailable for ``--fit 0`` / ``--fit GPU``).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 
 from gpumem_tui.cli_support import InputError, OneLineParser
 from gpumem_tui.estimator.cli_args import add_spec_arguments, spec_from_args
@@ -38,13 +39,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the training loop keeps the model output through backward and the optimizer step "
                    "(outputs = model(...); outputs.loss.backward()): its logits stay alive")
     p.add_argument("--json", action="store_true", help="print the estimate as JSON (bytes)")
-    p.add_argument("--fit", default=None, metavar="SIZE|GPU",
-                   help="memory budget: a size (24GiB, 80GB) or a GPU index on this machine (reads NVML)")
+    p.add_argument("--fit", default=None, metavar="SIZE|N|GPU",
+                   help="memory budget: a size (24GiB, 80GB); N: the free memory of GPU N on this machine; "
+                   "GPU: the GPU here with the most free memory (both read NVML: free = total - used)")
     p.add_argument("--max-batch", action="store_true", help="largest micro-batch that fits --fit (default budget: 24GiB)")
     p.add_argument("--max-seq", action="store_true", help="largest sequence length that fits --fit at --batch")
     p.add_argument("--method", default="detailed", help=f"{' | '.join(METHODS)} (default detailed)")
     p.add_argument("--compare-methods", action="store_true", help="print every method's peak beside the detailed one")
+    p.add_argument("--list", action="store_true",
+                   help="list the bundled catalogue and the configs in the local Hugging Face cache, then exit")
+    from gpumem_tui.estimator.architecture import catalogue_names
+
+    p.epilog = "catalogue: " + ", ".join(catalogue_names()) + " (or any config.json path; see --list)"
     return p
+
+
+def _list_models() -> str:
+    """``--list``: catalogue entries and cached configs with the description that reads them."""
+    from gpumem_tui.estimator.models import cached_choices, catalogue_choices, hf_cache_dir
+
+    lines = [f"  {'model':<34}{'model_type':<14}{'parameters':>16}  description"]
+    for title, choices in (("catalogue", catalogue_choices()), (f"Hugging Face cache ({hf_cache_dir()})", cached_choices())):
+        lines.append(f"{title}:")
+        if not choices:
+            lines.append("  (none)")
+        for c in choices:
+            params = f"{c.params:,}" if c.params is not None else "-"
+            what = c.error or (c.description + ("" if c.exact else ", not verified"))
+            lines.append(f"  {c.name:<34}{c.model_type:<14}{params:>16}  {what}")
+    return "\n".join(lines)
 
 
 def _fmt(n: int) -> str:
@@ -53,34 +76,82 @@ def _fmt(n: int) -> str:
     return f"{n / MiB:,.1f} MiB"
 
 
-def _budget(text: str) -> tuple[int, str]:
-    """Parse --fit: a GPU index (digits only) or a size."""
-    if text.strip().isdigit() and len(text.strip()) <= 3:
-        index = int(text)
-        try:
-            from gpumem_tui.telemetry.nvml import NvmlSource  # lazy: only for a GPU index
-        except ImportError as exc:  # telemetry module absent
-            raise _RuntimeFailure(f"--fit {index}: cannot read GPUs ({exc}); give a size such as 24GiB") from None
-        source = NvmlSource()
-        try:
-            reading = source.poll()
-        finally:
-            source.close()
-        if reading.error:
-            raise _RuntimeFailure(f"--fit {index}: NVML unavailable ({reading.error}); give a size such as 24GiB")
-        for dev in reading.devices:
-            if dev.index == index:
-                if dev.memory_total_bytes is None:
-                    raise _RuntimeFailure(f"--fit {index}: GPU {index} memory total is not readable")
-                return int(dev.memory_total_bytes), f"GPU {index} ({dev.name or 'unknown'})"
-        raise InputError(f"--fit {index}: no GPU {index} (found {len(reading.devices)})")
+@dataclass(frozen=True)
+class _Budget:
+    """What ``--fit`` checks against: ``budget_bytes``, named by ``label``.
+
+    For a GPU on this machine the budget is its FREE memory (NVML total - NVML used, i.e. what
+    the other processes on it leave), and ``gpu_index`` / ``total_bytes`` / ``used_bytes`` say
+    where that came from; for a typed size they are None.
+    """
+
+    budget_bytes: int
+    label: str
+    gpu_index: int | None = None
+    total_bytes: int | None = None
+    used_bytes: int | None = None
+
+    def describe(self) -> str:
+        """``"GPU 0 (H100): 20.00 GiB free of 80.00 GiB"`` or ``"24GiB (24.00 GiB)"``."""
+        if self.total_bytes is None:
+            return f"{self.label} ({_fmt(self.budget_bytes)})"
+        return f"{self.label}: {_fmt(self.budget_bytes)} free of {_fmt(self.total_bytes)} total"
+
+    def to_json(self) -> dict:
+        out: dict = {"budget_bytes": self.budget_bytes, "budget": self.label}
+        if self.total_bytes is not None:
+            out.update(budget_kind="free", gpu_index=self.gpu_index, total_bytes=self.total_bytes,
+                       used_bytes=self.used_bytes)
+        return out
+
+
+def _budget(text: str) -> _Budget:
+    """Parse --fit: a size, a GPU index (digits), or ``GPU`` (the GPU here with most free memory).
+
+    Raises:
+        InputError: not a size, no such GPU, or a size <= 0.
+        _RuntimeFailure: NVML cannot be read (no driver) or the GPU's memory is not readable.
+    """
+    word = text.strip()
+    if word.upper() == "GPU" or (word.isdigit() and len(word) <= 3):
+        return _gpu_budget(None if word.upper() == "GPU" else int(word))
     try:
         size = parse_bytes(text)
     except ValueError as exc:
-        raise InputError(f"--fit: {exc}") from None
+        raise InputError(f"--fit: {exc} (or give a GPU index, or GPU)") from None
     if size <= 0:
         raise InputError(f"--fit must be > 0, got {text!r}")
-    return size, text
+    return _Budget(size, text)
+
+
+def _gpu_budget(index: int | None) -> _Budget:
+    """The free memory of GPU ``index`` (None: the GPU with the most free memory), from NVML."""
+    name = "GPU" if index is None else str(index)
+    try:
+        from gpumem_tui.telemetry.nvml import NvmlSource  # lazy: only for a GPU
+    except ImportError as exc:  # telemetry module absent
+        raise _RuntimeFailure(f"--fit {name}: cannot read GPUs ({exc}); give a size such as 24GiB") from None
+    source = NvmlSource()
+    try:
+        reading = source.poll()
+    finally:
+        source.close()
+    if reading.error:
+        raise _RuntimeFailure(f"--fit {name}: NVML unavailable ({reading.error}); give a size such as 24GiB")
+    readable = [d for d in reading.devices if d.memory_total_bytes is not None and d.memory_used_bytes is not None]
+    if index is not None:
+        device = next((d for d in reading.devices if d.index == index), None)
+        if device is None:
+            raise InputError(f"--fit {index}: no GPU {index} (found {len(reading.devices)})")
+        if device not in readable:
+            raise _RuntimeFailure(f"--fit {index}: GPU {index} memory total/used is not readable")
+    else:
+        if not readable:
+            raise _RuntimeFailure(f"--fit GPU: no GPU with readable memory (found {len(reading.devices)})")
+        device = max(readable, key=lambda d: d.memory_total_bytes - d.memory_used_bytes)
+    total, used = int(device.memory_total_bytes), int(device.memory_used_bytes)
+    label = f"GPU {device.index} ({device.name or 'unknown'})"
+    return _Budget(max(total - used, 0), label, device.index, total, used)
 
 
 def _table(est: Estimate) -> str:
@@ -102,6 +173,9 @@ def _table(est: Estimate) -> str:
 
 def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.list:
+        print(_list_models())
+        return 0
     arch, spec = spec_from_args(args)
     if args.keep_outputs:
         spec = spec.replace(keep_outputs=True)
@@ -112,12 +186,13 @@ def run(argv: list[str]) -> int:
     text = [_table(est)]
     budget = None
     if args.fit is not None or args.max_batch or args.max_seq:
-        budget, label = _budget(args.fit if args.fit is not None else "24GiB")
+        fit = _budget(args.fit if args.fit is not None else "24GiB")
+        budget = fit.budget_bytes
         margin = budget - est.peak_bytes
         fits = margin >= 0
-        out["fit"] = {"budget_bytes": budget, "budget": label, "fits": fits, "margin_bytes": margin}
+        out["fit"] = {**fit.to_json(), "fits": fits, "margin_bytes": margin}
         text.append(
-            f"fits {label} ({_fmt(budget)}): {'yes' if fits else 'NO'}, "
+            f"fits {fit.describe()}: {'yes' if fits else 'NO'}, "
             f"{'headroom' if fits else 'short by'} {_fmt(abs(margin))}"
         )
     if args.max_batch:

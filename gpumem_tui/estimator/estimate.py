@@ -139,7 +139,7 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     amp_casts = 0
     if prec.amp:  # 16-bit copies of every Linear weight (incl. the LM head), cached by autocast
         # LM head; BERT's MLM head: transform dense + decoder
-        head_lin = arch.vocab_size * h if arch.head == "lm" else (arch.vocab_size + h) * h if arch.head == "mlm" else 0
+        head_lin = arch.vocab_size * arch.embed_width if arch.head == "lm" else (arch.vocab_size + h) * h if arch.head == "mlm" else 0
         amp_casts = (arch.linear_weight_params + head_lin) * e / (spec.tp * spec.pp)
     # in backward (outside the autocast context, whose cast cache is cleared on exit) a cast
     # lives only while the op that saved it has not run backward; with full checkpointing the
@@ -155,7 +155,7 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
         casts_bw_head = casts_bw_final = casts_bw_last = amp_casts
     full_training = spec.task == "train"
     shard_g = (spec.tp * spec.pp) * (spec.dp if spec.zero >= 2 else 1)
-    head_w = arch.vocab_size * h * prec.grad / shard_g if full_training and arch.head in ("lm", "mlm") else 0
+    head_w = arch.vocab_size * arch.embed_width * prec.grad / shard_g if full_training and arch.head in ("lm", "mlm") else 0
     # (V, h) gradient temporaries: a tied head's pending contribution, the embedding backward's
     # dense gradient and sum, an untied head's new gradient when a .grad exists
     HT = C.head_gradient_temporaries(arch, spec)
@@ -330,8 +330,8 @@ def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -
             out.append("gradients stay allocated through forward and backward (accumulation / set_to_none=False)")
         if spec.keep_outputs:
             out.append("the loop keeps the model output: its logits stay alive through backward and the optimizer step")
-    if arch.model_type == "gemma2" and spec.attention == "sdpa":
-        out.append("transformers has no SDPA path for gemma2: modelled as eager attention")
+    if not arch.family.sdpa and spec.attention == "sdpa":
+        out.append(f"transformers has no SDPA path for {arch.model_type}: modelled as eager attention")
     if spec.tp > 1:
         out.append("tensor parallelism with sequence parallelism (Korthikanti et al. 2022)")
     if spec.pp > 1:
@@ -345,7 +345,13 @@ def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -
             "compare with NVML used; 'figures.allocated' compares with torch.cuda.max_memory_allocated"
         )
     else:
-        out.append("device cpu: live tensor bytes (torch MemTracker), no context, no allocator reserve")
+        out.append(f"device {spec.device}: live tensor bytes (torch MemTracker), no context, no allocator reserve")
     if arch.num_experts:
-        out.append(f"MoE: {arch.experts_per_token} of {arch.num_experts} experts per token, uniform routing")
+        shared = " plus the shared expert" if arch.shared_expert_size else ""
+        out.append(
+            f"MoE routing assumption: balanced -- {arch.experts_per_token} of {arch.num_experts} experts per token{shared}, "
+            f"each expert sees k/E of the tokens (as measured on CPU with random weights and tokens); a worst case that routes "
+            f"every token to the same experts needs up to {arch.num_experts // max(1, arch.experts_per_token)}x "
+            "the expert activations"
+        )
     return out

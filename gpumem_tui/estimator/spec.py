@@ -20,7 +20,7 @@ KV_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8")
 OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit")
 GRAD_CKPT = ("none", "selective", "full")
 ATTENTION = ("eager", "sdpa", "flash")
-DEVICES = ("cuda", "cpu")
+DEVICES = ("cuda", "cpu", "meta")
 QUANT = ("none", "int8", "nf4")
 OPTIMIZER_IMPLS = ("auto", "single", "foreach", "fused")
 LORA_ROLES = ("q", "k", "v", "o", "gate", "up", "down")
@@ -180,11 +180,11 @@ class TrainingSpec:
             raise SpecError("mixed_precision", "--mixed-precision needs a 16-bit compute --dtype (bf16 or fp16)")
         if self.zero and self.dp == 1:
             warnings.append(f"--zero {self.zero} with --dp 1 shards over one device: it saves no memory")
-        if self.device == "cpu" and self.attention == "flash":
-            raise SpecError("attention", "--attention flash needs --device cuda (FlashAttention has no CPU kernel)")
-        if self.device == "cpu" and (self.tp > 1 or self.pp > 1):
+        if self.device != "cuda" and self.attention == "flash":
+            raise SpecError("attention", f"--attention flash needs --device cuda (FlashAttention has no {self.device} kernel)")
+        if self.device != "cuda" and (self.tp > 1 or self.pp > 1):
             raise SpecError("device", "--tp/--pp need --device cuda in this estimator")
-        if self.device == "cpu" and self.dtype == "fp16" and self.task != "inference":
+        if self.device != "cuda" and self.dtype == "fp16" and self.task != "inference":
             warnings.append("fp16 training on CPU is unusual; the CPU profile is modelled as for bf16")
         lora_task = self.task in ("lora", "qlora")
         if self.lora_rank is not None:
@@ -237,7 +237,9 @@ class TrainingSpec:
             return self.optimizer_impl
         if self.zero >= 1:
             return "fused"  # DeepSpeed's default optimizer is its fused (multi-tensor) Adam
-        return "single" if self.device == "cpu" else "foreach"
+        from gpumem_tui.estimator.devices import profile_for
+
+        return profile_for(self.device).default_optimizer_impl
 
     @property
     def is_training(self) -> bool:

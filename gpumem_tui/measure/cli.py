@@ -68,10 +68,12 @@ def _config_for(arch: Any) -> dict[str, Any]:
     """The raw config.json dict behind an architecture loaded by name or path."""
     from gpumem_tui.estimator.architecture import CATALOGUE_DIR
 
+    from gpumem_tui.safe_files import read_json  # the file estimate read, read the same way
+
     path = Path(arch.name)
     if not path.is_file():
         path = CATALOGUE_DIR / f"{arch.name}.json"
-    return json.loads(path.read_text(encoding="utf-8"))
+    return read_json(path)
 
 
 def request_from_spec(arch: Any, spec: Any, *, on: str, steps: int = 2) -> Any:

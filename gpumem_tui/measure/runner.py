@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import math
 import re
 import warnings
@@ -172,12 +171,14 @@ META_SDPA_WARNING = (
 
 def load_config(source: str | Path) -> dict[str, Any]:
     """Read a ``config.json`` (path) into a dict; raises ``MeasureError`` if unreadable."""
+    from gpumem_tui.safe_files import read_json  # regular files, size-limited, any nesting
+
     path = Path(source)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
     except FileNotFoundError:
         raise MeasureError(f"config file not found: {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise MeasureError(f"cannot read config {path}: {exc}") from None
     if not isinstance(data, dict) or "model_type" not in data:
         raise MeasureError(f"{path}: not a Hugging Face config.json (no 'model_type')")

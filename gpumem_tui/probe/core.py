@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpumem_tui.probe.peak_split import PeakSplit, output_and_loss_bytes
 from gpumem_tui.probe.writer import StreamWriter
 from gpumem_tui.telemetry.serialize import jsonable
 from gpumem_tui.telemetry.model import Phase
@@ -114,6 +115,7 @@ class Probe:
         device: Any = None,
         extra: dict | None = None,
         max_file_bytes: int = 32 << 20,
+        reset_peak_stats: bool = True,
     ) -> None:
         try:
             import torch
@@ -149,6 +151,15 @@ class Probe:
         self._last_step_recorded = -1e18
         self._last_write = 0.0
         self._saw_optimizer_phase = optimizer is not None
+        # Per-phase high-water marks (see _end_phase): when the current phase started, the
+        # peaks of phases of steps that were not recorded (folded into the next recorded
+        # one), and the process-wide CUDA peak last read when the stats are not reset.
+        self._reset_peak_stats = bool(reset_peak_stats)
+        self._phase_start: float | None = None
+        self._pending_peaks: dict[str, tuple[float, int, int, dict[str, int] | None]] = {}
+        self._last_cuda_max = 0
+        # CUDA: what each phase's peak is made of (probe/peak_split.py); needs the reset stats
+        self._split = PeakSplit() if self.device.type == "cuda" and self._reset_peak_stats else None
         self._hook_handles: list[Any] = []
         self._closed = False
 
@@ -168,11 +179,11 @@ class Probe:
         # backward starts: alive then means the training loop keeps the output
         self._output_refs: tuple[Any, ...] = ()
         self._kept_output_published = False
-        try:
-            self._writer = StreamWriter(self.path, info, max_bytes=max_file_bytes)
-        except OSError as exc:
-            raise ProbeError(f"cannot write the probe stream {self.path}: {exc.strerror or exc}") from None
-        _cleanup_stale(directory, self.path)
+        # A directory that cannot be written or is refused (another user's) warns once and the
+        # job runs on without a stream: the probe must never stop the training.
+        self._writer = StreamWriter(self.path, info, max_bytes=max_file_bytes)
+        if not self._writer.failed:
+            _cleanup_stale(directory, self.path)
 
         if self._tracker is not None:
             self._tracker.register(params, tag="parameters")
@@ -400,6 +411,7 @@ class Probe:
         with self._lock:
             if name == self._phase and name != Phase.INIT.value:
                 return
+            self._end_phase()
             if self._phase == Phase.OPTIMIZER_STEP.value:
                 self._step_done = True
                 if self._tracker is not None:
@@ -419,6 +431,83 @@ class Probe:
                 self._tracker.step = self.step
             if self._record_step or name == Phase.INIT.value:
                 self._write("phase")
+
+    def _phase_peak_bytes(self) -> int | None:
+        """The highest memory since the previous phase boundary, and start a new period.
+
+        CUDA: ``torch.cuda.max_memory_allocated`` then ``torch.cuda.reset_peak_memory_stats``
+        (torch/cuda/memory.py), so every peak statistic of the device restarts at each phase
+        boundary. With ``reset_peak_stats=False`` nothing is reset: the process-wide peak is
+        read, and a phase gets a high-water mark only when that peak rose inside it (then it
+        is exact); otherwise None. CPU: the tracker's highest live bytes since the last call
+        (no tracker: None).
+        """
+        torch = self._torch
+        if self.device.type == "cuda":
+            peak = int(torch.cuda.max_memory_allocated(self.device))
+            if self._reset_peak_stats:
+                torch.cuda.reset_peak_memory_stats(self.device)
+                return peak
+            rose = peak > self._last_cuda_max
+            self._last_cuda_max = peak
+            return peak if rose else None
+        if self._tracker is not None:
+            return self._tracker.take_phase_peak()
+        return None
+
+    def _end_phase(self, final: bool = False) -> None:
+        """Write the ending phase's high-water mark as a ``peak`` record (see
+        ``gpumem_tui.telemetry.probe_source``). Phases of steps that are not recorded
+        (``min_step_interval``) are folded into the same phase of the next recorded step:
+        its record then says ``steps`` > 1 and starts where the first folded phase started."""
+        now = time.time()
+        start, self._phase_start = self._phase_start, now
+        if start is None:  # attach: start the first period here
+            with contextlib.suppress(Exception):
+                self._phase_peak_bytes()
+                self._start_split()
+            return
+        try:
+            peak = self._phase_peak_bytes()
+        except Exception:  # never break the training job over a measurement
+            peak = None
+        phase = self._phase
+        split: dict[str, int] | None = None
+        if self._split is not None and peak is not None:
+            with contextlib.suppress(Exception):
+                now_categories = self.categories()  # the end of this phase, the start of the next
+                split = self._split.split(phase, peak, now_categories)
+                self._start_split(now_categories)
+        if peak is not None:
+            first, high, steps, parts = self._pending_peaks.pop(phase, (start, 0, 0, None))
+            if split is not None and peak >= high:
+                parts = split
+            self._pending_peaks[phase] = (first, max(high, peak), steps + 1, parts)
+        if final or self._record_step or phase == Phase.INIT.value:
+            pending = self._pending_peaks if final else {phase: self._pending_peaks.get(phase)}
+            for name, entry in list(pending.items()):
+                if entry is None:
+                    continue
+                first, high, steps, parts = entry
+                self._pending_peaks.pop(name, None)
+                record: dict[str, Any] = {
+                    "kind": "peak", "time": now, "start": first, "step": self.step, "phase": name,
+                    "device": str(self.device), "peak_bytes": high, "steps": steps,
+                }
+                if parts:
+                    record["categories"] = parts
+                self._writer.write(record)
+
+    def _start_split(self, categories: dict[str, int] | None = None) -> None:
+        """Tell the CUDA peak split that a phase begins now (see probe/peak_split.py)."""
+        if self._split is None:
+            return
+        params = list(self.model.parameters())
+        self._split.phase_started(
+            categories if categories is not None else self.categories(),
+            int(self._torch.cuda.memory_allocated(self.device)),
+            {id(p) for p in params if p.grad is not None},
+        )
 
     @property
     def phase_name(self) -> str:
@@ -445,9 +534,10 @@ class Probe:
         if self.optimizer is not None:
             self._hook_handles.append(self.optimizer.register_step_pre_hook(self._step_pre_hook))
             self._hook_handles.append(self.optimizer.register_step_post_hook(self._step_post_hook))
-        if self._tracker is not None:
+        if self._tracker is not None or self._split is not None:
             # Label each gradient as such once autograd stored it (torch >= 2.1), so the
-            # breakdown at a peak between two samples still names the gradients.
+            # breakdown at a peak between two samples still names the gradients; on CUDA
+            # note how many gradient bytes existed when backward's peak happened.
             for param in model.parameters():
                 if param.requires_grad and hasattr(param, "register_post_accumulate_grad_hook"):
                     self._hook_handles.append(param.register_post_accumulate_grad_hook(self._grad_hook))
@@ -459,6 +549,24 @@ class Probe:
                 tracker.retag((param.grad,), "gradients")
             except Exception:  # pragma: no cover - labelling is best effort, never fatal
                 pass
+        split = self._split
+        if split is not None and not self._closed and self._phase == Phase.BACKWARD.value:
+            try:
+                split.gradient_stored(param, self._cuda_peak())
+            except Exception:  # pragma: no cover - the split is best effort, never fatal
+                pass
+
+    def _cuda_peak(self) -> int:
+        """torch max allocated of the measured device (bytes). The C entry point that
+        ``torch.cuda.memory_stats`` wraps is used when present: the public function flattens
+        a nested dict of ~100 entries in Python, and this runs once per parameter in backward
+        (torch/cuda/memory.py, memory_stats_as_nested_dict)."""
+        torch = self._torch
+        stats = getattr(torch._C, "_cuda_memoryStats", None)
+        if stats is not None:
+            with contextlib.suppress(Exception):
+                return int(stats(self.device.index)["allocated_bytes"]["all"]["peak"])
+        return int(torch.cuda.max_memory_allocated(self.device))
 
     def _guard(self, func, *args) -> None:
         try:
@@ -485,6 +593,9 @@ class Probe:
         targets = [loss] if has_loss else _tensors(output, torch)
         if has_loss and not self._kept_output_published:
             self._output_refs = tuple(weakref.ref(t) for t in _tensors(output, torch) if t is not loss)
+        if self._split is not None:
+            outputs = [t for t in _tensors(output, torch) if t is not loss]
+            self._split.logits_and_loss = output_and_loss_bytes(outputs, loss if has_loss else None, torch)
         fired = [False]
 
         def on_backward(grad_outputs: Any) -> None:
@@ -554,6 +665,7 @@ class Probe:
         with self._lock:
             if self._closed:
                 return
+            self._end_phase(final=True)
             self._write("sample")
             self._closed = True
             self._writer.write({"kind": "end", "time": time.time(), "step": self.step})
@@ -620,12 +732,25 @@ def attach(model: Any, optimizer: Any = None, **kwargs: Any) -> Probe:
     (``gpumem_tui.probe.tracker``; ``track_tensors=False`` turns it off), with the bytes
     split into parameters, gradients, optimizer_states, activations (and temporaries, buffers).
 
+    High-water marks: when a phase ends the probe writes the highest memory reached inside it
+    (a ``peak`` record), so a spike shorter than ``interval`` is still measured. On CUDA this
+    **resets torch's peak statistics** (``torch.cuda.reset_peak_memory_stats``) at every phase
+    boundary: a ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` of your own then
+    covers only the current phase (and so does the streamed ``torch_max_allocated``).
+    ``reset_peak_stats=False`` leaves them alone; a phase then gets a high-water mark only
+    when the process-wide peak rose inside it. On the CPU the tracker keeps its own peak;
+    nothing of torch's is touched. A CUDA peak record also splits the peak as far as the probe
+    can see (:mod:`gpumem_tui.probe.peak_split`: parameters, gradients, optimizer states,
+    logits and loss buffers, and the unsplit rest), at the cost of one read of the allocator's
+    statistics per parameter in backward.
+
     Keyword arguments: batch (micro-batch size), seq (sequence length), dtype (of the
     parameters; default the first floating parameter's), task (the estimator's: "train",
     "lora", "qlora", "inference"), config (a HF-style config dict for non-HF models),
     directory, interval, min_step_interval (seconds), track_tensors, hooks (False: mark phases
-    only with ``probe.phase``/``probe.mark``), device, max_file_bytes, and extra: more setup
-    keys the probe cannot see itself, named as the estimator's TrainingSpec fields, e.g.
+    only with ``probe.phase``/``probe.mark``), device, max_file_bytes, reset_peak_stats, and
+    extra: more setup keys the probe cannot see itself, named as the estimator's TrainingSpec
+    fields, e.g.
     ``extra={"mixed_precision": True, "zero": 2, "dp": 8, "grad_ckpt": "full"}``.
 
     Loss computed outside the model: call ``probe.watch_loss(loss)`` before ``backward()`` to
@@ -633,8 +758,10 @@ def attach(model: Any, optimizer: Any = None, **kwargs: Any) -> Probe:
     output, after the loss's own backward).
 
     Raises:
-        ProbeError: not a Module/Optimizer, bad intervals or batch/seq, a stream file that
-            cannot be written, or a probe already attached in this process (close it first).
+        ProbeError: not a Module/Optimizer, bad intervals or batch/seq, or a probe already
+            attached in this process (close it first). A stream that cannot be written (or a
+            directory refused as unsafe: another user's, or writable by others) is not an
+            error: one ``RuntimeWarning`` says why, and the probe marks phases without streaming.
     """
     global _active
     with _active_lock:

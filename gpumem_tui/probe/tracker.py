@@ -79,6 +79,7 @@ class LiveTensorTracker(TorchDispatchMode):
         self._window_sequence = 0
         self._window_phase = self.tag
         self._window_step = 0
+        self._phase_peak = 0  # highest live_bytes since the last take_phase_peak()
 
     # -- counting --------------------------------------------------------------------------
 
@@ -116,6 +117,8 @@ class LiveTensorTracker(TorchDispatchMode):
             self._by_tag[tag] = self._by_tag.get(tag, 0) + nbytes
             if self.live_bytes > self.peak_bytes:
                 self.peak_bytes = self.live_bytes
+            if self.live_bytes > self._phase_peak:
+                self._phase_peak = self.live_bytes
             if self.live_bytes > self._window_peak:
                 self._window_peak = self.live_bytes
                 self._window_time = time.time()
@@ -169,6 +172,15 @@ class LiveTensorTracker(TorchDispatchMode):
             self._window_phase = self.tag
             self._window_step = self.step
         return window
+
+    def take_phase_peak(self) -> int:
+        """The highest live bytes since the previous call (or since the tracker started);
+        the next period starts at the current live bytes. The probe calls it at every phase
+        boundary, so each phase's high-water mark is exact whatever the sampling interval."""
+        with self._lock:
+            peak = max(self._phase_peak, self.live_bytes)
+            self._phase_peak = self.live_bytes
+        return peak
 
     def live_by_tag(self) -> dict[str, int]:
         """Live bytes per creation tag (a copy)."""

@@ -80,11 +80,12 @@ class LiveSource:
         reading = self._nvml.poll()
         notices.extend(reading.notices)
 
-        probes, infos, marks = (), (), ()
+        probes, infos, marks, peaks = (), (), (), ()
         if self._probe is not None:
             try:
                 pr = self._probe.poll()
                 probes, infos, marks = pr.probes, pr.probe_infos, pr.phase_marks
+                peaks = getattr(pr, "phase_peaks", ())  # a reader of older probes has none
                 notices.extend(pr.notices)
             except Exception as exc:  # a reader bug must not stop GPU monitoring
                 notices.append(f"probe streams could not be read: {type(exc).__name__}: {exc}")
@@ -111,6 +112,7 @@ class LiveSource:
             probes=tuple(probes),
             probe_infos=tuple(infos),
             phase_marks=tuple(marks),
+            phase_peaks=tuple(peaks),
             notices=tuple(notices),
         )
 

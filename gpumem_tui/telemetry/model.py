@@ -116,6 +116,32 @@ class PhaseMark:
 
 
 @dataclass(frozen=True, slots=True)
+class PhasePeak:
+    """The highest memory of one phase of one training step (a high-water mark).
+
+    Written by the probe when the phase ends, so it holds a peak that no periodic sample
+    caught (a backward spike of a few milliseconds). ``peak_bytes`` is in the probe's figure:
+    ``torch.cuda.max_memory_allocated`` between the phase's boundaries on CUDA (device
+    "cuda"), the tracker's highest live tensor bytes on the CPU (device "cpu").
+    ``start``/``end`` are epoch seconds; ``steps`` > 1 when the probe folded the same phase
+    of several steps it did not record one by one (fast steps) into this record.
+    ``categories`` splits ``peak_bytes`` as far as the probe could (CUDA: parameters,
+    gradients, optimizer_states, logits_and_loss and the unsplit
+    ``activations_and_temporaries``; see ``gpumem_tui.probe.peak_split``), or is empty.
+    """
+
+    pid: int
+    step: int
+    phase: Phase
+    start: float
+    end: float
+    peak_bytes: int
+    device: str = "cuda"
+    steps: int = 1
+    categories: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ProbeSample:
     """Memory of one probed process at one instant, as the probe in that process measured it.
 
@@ -162,6 +188,7 @@ class Snapshot:
     probe_infos: tuple[ProbeInfo, ...] = ()
     phase_marks: tuple[PhaseMark, ...] = ()
     notices: tuple[str, ...] = field(default=())  # one-off messages for the user
+    phase_peaks: tuple[PhasePeak, ...] = ()  # new since the previous snapshot, like probes
 
 
 class TelemetrySource(Protocol):

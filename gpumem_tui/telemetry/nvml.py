@@ -15,6 +15,13 @@ newer than the time stamp (NVML API reference, "nvmlDeviceGetProcessUtilization"
 
 Units: bytes for memory, watts for power (NVML gives milliwatts), °C, percent.
 Imports ``pynvml`` lazily (when the source starts), never Textual or torch.
+
+Implausible values read as "N/A", not as numbers (issue 13, item 19): memory above
+:data:`gpumem_tui.telemetry.plausible.MAX_BYTES` (e.g. ``ULLONG_MAX - 1``), utilization
+above 100 % (e.g. 2**31), temperature above :data:`MAX_TEMPERATURE_C` (e.g. 4294967294),
+power above :data:`MAX_POWER_MW` (e.g. 18446744073709552 W); each kind is named once in a
+notice. When ``nvmlDeviceGetCount`` fails before any device was ever counted (every call
+failing after init), the reading carries the error instead of an empty "0 GPUs".
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpumem_tui.telemetry.model import DeviceSample, ProcessSample, ProcessStatus, ProcessType
+from gpumem_tui.telemetry.plausible import MAX_BYTES
 
 ULLONG_MAX = 2**64 - 1
 UINT_MAX = 2**32 - 1
@@ -37,6 +45,11 @@ UNKNOWN = "unknown NVML error"
 
 # An SM % sample older than this (seconds, by our clock) is no longer shown.
 SM_HOLD_SECONDS = 1.5
+
+# Upper bounds of plausible readings: no GPU runs above 200 °C (NVIDIA's slowdown limits are
+# near 90 °C) or draws 100 kW (an 8-GPU board draws ~10 kW).
+MAX_TEMPERATURE_C = 200
+MAX_POWER_MW = 100_000_000
 
 
 class NvmlUnavailable(RuntimeError):
@@ -182,6 +195,13 @@ class NvmlSource:
         except Exception as exc:  # a broken binding must not kill the poll
             return None, f"{type(exc).__name__}: {exc}"
 
+    def _plausible(self, what: str, value: int | None, high: int) -> int | None:
+        """``value`` when it is at most ``high``; otherwise None (shown as N/A), named once."""
+        if value is None or value <= high:
+            return value
+        self._notice_once(f"implausible {what}", f"NVML reported an implausible {what} ({value}); shown as N/A")
+        return None
+
     def _notice_once(self, key: str, text: str) -> None:
         if key not in self._reported:
             self._reported.add(key)
@@ -202,6 +222,10 @@ class NvmlSource:
         count, count_reason = self._query("nvmlDeviceGetCount")
         devices: list[DeviceSample] = []
         processes: list[ProcessSample] = []
+        if count is None and not self._count:
+            # Never counted a device: an empty table would read "0 GPUs"; say what failed.
+            return NvmlReading(error=f"every NVML call fails after init (nvmlDeviceGetCount: {count_reason})",
+                               notices=tuple(self._notices))
         if count is None:
             # Keep showing the GPUs we knew, each marked with why they could not be read.
             for index in range(self._count or 0):
@@ -249,15 +273,23 @@ class NvmlSource:
             uuid = get("uuid", "nvmlDeviceGetUUID")
             dev.uuid = _text(uuid) if uuid is not None else None
         mem = get("memory", "nvmlDeviceGetMemoryInfo")
-        total = _ull(getattr(mem, "total", None)) if mem is not None else None
-        used = _ull(getattr(mem, "used", None)) if mem is not None else None
+        total = self._plausible("memory total", _ull(getattr(mem, "total", None)), MAX_BYTES) if mem is not None else None
+        used = self._plausible("memory used", _ull(getattr(mem, "used", None)), MAX_BYTES) if mem is not None else None
         if mem is not None and (total is None or used is None):
             errors.append(("memory", NOT_AVAILABLE))
         util = get("utilization_gpu_percent", "nvmlDeviceGetUtilizationRates")
-        gpu_util = _uint(getattr(util, "gpu", None)) if util is not None else None
-        temp = _uint(get("temperature_c", "nvmlDeviceGetTemperature", getattr(self._nv, "NVML_TEMPERATURE_GPU", 0)))
-        power = _uint(get("power_draw_w", "nvmlDeviceGetPowerUsage"))
-        limit = self._power_limit(h, errors, reasons)
+        gpu_util = self._plausible("utilization", _uint(getattr(util, "gpu", None)), 100) if util is not None else None
+        if util is not None and gpu_util is None:
+            errors.append(("utilization_gpu_percent", NOT_AVAILABLE))
+        raw_temp = get("temperature_c", "nvmlDeviceGetTemperature", getattr(self._nv, "NVML_TEMPERATURE_GPU", 0))
+        temp = self._plausible("temperature", _uint(raw_temp), MAX_TEMPERATURE_C)
+        if raw_temp is not None and temp is None:
+            errors.append(("temperature_c", NOT_AVAILABLE))
+        raw_power = get("power_draw_w", "nvmlDeviceGetPowerUsage")
+        power = self._plausible("power draw", _uint(raw_power) if raw_power is not None else None, MAX_POWER_MW)
+        if raw_power is not None and power is None:
+            errors.append(("power_draw_w", NOT_AVAILABLE))
+        limit = self._plausible("power limit", self._power_limit(h, errors, reasons), MAX_POWER_MW)
 
         procs, proc_reason = self._processes(index, dev)
         if proc_reason is not None:
@@ -339,8 +371,8 @@ class NvmlSource:
                     continue
                 if not isinstance(pid, int):
                     continue
-                if used is not None and (used.__class__ is not int or used >= ULLONG_MAX or used < 0):
-                    used = _ull(used)
+                if used is not None and (used.__class__ is not int or used > MAX_BYTES or used < 0):
+                    used = self._plausible("process memory", _ull(used), MAX_BYTES)
                 prev = merged.get(pid)
                 if prev is None:
                     merged[pid] = (ptype, used)
@@ -394,8 +426,8 @@ class NvmlSource:
                 pid, stamp, util = sample.pid, sample.timeStamp, sample.smUtil
             except AttributeError:
                 continue
-            if util.__class__ is not int or util == UINT_MAX:
-                continue
+            if util.__class__ is not int or util == UINT_MAX or not 0 <= util <= 100:
+                continue  # not available, or implausible (2**31 %): no sample
             prev = newest.get(pid)
             if prev is None or stamp >= prev[0]:
                 newest[pid] = (stamp, util)
@@ -404,7 +436,7 @@ class NvmlSource:
         dev.util_stamp = stamp_max
         sm_last = dev.sm_last
         for pid, (_, util) in newest.items():
-            sm_last[pid] = (float(util if util <= 100 else 100), now)
+            sm_last[pid] = (float(util), now)
         out: dict[int, float] = {}
         horizon = now - SM_HOLD_SECONDS
         for pid in pids:

@@ -18,34 +18,54 @@ file per process named ``<pid>.jsonl`` in :func:`default_probe_dir`):
     a periodic sample inside a phase; with ``"at_peak": true`` (CPU tracker) it is the
     highest live bytes since the previous line, written late but stamped with the time it
     happened and split into categories as they were at that instant.
+``{"kind": "peak", "time", "start", "step", "phase", "device", "peak_bytes", "steps"}``
+    the highest memory of ``phase`` of step ``step`` between ``start`` and ``time`` (its end),
+    written when the phase ends (``gpumem_tui.probe``: on CUDA ``torch.cuda.max_memory_allocated``
+    with the peak statistics reset at every phase boundary, on the CPU the tracker's highest
+    live bytes); ``steps`` > 1 when fast steps were folded into one record.
 ``{"kind": "end", "time"}``
     the probe was closed (the job finished); a job killed with SIGKILL writes none.
 
 Memory fields, named for exactly what they are (bytes):
 ``device`` ("cpu" or "cuda:N");
 CUDA: ``torch_allocated`` (``torch.cuda.memory_allocated``), ``torch_reserved``
-(``torch.cuda.memory_reserved``), ``torch_max_allocated`` (``torch.cuda.max_memory_allocated``);
+(``torch.cuda.memory_reserved``), ``torch_max_allocated`` (``torch.cuda.max_memory_allocated``: since the current phase began when
+the probe resets the peak statistics at phase boundaries, its default);
 CPU: ``cpu_live_tensors`` (bytes of live tensor storages seen by the probe's tracker),
 ``cpu_live_tensors_peak`` (their maximum since the probe attached);
 ``categories``: ``{name: bytes}`` splitting the live bytes (parameters, gradients,
 optimizer_states, activations, temporaries, buffers; see ``gpumem_tui.probe``).
 
 Unknown kinds and unknown fields are ignored (newer probes stay readable); lines that are not
-valid are counted and reported in ``notices``, never raised.
+valid are counted and reported in ``notices``, never raised. A line is not valid either when a
+figure is implausible: a time that is not finite or lies more than
+:data:`MAX_FUTURE_SECONDS` ahead of the reader's clock (plotting it would stretch the chart's
+axis to it), or a byte count above :data:`gpumem_tui.telemetry.plausible.MAX_BYTES`.
+
+Trust (issue 13, item 15): a directory may be shared (``GPUMEM_TUI_PROBE_DIR`` on a team
+box), so a stream is read only when it is a regular file (opened ``O_NOFOLLOW |
+O_NONBLOCK``, checked with ``fstat``: a FIFO cannot block the reader, a link to
+``/dev/zero`` is not followed) owned by the user who runs the process it names, or by root;
+a stream of a process that is gone must be owned by the reader or by root. Refused files
+are named once in ``notices``.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpumem_tui.telemetry.model import Phase, PhaseMark, ProbeInfo, ProbeSample
+from gpumem_tui.safe_files import user_name
+from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak, ProbeInfo, ProbeSample
+from gpumem_tui.telemetry.plausible import MAX_BYTES, MAX_FUTURE_SECONDS
 
 PROBE_FORMAT = "gpumem-tui-probe"
 PROBE_VERSION = 1
@@ -88,6 +108,7 @@ class ProbeReading:
     probe_infos: tuple[ProbeInfo, ...] = ()
     phase_marks: tuple[PhaseMark, ...] = ()
     notices: tuple[str, ...] = ()
+    phase_peaks: tuple[PhasePeak, ...] = ()  # new since the previous poll, like probes
 
 
 class _BadLine(ValueError):
@@ -100,14 +121,36 @@ def _int(record: Mapping[str, object], key: str, *, required: bool = True) -> in
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise _BadLine(f"{key!r} is not a non-negative integer")
+    if value > MAX_BYTES:
+        raise _BadLine(f"{key!r} is implausibly large")
     return value
 
 
-def _time(record: Mapping[str, object]) -> float:
+def _time(record: Mapping[str, object], now: float) -> float:
     value = record.get("time")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _BadLine("'time' is not a number")
+    try:
+        value = float(value)
+    except OverflowError:  # an int beyond the float range
+        raise _BadLine("'time' is not a finite number") from None
+    if not math.isfinite(value):
         raise _BadLine("'time' is not a finite number")
-    return float(value)
+    if value > now + MAX_FUTURE_SECONDS:
+        raise _BadLine("'time' lies in the future")
+    return value
+
+
+def _categories(record: Mapping[str, object]) -> tuple[tuple[str, int], ...]:
+    categories_raw = record.get("categories") or {}
+    if not isinstance(categories_raw, Mapping):
+        raise _BadLine("'categories' is not an object")
+    categories: list[tuple[str, int]] = []
+    for name, value in categories_raw.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BYTES:
+            raise _BadLine(f"category {name!r} is not a plausible byte count")
+        categories.append((str(name), value))
+    return tuple(categories)
 
 
 def _sample_from_record(record: Mapping[str, object], pid: int, when: float) -> ProbeSample | None:
@@ -115,14 +158,7 @@ def _sample_from_record(record: Mapping[str, object], pid: int, when: float) -> 
     device = record.get("device")
     if not isinstance(device, str) or not device:
         raise _BadLine("'device' is missing")
-    categories_raw = record.get("categories") or {}
-    if not isinstance(categories_raw, Mapping):
-        raise _BadLine("'categories' is not an object")
-    categories: list[tuple[str, int]] = []
-    for name, value in categories_raw.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise _BadLine(f"category {name!r} is not a non-negative integer")
-        categories.append((str(name), value))
+    categories = _categories(record)
     if device.startswith("cuda"):
         allocated = _int(record, "torch_allocated", required=False)
         if allocated is None:
@@ -148,6 +184,20 @@ def _sample_from_record(record: Mapping[str, object], pid: int, when: float) -> 
         peak_allocated_bytes=_int(record, "cpu_live_tensors_peak", required=False),
         categories=tuple(categories),
     )
+
+
+def _peak_from_record(record: Mapping[str, object], pid: int, now: float) -> PhasePeak:
+    """A ``peak`` record as a PhasePeak (raises _BadLine)."""
+    end = _time(record, now)
+    start = _time({"time": record.get("start")}, now)
+    phase = _PHASES.get(str(record.get("phase")))
+    device = record.get("device")
+    if phase is None or not isinstance(device, str) or not device or not start <= end:
+        raise _BadLine("not a valid peak record")
+    return PhasePeak(pid=pid, step=_int(record, "step"), phase=phase, start=start, end=end,  # type: ignore[arg-type]
+                     peak_bytes=_int(record, "peak_bytes"), device=device.split(":", 1)[0],  # type: ignore[arg-type]
+                     steps=_int(record, "steps", required=False) or 1,
+                     categories=_categories(record))
 
 
 def _json_safe_setup(setup: object) -> tuple[tuple[str, object], ...]:
@@ -185,6 +235,33 @@ def _process_alive(pid: int, create_time: float | None) -> bool:
         return bool(psutil.pid_exists(pid))
 
 
+def _process_owner(pid: int) -> int | None:
+    """Real uid of the user running ``pid``, or None when there is no such process."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).uids().real
+    except ImportError:  # pragma: no cover - psutil is a core dependency
+        try:
+            return os.stat(f"/proc/{pid}").st_uid
+        except OSError:
+            return None
+    except Exception:  # NoSuchProcess, AccessDenied (a process we may not inspect)
+        try:
+            return os.stat(f"/proc/{pid}").st_uid
+        except OSError:
+            return None
+
+
+def _file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
 @dataclass
 class _Stream:
     """Tail state of one ``<pid>.jsonl`` file."""
@@ -206,6 +283,7 @@ class _Stream:
     torn_reported: bool = False
     last_time: float = 0.0
     notices: list[str] = field(default_factory=list)
+    peaks: list[PhasePeak] = field(default_factory=list)  # read, not yet handed out
 
     def info(self) -> ProbeInfo:
         return ProbeInfo(pid=self.pid, model_config=self.model_config, setup=self.setup, ended=self.ended)
@@ -233,6 +311,12 @@ class ProbeSource:
             is not an error (nothing has been probed yet).
         alive: ``(pid, create_time) -> bool`` liveness check (tests inject one).
         clock: epoch-seconds clock (tests inject one).
+        owner: ``pid -> uid`` of the user running a process, None when it is gone (tests
+            inject one).
+
+    Only the ``max_probes`` streams kept are read: files beyond the cap are listed (one
+    ``stat`` each) but not opened until a kept stream ends and frees a place; the most
+    recently written take free places first.
     """
 
     def __init__(
@@ -245,6 +329,7 @@ class ProbeSource:
         keep_ended_seconds: float = 3600.0,
         alive: Callable[[int, float | None], bool] = _process_alive,
         clock: Callable[[], float] = time.time,
+        owner: Callable[[int], int | None] | None = None,
     ) -> None:
         self.directory = Path(directory) if directory is not None else default_probe_dir()
         self._backlog = max(4096, int(backlog_bytes))
@@ -253,10 +338,14 @@ class ProbeSource:
         self._keep_ended = float(keep_ended_seconds)
         self._alive = alive
         self._clock = clock
+        self._owner = owner if owner is not None else _process_owner
         self._streams: dict[str, _Stream] = {}
         # Files not worth reading (stale, or evicted): name -> (inode, size) when last seen.
         self._ignored: dict[str, tuple[int, int]] = {}
         self._dir_error_reported = False
+        # Files refused as untrusted: name -> inode (checked again once the file is replaced).
+        self._refused: dict[str, int] = {}
+        self._over_cap_reported = False
 
     # -- public ----------------------------------------------------------------------------
 
@@ -265,6 +354,7 @@ class ProbeSource:
         notices: list[str] = []
         probes: list[ProbeSample] = []
         marks: list[PhaseMark] = []
+        peaks: list[PhasePeak] = []
         now = self._clock()
         self._discover(now, notices)
         for name, stream in list(self._streams.items()):
@@ -277,6 +367,8 @@ class ProbeSource:
                     stream.ended_at = now
             notices.extend(stream.notices)
             stream.notices.clear()
+            peaks.extend(stream.peaks)
+            stream.peaks.clear()
             if stream.bad_lines > stream.reported_bad:
                 new = stream.bad_lines - stream.reported_bad
                 stream.reported_bad = stream.bad_lines
@@ -290,6 +382,7 @@ class ProbeSource:
             probes=tuple(probes),
             probe_infos=tuple(s.info() for s in self._streams.values() if s.info_seen),
             phase_marks=tuple(marks),
+            phase_peaks=tuple(peaks),
             notices=tuple(notices),
         )
 
@@ -297,6 +390,7 @@ class ProbeSource:
         """Forget all state (files are left alone)."""
         self._streams.clear()
         self._ignored.clear()
+        self._refused.clear()
 
     # -- internals -------------------------------------------------------------------------
 
@@ -330,6 +424,7 @@ class ProbeSource:
                 self._dir_error_reported = True
             return
         present = set()
+        candidates: list[tuple[float, str, str, int, tuple[int, int]]] = []  # mtime, name, path, pid, (ino, size)
         for entry in entries:
             match = _FILE_RE.match(entry.name)
             if not match:
@@ -338,8 +433,13 @@ class ProbeSource:
             if entry.name in self._streams:
                 continue
             try:
-                st = entry.stat()
+                st = entry.stat(follow_symlinks=False)
             except OSError:
+                continue
+            if self._refused.get(entry.name) == st.st_ino:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                self._refuse(entry.name, st.st_ino, f"not a regular file ({_file_kind(st.st_mode)})", notices)
                 continue
             ignored = self._ignored.get(entry.name)
             if ignored is not None and ignored == (st.st_ino, st.st_size):
@@ -348,8 +448,22 @@ class ProbeSource:
             if now - st.st_mtime > self._keep_ended and not self._alive(pid, None):
                 self._ignored[entry.name] = (st.st_ino, st.st_size)
                 continue
-            self._ignored.pop(entry.name, None)
-            self._streams[entry.name] = _Stream(path=Path(entry.path), pid=pid)
+            candidates.append((st.st_mtime, entry.name, entry.path, pid, (st.st_ino, st.st_size)))
+        # Only as many new streams as the cap leaves room for (ended streams give theirs up
+        # in _evict): a file over the cap is not opened, so it costs one stat per poll.
+        room = self._max_probes - sum(1 for s in self._streams.values() if not s.ended)
+        candidates.sort(reverse=True)  # most recently written first
+        for _, name, path, pid, _ in candidates[: max(room, 0)]:
+            self._ignored.pop(name, None)
+            self._streams[name] = _Stream(path=Path(path), pid=pid)
+        for _, name, _, _, seen in candidates[max(room, 0):]:
+            # not looked at again until it changes (a live stream grows; then it may get room)
+            self._ignored[name] = seen
+        over = len(candidates) - max(room, 0)
+        if over > 0 and not self._over_cap_reported:
+            self._over_cap_reported = True
+            notices.append(f"{over} probe stream{'s' if over > 1 else ''} not read: at most "
+                           f"{self._max_probes} are followed at a time (the most recently written)")
         # Files deleted from the directory: their streams end now.
         for name, stream in list(self._streams.items()):
             if name not in present and not stream.ended:
@@ -357,6 +471,31 @@ class ProbeSource:
                 stream.ended_at = now
         for name in [n for n in self._ignored if n not in present]:
             del self._ignored[name]
+        for name in [n for n in self._refused if n not in present]:
+            del self._refused[name]
+
+    def _refuse(self, name: str, inode: int, why: str, notices: list[str]) -> None:
+        """Stop reading ``name`` until it is replaced by another file; say so once."""
+        self._refused[name] = inode
+        notices.append(f"probe stream {name} ignored: {why}")
+        stream = self._streams.pop(name, None)
+        if stream is not None:
+            stream.ended = True
+
+    def _untrusted(self, st: os.stat_result, pid: int) -> str | None:
+        """Why a stream file with status ``st`` may not speak for ``pid``, or None."""
+        if not stat.S_ISREG(st.st_mode):
+            return f"not a regular file ({_file_kind(st.st_mode)})"
+        if st.st_uid == 0:
+            return None
+        runs_as = self._owner(pid)
+        if runs_as is None:  # the process is gone: only the reader's own files are history
+            if st.st_uid == os.geteuid():
+                return None
+            return f"owned by {user_name(st.st_uid)} and PID {pid} is not running"
+        if runs_as != st.st_uid:
+            return f"owned by {user_name(st.st_uid)} but PID {pid} runs as {user_name(runs_as)}"
+        return None
 
     def _read(
         self,
@@ -367,8 +506,15 @@ class ProbeSource:
         final: bool = False,
     ) -> None:
         try:
-            with open(stream.path, "rb") as handle:
+            # O_NOFOLLOW: a link is refused (ELOOP), not followed to /dev/zero or another
+            # user's file; O_NONBLOCK: opening a FIFO does not wait for a writer.
+            fd = os.open(stream.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+            with open(fd, "rb") as handle:
                 st = os.fstat(handle.fileno())
+                why = self._untrusted(st, stream.pid)
+                if why is not None:
+                    self._refuse(stream.path.name, st.st_ino, why, stream.notices)
+                    return
                 replaced = st.st_ino != stream.inode or st.st_size < stream.offset
                 if not replaced and stream.head:
                     replaced = os.pread(handle.fileno(), len(stream.head), 0) != stream.head
@@ -393,6 +539,9 @@ class ProbeSource:
             stream.ended_at = now
             return
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                self._refuse(stream.path.name, -1, "a symbolic link", stream.notices)
+                return
             stream.notices.append(f"probe stream {stream.path.name} unreadable: {exc.strerror or exc}")
             return
         end = data.rfind(b"\n")
@@ -435,7 +584,7 @@ class ProbeSource:
             if kind == "info":
                 self._handle_info(stream, record)
             elif kind in ("phase", "sample"):
-                when = _time(record)
+                when = _time(record, self._clock())
                 sample = _sample_from_record(record, stream.pid, when)
                 mark = None
                 if kind == "phase":
@@ -448,6 +597,8 @@ class ProbeSource:
                 if sample is not None:
                     probes.append(sample)
                 stream.last_time = when
+            elif kind == "peak":
+                stream.peaks.append(_peak_from_record(record, stream.pid, self._clock()))
             elif kind == "end":
                 stream.end_record = True
                 stream.ended = True

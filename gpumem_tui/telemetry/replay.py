@@ -9,6 +9,14 @@ Readers ignore fields they do not know. The recorder writes each line with a sin
 ``os.write`` on an ``O_APPEND`` file (optionally ``fsync``'ed), so a recorder killed with
 SIGKILL leaves every line it finished intact and at most its last line torn; the reader
 replays up to a torn last line and says so in a notice.
+
+Reading is bounded (issue 13, items 17-18): only regular files are read (a FIFO or
+``/dev/zero`` is a :class:`TraceError`), the header line may be at most
+:data:`HEADER_LIMIT` bytes and any other line at most :data:`LINE_LIMIT` (a longer one is
+skipped with a notice, read in chunks so memory stays bounded), JSON nested too deeply is an
+unreadable line, and a record whose time a later record contradicts by more than
+:data:`OUT_OF_ORDER_SECONDS` is skipped on replay (a record a day ahead would otherwise hold
+every curve until the replay reached that day).
 """
 
 from __future__ import annotations
@@ -24,11 +32,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gpumem_tui.safe_files import FileRefused, format_limit, loads_json, open_regular_binary
 from gpumem_tui.telemetry.model import Snapshot
+from gpumem_tui.telemetry.plausible import plausible_time
 from gpumem_tui.telemetry.serialize import SerializeError, snapshot_from_dict, snapshot_to_dict
 
 TRACE_FORMAT = "gpumem-tui-trace"
 TRACE_VERSION = 1
+
+#: Longest header line read (bytes): a header is a few hundred bytes.
+HEADER_LIMIT = 1 << 20
+#: Longest snapshot line read (bytes): 64 GPUs x 1000 processes is ~20 MiB as JSON.
+LINE_LIMIT = 64 << 20
+#: A record this many seconds later than a record after it is out of order and skipped.
+OUT_OF_ORDER_SECONDS = 60.0
 
 
 class TraceError(ValueError):
@@ -45,7 +62,8 @@ class TraceRecorder:
     """Appends Snapshots to a trace file, one flushed line each.
 
     Args:
-        path: the trace file; created, or truncated if it exists.
+        path: the trace file; created (mode 0600, whatever the umask), or truncated and set
+            to 0600 if it exists.
         fsync: also ``os.fsync`` after every line (survives a power cut, costs a disk flush).
         header: extra header fields (e.g. ``{"interval": 1.0}``); ``format``/``version`` win.
 
@@ -63,8 +81,10 @@ class TraceRecorder:
 
         head.update({"format": TRACE_FORMAT, "version": TRACE_VERSION, "created": time.time(),
                      "writer": f"gpumem-tui {__version__}"})
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        # 0600 like the probe streams: a trace carries their setups and every user's commands.
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         try:
+            os.fchmod(self._fd, 0o600)  # an existing file keeps its mode through O_TRUNC
             self._write_line(_encode(head))
         except BaseException:
             self.close()
@@ -115,16 +135,47 @@ def read_trace_header(path: str | os.PathLike[str]) -> dict[str, Any]:
     Raises:
         TraceError: empty, not JSON, or not a gpumem-tui trace. OSError: unreadable.
     """
-    with open(path, "rb") as handle:
-        first = handle.readline(1 << 20)
+    with _open_trace(Path(path)) as handle:
+        first = handle.readline(HEADER_LIMIT + 1)
     return _parse_header(Path(path), first)
+
+
+def _open_trace(path: Path):  # noqa: ANN202 - a binary file object
+    try:
+        return open_regular_binary(path)
+    except FileRefused as exc:
+        raise TraceError(f"{path}: {exc}; a trace must be a file written by gpumem-tui record") from None
+
+
+def _lines(handle: Any, start: int) -> Any:
+    """``(number, offset, line)`` for each line after the header; ``line`` is None for a line
+    longer than LINE_LIMIT, which is skipped in chunks without holding it."""
+    number, offset = 1, start
+    while True:
+        line = handle.readline(LINE_LIMIT + 1)
+        if not line:
+            return
+        number += 1
+        length = len(line)
+        if length > LINE_LIMIT and not line.endswith(b"\n"):
+            while not line.endswith(b"\n"):
+                line = handle.readline(LINE_LIMIT)
+                if not line:
+                    break
+                length += len(line)
+            yield number, offset, None
+        else:
+            yield number, offset, line
+        offset += length
 
 
 def _parse_header(path: Path, line: bytes) -> dict[str, Any]:
     if not line.strip():
         raise TraceError(f"{path}: empty trace file")
+    if len(line) > HEADER_LIMIT:
+        raise TraceError(f"{path}: not a gpumem-tui trace (the first line is longer than {format_limit(HEADER_LIMIT)})")
     try:
-        header = json.loads(line)
+        header = loads_json(line)
     except (ValueError, UnicodeDecodeError):
         raise TraceError(f"{path}: not a gpumem-tui trace (the first line is not JSON)") from None
     if not isinstance(header, dict) or header.get("format") != TRACE_FORMAT:
@@ -153,17 +204,20 @@ def read_trace(path: str | os.PathLike[str]) -> tuple[list[Snapshot], list[str]]
     snapshots: list[Snapshot] = []
     notices: list[str] = []
     bad: list[int] = []
+    long_lines: list[int] = []
     torn = 0
-    with open(path, "rb") as handle:
-        header = _parse_header(path, handle.readline())
+    with _open_trace(path) as handle:
+        first = handle.readline(HEADER_LIMIT + 1)
+        header = _parse_header(path, first)
         if header["version"] > TRACE_VERSION:
             notices.append(
                 f"{path.name}: trace version {header['version']} is newer than this reader "
                 f"({TRACE_VERSION}); fields it does not know are ignored"
             )
-        number = 1
-        for line in handle:
-            number += 1
+        for number, _, line in _lines(handle, len(first)):
+            if line is None:
+                long_lines.append(number)
+                continue
             if not line.strip():
                 continue
             try:
@@ -174,6 +228,7 @@ def read_trace(path: str | os.PathLike[str]) -> tuple[list[Snapshot], list[str]]
                     torn = len(line)
                 else:
                     bad.append(number)
+    notices.extend(_long_line_notice(path, long_lines))
     if bad:
         notices.append(
             f"{path.name}: {len(bad)} unreadable line{'s' if len(bad) > 1 else ''} skipped "
@@ -184,6 +239,14 @@ def read_trace(path: str | os.PathLike[str]) -> tuple[list[Snapshot], list[str]]
     if not snapshots:
         raise TraceError(f"{path}: the trace holds no snapshots")
     return snapshots, notices
+
+
+def _long_line_notice(path: Path, numbers: list[int]) -> list[str]:
+    if not numbers:
+        return []
+    many = len(numbers) > 1
+    return [f"{path.name}: {len(numbers)} line{'s' if many else ''} longer than the {format_limit(LINE_LIMIT)} "
+            f"limit skipped (first: line {numbers[0]})"]
 
 
 _TIME_PREFIX = re.compile(rb'^\{"time":(-?[0-9][0-9.eE+-]*)[,}]')
@@ -204,10 +267,7 @@ def _line_time(line: bytes) -> float | None:
         except (ValueError, UnicodeDecodeError, RecursionError):
             return None
         value = record.get("time") if isinstance(record, dict) else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return None
-        value = float(value)
-    return value if value is not None and math.isfinite(value) else None
+    return plausible_time(value)
 
 
 def _index_trace(path: Path) -> tuple[dict[str, Any], list[tuple[int, int, float]], list[str]]:
@@ -216,18 +276,20 @@ def _index_trace(path: Path) -> tuple[dict[str, Any], list[tuple[int, int, float
     entries: list[tuple[int, int, float]] = []
     notices: list[str] = []
     bad: list[int] = []
+    long_lines: list[int] = []
     torn = 0
-    with open(path, "rb") as handle:
-        first = handle.readline()
+    with _open_trace(path) as handle:
+        first = handle.readline(HEADER_LIMIT + 1)
         header = _parse_header(path, first)
         if header["version"] > TRACE_VERSION:
             notices.append(
                 f"{path.name}: trace version {header['version']} is newer than this reader "
                 f"({TRACE_VERSION}); fields it does not know are ignored"
             )
-        offset, number = len(first), 1
-        for line in handle:
-            number += 1
+        for number, offset, line in _lines(handle, len(first)):
+            if line is None:
+                long_lines.append(number)
+                continue
             when = _line_time(line) if line.strip() else None
             if when is not None and (line.endswith(b"\n") or _parses(line)):
                 entries.append((offset, len(line), when))
@@ -236,7 +298,11 @@ def _index_trace(path: Path) -> tuple[dict[str, Any], list[tuple[int, int, float
                     bad.append(number)
                 else:
                     torn = len(line)
-            offset += len(line)
+    notices.extend(_long_line_notice(path, long_lines))
+    entries, skipped = _drop_out_of_order(entries)
+    if skipped:
+        notices.append(f"{path.name}: {skipped} record{'s' if skipped > 1 else ''} out of time order skipped "
+                       f"(more than {OUT_OF_ORDER_SECONDS:g} s after a record that follows)")
     if bad:
         notices.append(
             f"{path.name}: {len(bad)} unreadable line{'s' if len(bad) > 1 else ''} skipped "
@@ -247,6 +313,34 @@ def _index_trace(path: Path) -> tuple[dict[str, Any], list[tuple[int, int, float
     if not entries:
         raise TraceError(f"{path}: the trace holds no snapshots")
     return header, entries, notices
+
+
+def _drop_out_of_order(entries: list[tuple[int, int, float]]) -> tuple[list[tuple[int, int, float]], int]:
+    """Entries without those out of time order by more than OUT_OF_ORDER_SECONDS.
+
+    First a lone record far from both neighbours (which agree with each other) goes, either
+    way: a corrupt time. Then every record later than some following record by more than
+    the bound goes: after a large step back of the clock the records before the step lie in
+    the future of those after it, and a replay would hold every curve until it got there.
+    Smaller steps back are kept and held by the replay.
+    """
+    gap = OUT_OF_ORDER_SECONDS
+    times = [e[2] for e in entries]
+    lone = {
+        i for i in range(1, len(entries) - 1)
+        if abs(times[i - 1] - times[i + 1]) <= gap
+        and abs(times[i] - times[i - 1]) > gap and abs(times[i] - times[i + 1]) > gap
+    }
+    kept: list[tuple[int, int, float]] = []
+    floor = math.inf  # the earliest time of any kept entry after the current one
+    for i in range(len(entries) - 1, -1, -1):
+        if i in lone:
+            continue
+        if times[i] <= floor + gap:
+            kept.append(entries[i])
+        floor = min(floor, times[i])
+    kept.reverse()
+    return kept, len(entries) - len(kept)
 
 
 def _parses(line: bytes) -> bool:
@@ -453,6 +547,7 @@ class ReplaySource:
             current,
             probes=tuple(p for snap in passed for p in snap.probes),
             phase_marks=tuple(m for snap in passed for m in snap.phase_marks),
+            phase_peaks=tuple(p for snap in passed for p in snap.phase_peaks),
             notices=tuple(notices),
         )
 

@@ -11,6 +11,13 @@ Reading is tolerant in the ways a trace reader needs: unknown fields are ignored
 level; an item of a list (a device, a process, a probe sample, a phase mark) that cannot be
 read -- e.g. a process type a newer writer added -- is skipped and counted in the snapshot's
 ``notices``. Only a record that is not a snapshot at all raises :class:`SerializeError`.
+
+Figures are checked for being plausible, not only well-typed (a trace is a file anyone can
+edit; see :mod:`gpumem_tui.telemetry.plausible`): times must be epoch seconds in [0, 2100];
+a probe sample or phase mark may not lie more than ``MAX_FUTURE_SECONDS`` after its
+snapshot; byte counts are at most ``MAX_BYTES``; percentages, temperatures and watts must
+lie in physical ranges. An optional figure outside its range reads as unknown (None), a
+required one makes its item unreadable.
 """
 
 from __future__ import annotations
@@ -20,10 +27,12 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from gpumem_tui.telemetry.plausible import MAX_BYTES, MAX_FUTURE_SECONDS, plausible_time
 from gpumem_tui.telemetry.model import (
     DeviceSample,
     Phase,
     PhaseMark,
+    PhasePeak,
     ProbeInfo,
     ProbeSample,
     ProcessSample,
@@ -136,6 +145,13 @@ def mark_to_dict(m: PhaseMark) -> dict[str, Any]:
     return {"time": _num(m.time), "pid": m.pid, "phase": m.phase.value, "step": m.step}
 
 
+def peak_to_dict(p: PhasePeak) -> dict[str, Any]:
+    """One PhasePeak as a JSON-safe dict."""
+    return {"pid": p.pid, "step": p.step, "phase": p.phase.value, "start": _num(p.start), "end": _num(p.end),
+            "peak_bytes": p.peak_bytes, "device": p.device, "steps": p.steps,
+            **({"categories": {str(k): int(v) for k, v in p.categories}} if p.categories else {})}
+
+
 def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
     """A Snapshot as a dict of JSON types only (bytes as ints). Inverse: :func:`snapshot_from_dict`."""
     return {
@@ -149,6 +165,7 @@ def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
         "probe_infos": [info_to_dict(i) for i in s.probe_infos],
         "phase_marks": [mark_to_dict(m) for m in s.phase_marks],
         "notices": list(s.notices),
+        **({"phase_peaks": [peak_to_dict(p) for p in s.phase_peaks]} if s.phase_peaks else {}),
     }
 
 
@@ -168,22 +185,49 @@ def _get(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], *, optio
     return value
 
 
-def _int(d: Mapping[str, Any], key: str, *, optional: bool = True, minimum: int | None = 0) -> int | None:
+# Upper bounds of counters that are not bytes: Linux PIDs stay below 2**22 (PID_MAX_LIMIT),
+# a device index below 2**16; a training step or any count below 2**53 (exact in a float).
+_MAX_PID = 1 << 22
+_MAX_COUNT = 1 << 53
+
+
+def _int(d: Mapping[str, Any], key: str, *, optional: bool = True, minimum: int | None = 0,
+         maximum: int = MAX_BYTES) -> int | None:
     value = _get(d, key, int, optional=optional)
     if value is not None and minimum is not None and value < minimum:
         raise SerializeError(f"{key!r} is negative")
+    if value is not None and value > maximum:
+        if optional:
+            return None
+        raise SerializeError(f"{key!r} is implausibly large")
     return value
 
 
-def _float(d: Mapping[str, Any], key: str, *, optional: bool = True) -> float | None:
+def _float(d: Mapping[str, Any], key: str, *, optional: bool = True,
+           low: float = -math.inf, high: float = math.inf) -> float | None:
     value = _get(d, key, (int, float), optional=optional)
     if value is None:
         return None
-    value = float(value)
-    if not math.isfinite(value):
+    try:
+        value = float(value)
+    except OverflowError:  # an integer beyond the float range
+        value = math.inf
+    if not math.isfinite(value) or not low <= value <= high:
         if optional:
             return None
-        raise SerializeError(f"{key!r} is not finite")
+        raise SerializeError(f"{key!r} is not a plausible number")
+    return value
+
+
+def _time(d: Mapping[str, Any], key: str, *, optional: bool = False) -> float | None:
+    raw = d.get(key)
+    if raw is None and optional:
+        return None
+    value = plausible_time(raw)
+    if value is None:
+        if optional:
+            return None
+        raise SerializeError(f"{key!r} is not an epoch time in seconds between 1970 and 2100")
     return value
 
 
@@ -213,15 +257,15 @@ def _enum(enum_type: Callable[[str], T], value: Any, key: str) -> T:
 def device_from_dict(d: Mapping[str, Any]) -> DeviceSample:
     """Inverse of :func:`device_to_dict`. Raises SerializeError."""
     return DeviceSample(
-        index=_int(d, "index", optional=False),  # type: ignore[arg-type]
+        index=_int(d, "index", optional=False, maximum=1 << 16),  # type: ignore[arg-type]
         name=_str(d, "name"),
         uuid=_str(d, "uuid"),
         memory_total_bytes=_int(d, "memory_total_bytes"),
         memory_used_bytes=_int(d, "memory_used_bytes"),
-        utilization_gpu_percent=_float(d, "utilization_gpu_percent"),
-        temperature_c=_float(d, "temperature_c"),
-        power_draw_w=_float(d, "power_draw_w"),
-        power_limit_w=_float(d, "power_limit_w"),
+        utilization_gpu_percent=_float(d, "utilization_gpu_percent", low=0.0, high=100.0),
+        temperature_c=_float(d, "temperature_c", low=-100.0, high=200.0),
+        power_draw_w=_float(d, "power_draw_w", low=0.0, high=100_000.0),
+        power_limit_w=_float(d, "power_limit_w", low=0.0, high=100_000.0),
         error=_str(d, "error"),
         field_errors=_field_errors(d),
     )
@@ -230,16 +274,16 @@ def device_from_dict(d: Mapping[str, Any]) -> DeviceSample:
 def process_from_dict(d: Mapping[str, Any]) -> ProcessSample:
     """Inverse of :func:`process_to_dict`. Raises SerializeError."""
     return ProcessSample(
-        pid=_int(d, "pid", optional=False),  # type: ignore[arg-type]
-        device_index=_int(d, "device_index"),
+        pid=_int(d, "pid", optional=False, maximum=_MAX_PID),  # type: ignore[arg-type]
+        device_index=_int(d, "device_index", maximum=1 << 16),
         type=_enum(ProcessType, d.get("type"), "process type"),
         used_memory_bytes=_int(d, "used_memory_bytes"),
-        sm_percent=_float(d, "sm_percent"),
+        sm_percent=_float(d, "sm_percent", low=0.0, high=100.0),
         user=_str(d, "user"),
         command=_str(d, "command"),
-        cpu_percent=_float(d, "cpu_percent"),
+        cpu_percent=_float(d, "cpu_percent", low=0.0, high=100.0 * 65536),  # 100 % per core
         rss_bytes=_int(d, "rss_bytes"),
-        start_time=_float(d, "start_time"),
+        start_time=_time(d, "start_time", optional=True),
         status=_enum(ProcessStatus, d.get("status", ProcessStatus.OK.value), "process status"),
         container=_str(d, "container"),
         field_errors=_field_errors(d),
@@ -253,15 +297,15 @@ def probe_from_dict(d: Mapping[str, Any]) -> ProbeSample:
         raise SerializeError("'categories' is not an object")
     categories = []
     for name, value in raw.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise SerializeError(f"category {name!r} is not a byte count")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BYTES:
+            raise SerializeError(f"category {name!r} is not a plausible byte count")
         categories.append((str(name), value))
     device = _str(d, "device")
     if not device:
         raise SerializeError("'device' is missing")
     return ProbeSample(
-        time=_float(d, "time", optional=False),  # type: ignore[arg-type]
-        pid=_int(d, "pid", optional=False),  # type: ignore[arg-type]
+        time=_time(d, "time"),  # type: ignore[arg-type]
+        pid=_int(d, "pid", optional=False, maximum=_MAX_PID),  # type: ignore[arg-type]
         device=device,
         allocated_bytes=_int(d, "allocated_bytes", optional=False),  # type: ignore[arg-type]
         reserved_bytes=_int(d, "reserved_bytes"),
@@ -282,7 +326,7 @@ def info_from_dict(d: Mapping[str, Any]) -> ProbeInfo:
     if not isinstance(ended, bool):
         raise SerializeError("'ended' is not a boolean")
     return ProbeInfo(
-        pid=_int(d, "pid", optional=False),  # type: ignore[arg-type]
+        pid=_int(d, "pid", optional=False, maximum=_MAX_PID),  # type: ignore[arg-type]
         model_config=config,
         setup=tuple((str(k), v) for k, v in setup.items()),
         ended=ended,
@@ -292,11 +336,43 @@ def info_from_dict(d: Mapping[str, Any]) -> ProbeInfo:
 def mark_from_dict(d: Mapping[str, Any]) -> PhaseMark:
     """Inverse of :func:`mark_to_dict`. Raises SerializeError."""
     return PhaseMark(
-        time=_float(d, "time", optional=False),  # type: ignore[arg-type]
-        pid=_int(d, "pid", optional=False),  # type: ignore[arg-type]
+        time=_time(d, "time"),  # type: ignore[arg-type]
+        pid=_int(d, "pid", optional=False, maximum=_MAX_PID),  # type: ignore[arg-type]
         phase=_enum(Phase, d.get("phase"), "phase"),
-        step=_int(d, "step", optional=False),  # type: ignore[arg-type]
+        step=_int(d, "step", optional=False, maximum=_MAX_COUNT),  # type: ignore[arg-type]
     )
+
+
+def peak_from_dict(d: Mapping[str, Any]) -> PhasePeak:
+    """Inverse of :func:`peak_to_dict`. Raises SerializeError (also for end before start)."""
+    start = _float(d, "start", optional=False)
+    end = _float(d, "end", optional=False)
+    if end < start:  # type: ignore[operator]
+        raise SerializeError("phase peak ends before it starts")
+    return PhasePeak(
+        pid=_int(d, "pid", optional=False),  # type: ignore[arg-type]
+        step=_int(d, "step", optional=False),  # type: ignore[arg-type]
+        phase=_enum(Phase, d.get("phase"), "phase"),
+        start=start,  # type: ignore[arg-type]
+        end=end,  # type: ignore[arg-type]
+        peak_bytes=_int(d, "peak_bytes", optional=False),  # type: ignore[arg-type]
+        device=_str(d, "device") or "cuda",
+        steps=_int(d, "steps") or 1,
+        categories=_byte_counts(d.get("categories")),
+    )
+
+
+def _byte_counts(raw: Any) -> tuple[tuple[str, int], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise SerializeError("'categories' is not an object")
+    out = []
+    for name, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SerializeError(f"category {name!r} is not a byte count")
+        out.append((str(name), value))
+    return tuple(out)
 
 
 def _items(d: Mapping[str, Any], key: str, parse: Callable[[Mapping[str, Any]], T], skipped: list[str]) -> tuple[T, ...]:
@@ -323,7 +399,8 @@ def snapshot_from_dict(d: Mapping[str, Any]) -> Snapshot:
     ``notices`` (one notice per kind of problem).
 
     Raises:
-        SerializeError: ``d`` is not an object, or ``time`` is missing or not a finite number.
+        SerializeError: ``d`` is not an object, or ``time`` is missing or not a plausible
+            epoch time (finite, 1970..2100).
     """
     if not isinstance(d, Mapping):
         raise SerializeError("a snapshot must be a JSON object")
@@ -331,8 +408,9 @@ def snapshot_from_dict(d: Mapping[str, Any]) -> Snapshot:
     notices_raw = d.get("notices") or []
     if not isinstance(notices_raw, list):
         raise SerializeError("'notices' is not a list")
+    when: float = _time(d, "time")  # type: ignore[assignment]
     snapshot = Snapshot(
-        time=_float(d, "time", optional=False),  # type: ignore[arg-type]
+        time=when,
         driver_version=_str(d, "driver_version"),
         cuda_driver_version=_str(d, "cuda_driver_version"),
         nvml_error=_str(d, "nvml_error"),
@@ -342,7 +420,18 @@ def snapshot_from_dict(d: Mapping[str, Any]) -> Snapshot:
         probe_infos=_items(d, "probe_infos", info_from_dict, skipped),
         phase_marks=_items(d, "phase_marks", mark_from_dict, skipped),
         notices=tuple(str(n) for n in notices_raw),
+        phase_peaks=_items(d, "phase_peaks", peak_from_dict, skipped),  # absent in older traces
     )
+    # A sample stamped after its snapshot would stretch the chart's time axis beyond "now".
+    latest = when + MAX_FUTURE_SECONDS
+    if any(p.time > latest for p in snapshot.probes) or any(m.time > latest for m in snapshot.phase_marks):
+        future = [p for p in snapshot.probes if p.time > latest] + [m for m in snapshot.phase_marks if m.time > latest]
+        skipped.extend("a time after its snapshot's" for _ in future)
+        snapshot = dataclasses.replace(
+            snapshot,
+            probes=tuple(p for p in snapshot.probes if p.time <= latest),
+            phase_marks=tuple(m for m in snapshot.phase_marks if m.time <= latest),
+        )
     if skipped:
         counts: dict[str, int] = {}
         for text in skipped:

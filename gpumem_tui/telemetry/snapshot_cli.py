@@ -146,6 +146,8 @@ def take_snapshot(cpu_interval: float = 0.2, *, nvml=None, host=None) -> Snapsho
         processes = host.enrich(reading.processes)
     finally:
         nvml.close()
+    if reading.error is not None:  # initialised, then every call failed
+        raise NvmlUnavailable(reading.error)
     return Snapshot(time=time.time(), driver_version=reading.driver_version,
                     cuda_driver_version=reading.cuda_driver_version, devices=reading.devices,
                     processes=tuple(processes), notices=reading.notices)

@@ -22,15 +22,20 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.worker import Worker, WorkerState
 
+from gpumem_tui.config import check_signal_keys
+from gpumem_tui.process_estimate import ProcessEstimates
 from gpumem_tui.telemetry.model import (
     PhaseMark,
+    PhasePeak,
     ProbeInfo,
     ProbeSample,
     ProcessSample,
     Snapshot,
     TelemetrySource,
 )
+from gpumem_tui.step_peaks import detect_drift, step_peaks
 from gpumem_tui.text import printable
+from gpumem_tui.ui import side_pane as pane
 from gpumem_tui.ui.device_panel import DevicePanel
 from gpumem_tui.ui.history import HistoryStore
 from gpumem_tui.ui.memory_chart import Band, CurveSpec, MemoryChart
@@ -40,7 +45,8 @@ from gpumem_tui.ui.screens import ConfirmSignalScreen, HelpScreen, ProcessDetail
 from gpumem_tui.ui.themes import APP_VARIABLES, DEFAULT_THEME, FALLBACK_THEME, ThemeSet
 
 SIDE_PANE_MIN_WIDTH = 130  # below this the pane starts hidden (`e` shows it)
-CHART_WINDOWS = (60.0, 300.0, 900.0, 3600.0, 6 * 3600.0)
+# Down to 2 s: an H100 training step of 300 ms spans a few character cells there.
+CHART_WINDOWS = (2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 6 * 3600.0)
 MAX_MARKS_PER_PID = 4096
 MAX_MARK_PIDS = 64
 
@@ -132,16 +138,20 @@ class GpuMemApp(App[None]):
         self._selected_once = False
         self.snapshot: Snapshot | None = None
         self.poll_error: str | None = None
+        self.crash_line: str | None = None  # set when an unexpected error ended the app
         self.history = HistoryStore()
         self.phase_marks: OrderedDict[int, deque[PhaseMark]] = OrderedDict()
         self._mark_keys: dict[int, set[tuple[float, str, int]]] = {}
+        self.phase_peaks: OrderedDict[int, deque[PhasePeak]] = OrderedDict()  # high-water marks
         self.probe_infos: dict[int, ProbeInfo] = {}
         self.probe_devices: dict[int, str] = {}
         self.probe_samples: OrderedDict[int, deque[ProbeSample]] = OrderedDict()
         self._side_toggled = False
         self.chart_target: tuple[str, int] | None = None
         self.chart_window = chart_window
-        self.bands: list[Band] = []
+        self.bands: list[Band] = []  # the predicted bands drawn now (of the charted process)
+        self.process_estimates = ProcessEstimates()
+        self._pane_state = pane.PaneState()
         self.poller = Poller(self, source, interval)
         self.has_side_pane = False
         self._status_shown: Text | None = None
@@ -157,7 +167,10 @@ class GpuMemApp(App[None]):
         self.table = ProcessTable(id="processes")
         self.filter_box = Input(placeholder="filter: user:NAME gpu:N words (Enter keeps, Esc clears)", id="filter")
         self.chart = MemoryChart(id="chart")
-        self._keymap_pairs = dict(keymap)
+        # A signal key (or the confirmation) that shares a key with another action is refused.
+        safe_keymap, refused = check_signal_keys(tuple(keymap), binding_defaults())
+        self._keymap_pairs = dict(safe_keymap)
+        self.start_notices.extend(refused)
         self._register_themes()
         if not readonly:
             # Signal keys exist only when not read-only: not disabled, absent.
@@ -204,11 +217,9 @@ class GpuMemApp(App[None]):
         Its form is ~170 widgets: styling them takes longer than the rest of the dashboard,
         so the dashboard shows first and the pane follows a moment later.
         """
-        from gpumem_tui.ui import side_pane
-
         if self.has_side_pane:
             return
-        side = side_pane.build()
+        side = pane.build()
         if side is None:
             return
         main = self.screen_stack[0].query_one("#main")
@@ -235,6 +246,16 @@ class GpuMemApp(App[None]):
         self.set_interval(max(2.0, self.interval), self._watch_poll, name="poll-watchdog")
         if self.side_pane_enabled:
             self.call_after_refresh(self._mount_side_pane)
+
+    def _handle_exception(self, error: Exception) -> None:
+        """An unexpected error ends the app (Textual's rule) with exit status 1; its
+        traceback goes to a file and ``crash_line`` (printed by the launcher) says where."""
+        from gpumem_tui.crash import crash_line, write_crash_report
+
+        if self.crash_line is None:  # the first error is the cause; later ones follow from it
+            self.crash_line = crash_line(error, write_crash_report(error))
+        super()._handle_exception(error)
+        self._exit_renderables.clear()  # the traceback is in the file, not over the terminal
 
     def on_unmount(self) -> None:
         self.poller.stop()
@@ -306,14 +327,22 @@ class GpuMemApp(App[None]):
         for dev in snap.devices:
             self.history.add(("gpu", dev.index), t, dev.memory_used_bytes)
         per_pid: dict[int, int] = {}
-        for p in snap.processes:
+        processes = snap.processes
+        if len(processes) > self.history.max_series // 2:
+            # Thousands of processes: keep curves only for the rows the table shows (what can
+            # be selected) and the charted one, not a series created and evicted per process.
+            wanted = {p.pid for p in self.table.shown}
+            wanted.add(self.chart_pid())
+            processes = tuple(p for p in processes if p.pid in wanted)
+        for p in processes:
             if p.used_memory_bytes is not None:
                 per_pid[p.pid] = per_pid.get(p.pid, 0) + p.used_memory_bytes
             if p.start_time is not None:
                 previous = self._proc_start.get(p.pid)
                 if previous is not None and abs(previous - p.start_time) > 1.0:
-                    # the PID now names another process: its curve starts afresh
+                    # the PID now names another process: its curve and estimate start afresh
                     self.history.drop(("proc", p.pid))
+                    self.process_estimates.clear_user(p.pid)
                 self._proc_start[p.pid] = p.start_time
         if len(self._proc_start) > 4096:  # churn: keep only the PIDs listed now
             current = {p.pid for p in snap.processes}
@@ -324,6 +353,10 @@ class GpuMemApp(App[None]):
             self._record_probe(probe)
         for info in snap.probe_infos:
             self.probe_infos[info.pid] = info
+        for pid, info in self.probe_infos.items():  # the device may be known only after the info
+            self.process_estimates.update_probe(info, self.probe_devices.get(pid))
+        if snap.phase_peaks:
+            self._record_phase_peaks(snap.phase_peaks)
         for mark in snap.phase_marks:
             key = (mark.time, mark.phase.value, mark.step)
             seen = self._mark_keys.setdefault(mark.pid, set())
@@ -339,6 +372,27 @@ class GpuMemApp(App[None]):
                 seen.discard((marks[0].time, marks[0].phase.value, marks[0].step))
             marks.append(mark)
             seen.add(key)
+
+    def _record_phase_peaks(self, peaks: Sequence[PhasePeak]) -> None:
+        """Keep the probe's high-water marks per PID, and flag a PID whose per-step peak rises
+        steadily (gpumem_tui.step_peaks) in its table row."""
+        touched = set()
+        for peak in peaks:
+            kept = self.phase_peaks.get(peak.pid)
+            if kept is None:
+                kept = self.phase_peaks[peak.pid] = deque(maxlen=MAX_MARKS_PER_PID)
+                while len(self.phase_peaks) > MAX_MARK_PIDS:
+                    old, _ = self.phase_peaks.popitem(last=False)
+                    self.table.flags.pop(old, None)
+            kept.append(peak)
+            touched.add(peak.pid)
+        flags = self.table.flags
+        for pid in touched:
+            drift = detect_drift([(s.step, s.peak_bytes) for s in step_peaks(self.phase_peaks[pid])])
+            if drift is None:
+                flags.pop(pid, None)
+            else:
+                flags[pid] = "leak? " + drift.text().replace(" per step", "/step")
 
     def _record_probe(self, probe: ProbeSample) -> None:
         self.probe_devices[probe.pid] = probe.device
@@ -373,6 +427,8 @@ class GpuMemApp(App[None]):
             if snap.cuda_driver_version:
                 text.append(f" · CUDA {printable(snap.cuda_driver_version, 32)}")
             text.append(f" · {len(snap.processes)} processes")
+            if self.table.hidden_rows:
+                text.append(f" ({self.table.hidden_rows} not listed: / filters)")
         if self.banner:
             text.append(f" · {self.banner}")
         if self.is_mounted:
@@ -497,7 +553,9 @@ class GpuMemApp(App[None]):
             if proc is not None:
                 total = self.device_total(proc.device_index)
             marks = list(self.phase_marks.get(ident, ()))
-            name = printable((proc.command if proc else None) or "", 60)
+            # a title has no room for printable's "(N bytes)" note: cut with an ellipsis only
+            name = printable((proc.command if proc else None) or "", 4096)
+            name = name if len(name) <= 60 else name[:59] + "…"
             where = f"GPU {proc.device_index}" if proc is not None and proc.device_index is not None else "host"
             chart.set_title(f"PID {ident} ({where}) {name}".rstrip())
             if not curves:
@@ -505,17 +563,37 @@ class GpuMemApp(App[None]):
         chart.set_series(curves, snap.time)
         chart.set_total(total, "GPU total")
         chart.set_phase_marks(marks)
-        chart.set_bands(self.bands)  # replots
+        chart.set_phase_peaks(self.phase_peaks.get(ident, ()) if kind == "proc" else ())
+        self.bands, note = self._predicted_bands(target)
+        chart.set_bands(self.bands, note)  # replots
 
-    def set_predicted_bands(self, bands: Sequence[Band]) -> None:
-        """Overlay the estimator's cumulative bands: (label, cumulative bytes, colour var)."""
-        self.bands = list(bands)
-        self.chart.set_bands(self.bands)
+    def _predicted_bands(self, target: tuple[str, int]) -> tuple[list[Band], str | None]:
+        """The bands to draw for the chart's target and the legend's note about them.
+
+        Only a process's own estimate is drawn (its probe's, or the one the user set for it);
+        a GPU holds other jobs too, so its chart shows none rather than one job's.
+        """
+        from gpumem_tui.ui.memory_bar import bands_from_estimate
+
+        kind, ident = target
+        if kind != "proc":
+            return [], "select a process to see its predicted bands"
+        process = self.process_estimates.get(ident)
+        if process is None:
+            return [], f"none for PID {ident}: {pane.NO_ESTIMATE_HINT}"
+        if process.estimate is None:
+            return [], f"none, {process.problem or f'{process.label}: no estimate'}"
+        return bands_from_estimate(process.estimate), process.label
 
     # ---- side pane (estimator / comparison) -------------------------------------------------
     def on_estimator_panel_estimate_changed(self, message: Any) -> None:
-        """The estimator panel's new estimate becomes the chart's bands and the comparison."""
-        self.set_predicted_bands(message.bands)
+        """A change of the form is the estimate of the process the form belonged to (if any):
+        it becomes that PID's estimate, drawn on its chart and compared with its samples."""
+        if message.pid is None:
+            return
+        self.process_estimates.set_user(message.pid, message.architecture, message.spec, message.estimate, message.model)
+        if self.chart_target == ("proc", message.pid):
+            self._update_chart()
         self._update_side()
 
     def on_resize(self, event: Any) -> None:
@@ -525,9 +603,29 @@ class GpuMemApp(App[None]):
                 side.display = event.size.width >= SIDE_PANE_MIN_WIDTH
 
     def _update_side(self) -> None:
-        from gpumem_tui.ui import side_pane
-
-        side_pane.on_snapshot(self)
+        """Show the current selection in the side pane (no-op without it)."""
+        if not self.has_side_pane or not self.screen_stack:  # not mounted, or shutting down
+            return
+        gpu = self.selected_gpu()
+        pid = self.chart_pid()
+        if self.chart_target is not None and self.chart_target[0] == "gpu":
+            pid = None  # the GPU chart: the form is a what-if, not a process's estimate
+        procs = [p for p in self.snapshot.processes if p.pid == pid] if self.snapshot and pid is not None else []
+        info = self.probe_infos.get(pid) if pid is not None else None
+        selection = pane.PaneSelection(
+            gpu=gpu,
+            gpu_total=self.device_total(gpu),
+            gpu_label=self.device_name(gpu),
+            pid=pid,
+            process=self.process_estimates.get(pid),
+            samples=tuple(self.probe_samples.get(pid, ())) if pid is not None else (),
+            processes=procs,
+            marks=tuple(self.phase_marks.get(pid, ())) if pid is not None else (),
+            published_params=dict(info.setup).get("total_params") if info is not None else None,
+        )
+        error = pane.push(self.screen_stack[0], self._pane_state, selection)
+        if error:
+            self.notify(error, title="Estimator", severity="error", markup=False)
 
     # ---- selection ------------------------------------------------------------------------
     @on(DataTable.RowHighlighted, "#processes")
@@ -637,7 +735,12 @@ class GpuMemApp(App[None]):
         self.notify(f"predicted bands {'shown' if chart.show_bands else 'hidden'}", timeout=2)
 
     def action_toggle_fit_total(self) -> None:
-        self.chart.fit_total = not self.chart.fit_total
+        chart = self.chart
+        if not chart.total_bytes:
+            self.notify("this chart has no GPU total to scale to", timeout=3)
+            return
+        chart.fit_total = not chart.total_on_scale  # flip what is shown now
+        self.notify("scaled to the GPU total" if chart.fit_total else "scaled to the data", timeout=2)
 
     def action_window(self, step: int) -> None:
         chart = self.chart
@@ -671,6 +774,8 @@ class GpuMemApp(App[None]):
             self.history = HistoryStore()  # time went backwards: start the curves again
             self.phase_marks.clear()
             self._mark_keys.clear()
+            self.phase_peaks.clear()
+            self.table.flags.clear()
         self._update_status()
         self.poller.poll_now()
 
@@ -717,3 +822,18 @@ class GpuMemApp(App[None]):
     async def action_quit(self) -> None:
         self.poller.stop()
         self.exit()
+
+
+def binding_defaults() -> dict[str, str]:
+    """Every binding id of the dashboard (its screens, the table, Textual's own) with its
+    default keys; a binding without an id is named by its action."""
+    out: dict[str, str] = {}
+    for owner in (GpuMemApp, ProcessTable, HelpScreen, ProcessDetailScreen, ConfirmSignalScreen):
+        for klass in owner.__mro__:
+            for binding in vars(klass).get("BINDINGS", ()):
+                if isinstance(binding, tuple):
+                    binding = Binding(*binding)
+                out.setdefault(binding.id or f"{klass.__name__}.{binding.action}", binding.key)
+    for binding in SIGNAL_BINDINGS:
+        out[binding.id] = binding.key
+    return out

@@ -121,8 +121,13 @@ class ComparisonView(Vertical):
         yield table
         yield Static("", id="cmp-notes")
 
-    def update_comparison(self, result: ComparisonResult | None, reason: str | None = None) -> None:
-        """Show ``result`` (or clear the table and show ``reason`` when result is None)."""
+    def update_comparison(
+        self, result: ComparisonResult | None, reason: str | None = None, title: str | None = None
+    ) -> None:
+        """Show ``result`` (or clear the table and show ``reason`` when result is None).
+
+        ``title`` names the estimate, e.g. "llama-3.2-1b (probe, pid 1088)" (default: the PID).
+        """
         self.result = result
         table = self.query_one(DataTable)
         figure = self.query_one("#cmp-figure", Static)
@@ -134,7 +139,10 @@ class ComparisonView(Vertical):
             notes.update("")
             return
         figure.remove_class("-none")
-        where = f"pid {result.pid} on {result.device}" if result.pid is not None else result.device
+        if title:
+            where = f"{printable(title, limit=80)} on {result.device}"
+        else:
+            where = f"pid {result.pid} on {result.device}" if result.pid is not None else result.device
         phases = ""
         if result.peak_phase:
             phases = f"; predicted peak in {result.peak_phase}"

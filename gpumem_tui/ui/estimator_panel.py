@@ -10,243 +10,43 @@ How the app uses it:
 
 - ``panel.set_gpu_total(bytes | None, label)`` when the selected GPU changes (the user can
   still type a budget such as ``24GiB`` in the panel, which wins);
-- ``panel.apply_probe_info(info, device=...)`` when a probed process is selected;
-- handle :class:`EstimatorPanel.EstimateChanged` (``bands`` from :func:`bands_from_estimate`)
-  to draw the prediction over the memory chart.
+- ``panel.show_process(pid, process_estimate)`` when the selection changes: the form takes
+  that process's estimate (a :class:`gpumem_tui.process_estimate.ProcessEstimate`, built
+  from its own probe or set by the user); without one the form keeps the what-if;
+- handle :class:`EstimatorPanel.EstimateChanged`: it names the PID the form was showing, so
+  the app records the user's estimate for that process and nowhere else.
 
 Bad input never raises: the field is marked (CSS class ``-invalid`` on the field and its
-label), a message says what is wrong, and the last good estimate stays on screen.
-
-Colours come only from theme variables, looked up at render time so that a theme switch
-restyles the bar: ``$band-parameters``, ``$band-gradients``, ``$band-optimizer-states``,
-``$band-kv-cache``, ``$band-activations``, ``$band-cuda-context``, ``$bar-free`` and
-``$line-total`` (defined by gpumem-tui's themes and ``gpumem_tui.ui.themes.APP_VARIABLES``;
-a host app without them should return them from ``App.get_theme_variable_defaults``; until
-then each falls back to a standard Textual variable: primary, secondary, accent, warning,
-success, panel-lighten-3, panel, error).
+label), a message in the form's own words says what is wrong (never a CLI flag), and the last
+good estimate stays on screen. The bar, bands and colours are :mod:`gpumem_tui.ui.memory_bar`'s;
+the texts under the bar are :mod:`gpumem_tui.ui.estimate_text`'s.
 
 Units on screen are binary (KiB, MiB, GiB = 2**10, 2**20, 2**30 bytes).
 """
 
 from __future__ import annotations
 
-import math
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.color import Color, ColorParseError
 from textual.containers import Container, VerticalScroll
 from textual.message import Message
-from textual.widget import Widget
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
-from gpumem_tui.telemetry.model import ProbeInfo
+from gpumem_tui.background import DONE, PENDING, BackgroundLoads
 from gpumem_tui.text import printable
-from gpumem_tui.units import format_bytes, parse_bytes
+from gpumem_tui.ui import estimate_text
+from gpumem_tui.ui.memory_bar import MemoryBar, bands_from_estimate, estimate_peak, segment_bytes, theme_colour
+from gpumem_tui.units import parse_bytes
 
-__all__ = [
-    "BAND_SEGMENTS",
-    "EstimatorPanel",
-    "MemoryBar",
-    "bands_from_estimate",
-    "theme_colour",
-]
-
-#: Stacked groups of estimator components, bottom to top:
-#: (label, components, theme variable, fallback Textual variable).
-#: Temporaries (logits and loss buffers, optimizer intermediates) sit with the activations:
-#: together they are what is live at the peak beyond the model states, so the top of that band
-#: is the predicted torch *allocated* peak and the top of the last band the predicted peak in
-#: NVML terms (CUDA context and allocator reserve included; ESTIMATOR.md).
-BAND_SEGMENTS: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
-    ("parameters", ("parameters",), "band-parameters", "primary"),
-    ("gradients", ("gradients",), "band-gradients", "secondary"),
-    ("optimizer states", ("optimizer_states",), "band-optimizer-states", "accent"),
-    ("KV cache", ("kv_cache",), "band-kv-cache", "warning"),
-    (
-        "activations & temporaries",
-        ("activations", "logits_and_loss", "optimizer_intermediates"),
-        "band-activations",
-        "success",
-    ),
-    ("CUDA context & reserve", ("cuda_context", "allocator_reserve"), "band-cuda-context", "panel-lighten-3"),
-)
-
-_BAND_LABELS = {
-    "parameters": "parameters",
-    "gradients": "+ gradients",
-    "optimizer states": "+ optimizer states",
-    "KV cache": "+ KV cache",
-    "activations & temporaries": "+ activations (peak)",
-    "CUDA context & reserve": "+ CUDA context & reserve",
-}
-
-_COMPONENT_LABELS = {
-    "parameters": "parameters",
-    "gradients": "gradients",
-    "optimizer_states": "optimizer states",
-    "optimizer_intermediates": "optimizer temporaries",
-    "activations": "activations",
-    "logits_and_loss": "logits & loss",
-    "kv_cache": "KV cache",
-    "cuda_context": "CUDA context",
-    "allocator_reserve": "allocator reserve",
-}
-
-_FALLBACKS = {variable: fallback for _, _, variable, fallback in BAND_SEGMENTS}
-_FALLBACKS.update({"bar-free": "panel", "line-total": "error"})
-
-
-def _components(estimate: Any) -> dict[str, int]:
-    comps = estimate.get("components_bytes") if isinstance(estimate, Mapping) else getattr(
-        estimate, "components_bytes", None
-    )
-    return {str(k): int(v or 0) for k, v in dict(comps or {}).items()}
-
-
-def _peak(estimate: Any) -> int:
-    value = estimate.get("peak_bytes") if isinstance(estimate, Mapping) else getattr(estimate, "peak_bytes", None)
-    return int(value) if value is not None else sum(_components(estimate).values())
-
-
-def _segment_bytes(estimate: Any) -> list[tuple[str, int, str]]:
-    """(segment label, bytes, theme variable) for every segment, zeros included."""
-    comps = _components(estimate)
-    return [(label, sum(comps.get(c, 0) for c in members), variable) for label, members, variable, _ in BAND_SEGMENTS]
-
-
-def bands_from_estimate(estimate: Any) -> list[tuple[str, int, str]]:
-    """Cumulative prediction bands for the memory chart overlay.
-
-    Args:
-        estimate: an ``Estimate`` (or its ``to_json()`` dict) whose ``components_bytes`` is the
-            breakdown at the predicted peak.
-
-    Returns:
-        ``[(label, cumulative_bytes, theme_variable), ...]`` bottom to top: parameters;
-        + gradients; + optimizer states; + KV cache; + activations at the peak (with the logits
-        / loss buffers and optimizer temporaries, so this top is the predicted torch-allocated
-        peak); + CUDA context and allocator reserve (this top is the predicted NVML-used peak).
-        Bands that add nothing are left out, except parameters. ``cumulative_bytes`` is
-        non-decreasing; theme variables are names without the ``$`` (e.g. ``band-gradients``).
-    """
-    bands: list[tuple[str, int, str]] = []
-    total = 0
-    for label, size, variable in _segment_bytes(estimate):
-        if size <= 0 and bands:
-            continue
-        total += max(size, 0)
-        bands.append((_BAND_LABELS[label], total, variable))
-    return bands
-
-
-def theme_colour(widget: Widget, variable: str, fallback: str | None = None) -> str:
-    """The app's theme colour ``$variable`` as a hex string (falls back to ``$fallback``, then
-    to the known fallback for gpumem-tui's own variables, then to the foreground).
-
-    Never raises: a missing or unparseable variable falls through to the next.
-    """
-    try:
-        variables = widget.app.theme_variables
-    except Exception:  # noqa: BLE001 - not mounted: no app, no theme
-        variables = {}
-    for name in (variable, fallback, _FALLBACKS.get(variable), "foreground"):
-        if not name:
-            continue
-        value = variables.get(name)
-        if not value:
-            continue
-        try:
-            return Color.parse(value).hex6
-        except ColorParseError:
-            continue
-    return "default"
-
-
-class MemoryBar(Widget):
-    """A stacked horizontal bar of the predicted components against a memory total.
-
-    Line 1: one coloured run per segment, scaled to ``max(total, peak)``; free memory up to
-    the total is drawn in ``$bar-free``; memory beyond the total is hatched (``▒``).
-    Line 2: a ruler marking the total (``▲``) with its size, or the scale when there is none.
-    """
-
-    DEFAULT_CSS = """
-    MemoryBar {
-        height: 2;
-        width: 1fr;
-    }
-    """
-
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self._segments: list[tuple[str, int, str]] = []
-        self._total: int | None = None
-        self._stale = False
-        self.render_count = 0
-
-    def set_data(self, segments: Sequence[tuple[str, int, str]], total: int | None, stale: bool = False) -> None:
-        """Draw ``segments`` ((label, bytes, theme variable)) against ``total`` bytes (or None)."""
-        self._segments = [(label, max(int(size), 0), var) for label, size, var in segments]
-        self._total = total if total and total > 0 else None
-        self._stale = stale
-        self.refresh()
-
-    def render(self) -> Text:
-        self.render_count += 1
-        width = max(self.size.width, 8)
-        used = sum(size for _, size, _ in self._segments)
-        scale = max(used, self._total or 0)
-        if scale <= 0:
-            return Text("no estimate yet", style="italic")
-        cells: list[tuple[str, str]] = []
-        running = 0
-        edge = 0
-        for _, size, variable in self._segments:
-            running += size
-            new_edge = round(running / scale * width)
-            colour = theme_colour(self, variable)
-            cells.extend(("█", colour) for _ in range(new_edge - edge))
-            edge = new_edge
-        free = theme_colour(self, "bar-free")
-        cells.extend(("░", free) for _ in range(width - edge))
-        total_cell = None
-        if self._total is not None:
-            total_cell = min(round(self._total / scale * width), width)
-            for i in range(total_cell, edge):  # beyond the GPU: hatched
-                cells[i] = ("▒", cells[i][1])
-            if 0 < total_cell < edge:  # the GPU's last cell, marked where the bar overflows it
-                end = total_cell - 1
-                cells[end] = ("┃", f"bold {theme_colour(self, 'line-total')} on {cells[end][1]}")
-        bar = Text()
-        for char, colour in cells:
-            bar.append(char, style=f"{colour} dim" if self._stale else colour)
-        ruler = self._ruler(width, total_cell, scale)
-        return Text("\n").join([bar, ruler])
-
-    def _ruler(self, width: int, total_cell: int | None, scale: int) -> Text:
-        line_colour = theme_colour(self, "line-total")
-        if total_cell is None:
-            label = f" {format_bytes(scale)} (no GPU total)"
-            return Text("─" * max(0, width - len(label)) + label, style="dim")
-        label = f"GPU {format_bytes(self._total)}"
-        pos = max(0, min(total_cell, width) - 1)
-        ruler = Text()
-        if pos + 2 + len(label) <= width:
-            ruler.append("─" * pos, style="dim")
-            ruler.append("▲ " + label, style=line_colour)
-        else:
-            ruler.append("─" * max(0, pos + 1 - len(label) - 2), style="dim")
-            ruler.append(label + " ▲", style=line_colour)
-        ruler.truncate(width)
-        return ruler
-
+__all__ = ["EstimatorPanel"]
 
 # ---------------------------------------------------------------------------------------------
 
@@ -354,12 +154,18 @@ class EstimatorPanel(VerticalScroll):
         """A new valid estimate is on screen (posted only when it differs from the last).
 
         Attributes: ``estimate`` (Estimate), ``architecture``, ``spec`` (TrainingSpec), ``bands``
-        (:func:`bands_from_estimate`), ``panel``.
+        (:func:`~gpumem_tui.ui.memory_bar.bands_from_estimate`), ``panel``, ``pid`` (the
+        process whose estimate the user changed, or None: a what-if, or the form only showing
+        a process's own estimate), ``model`` (the model's name as the form shows it).
         """
 
-        def __init__(self, panel: EstimatorPanel, estimate: Any, architecture: Any, spec: Any) -> None:
+        def __init__(
+            self, panel: EstimatorPanel, estimate: Any, architecture: Any, spec: Any, pid: int | None, model: str
+        ) -> None:
             super().__init__()
             self.panel = panel
+            self.pid = pid
+            self.model = model
             self.estimate = estimate
             self.architecture = architecture
             self.spec = spec
@@ -392,9 +198,21 @@ class EstimatorPanel(VerticalScroll):
         except Exception:  # noqa: BLE001 - a broken install must not kill the dashboard
             self._catalogue = []
         self._initial_model = model if model in self._catalogue else (self._catalogue[0] if self._catalogue else None)
+        try:  # models already downloaded on this box (offline): their config.json paths
+            from gpumem_tui.estimator.models import cached_configs
+
+            self._cached_models = [(f"{repo} (HF cache)", path) for repo, path in cached_configs()]
+        except Exception:  # noqa: BLE001 - an unreadable cache must not kill the dashboard
+            self._cached_models = []
         self._arch_cache: dict[tuple[str, float | None], Any] = {}
+        # config files the user types are read off the UI thread (a FIFO or a huge file)
+        self._file_loads = BackgroundLoads(lambda key: self.app.call_from_thread(self.recompute))
         self._probe_arch: Any = None
         self._probe_label: str | None = None
+        self._base_spec: Any = None
+        self._shown_process: tuple[int | None, int | None] = (None, None)
+        self.process_pid: int | None = None
+        self._edits_count = False  # the next new estimate is an edit of process_pid's estimate
         self._gpu_total: int | None = None
         self._gpu_label: str | None = None
         self.estimate: Any = None
@@ -433,6 +251,7 @@ class EstimatorPanel(VerticalScroll):
         with Container(id="est-form"):
             yield label("model", "model")
             model_options = [(name, name) for name in self._catalogue]
+            model_options += [(Text(label), path) for label, path in self._cached_models]
             model: Select[str] = Select(
                 model_options,
                 value=self._initial_model if self._initial_model else Select.BLANK,
@@ -529,55 +348,49 @@ class EstimatorPanel(VerticalScroll):
         self._gpu_label = label
         self.recompute()
 
-    def apply_probe_info(self, info: ProbeInfo, device: str | None = None) -> str | None:
-        """Set the form to match a probed job (its model config and published setup).
+    def show_process(self, pid: int | None, process: Any = None) -> None:
+        """The form now belongs to ``pid`` (None: a what-if for no process).
 
-        ``device`` is where the probe measured ("cpu" or "cuda[:n]"), which picks the kernel
-        profile when the setup does not say. The user can override every field afterwards.
-
-        Returns:
-            None when the whole setup was applied, else a one-line reason shown in the panel
-            (e.g. the probe published no batch); whatever could be applied still is.
+        ``process`` is that PID's :class:`~gpumem_tui.process_estimate.ProcessEstimate` (from
+        its probe, or set by the user earlier), or None when it has none. With one, the form
+        shows its model and setup, and every field the form has no widget for (keep-outputs,
+        gradient accumulation, LoRA targets, ...) is kept from its spec, so the form's estimate
+        is the process's own. Without one, the form keeps what it shows (nothing is predicted
+        for that process until the user changes the form). A later change of the form is
+        posted with ``pid`` in :class:`EstimateChanged`.
         """
-        from gpumem_tui.comparison import ComparisonError, spec_from_probe_info
-
-        overrides: dict[str, object] = {}
-        if device is not None:
-            overrides["device"] = "cuda" if str(device).lower().startswith("cuda") else str(device).lower()
-        problem: str | None = None
-        arch = spec = None
-        try:
-            arch, spec = spec_from_probe_info(info, **overrides)
-        except ComparisonError as exc:
-            problem = str(exc)
-            if info.model_config is not None:
-                try:
-                    from gpumem_tui.estimator.architecture import architecture_from_config
-
-                    arch = architecture_from_config(dict(info.model_config), name=f"pid {info.pid}")
-                except Exception:  # noqa: BLE001 - reported through `problem` already
-                    arch = None
-        except Exception as exc:  # noqa: BLE001 - never kill the dashboard
-            problem = f"pid {info.pid}: cannot read the probe's setup: {exc}"
+        shown = (pid, None if process is None else id(process))
+        if shown == self._shown_process:
+            return
+        self._shown_process = shown
+        self.process_pid = pid
+        # Only a change made after this point is the user's estimate for ``pid``: the form's
+        # first estimate for it (its probe's, or the what-if it already shows) is not.
+        self._edits_count = process is None and self._posted_key is not None
+        if process is None:
+            if pid is None and self._base_spec is not None:
+                self._base_spec = None  # a what-if holds only what the form shows
+                self.recompute()
+            return
+        arch, spec = process.architecture, process.spec
         with self.prevent(Input.Changed, Select.Changed, Checkbox.Changed):
             if arch is not None:
-                name = str(getattr(arch, "name", "") or "")
-                model_name = _setup_value(info, "model") or _setup_value(info, "model_name")
-                if info.model_config is None and isinstance(model_name, str) and model_name in self._catalogue:
-                    self._select_catalogue(model_name)
-                else:
-                    self._probe_arch = arch
-                    self._probe_label = printable(f"probe pid {info.pid}: {name or 'model config'}", limit=60)
-                    self._set_model_options()
-                    self.query_one("#est-model", Select).value = _PROBE_KEY
+                self._probe_arch = arch
+                self._probe_label = printable(process.label, limit=60)
+                self._set_model_options()
+                select = self.query_one("#est-model", Select)
+                if select.value == _PROBE_KEY and self._catalogue:
+                    # Select redraws its label only when the value changes: step off and back.
+                    select.value = self._catalogue[0]
+                select.value = _PROBE_KEY
                 self.query_one("#est-config", Input).value = ""
             if spec is not None:
                 self._set_form_from_spec(spec)
+        self._base_spec = spec
         self._sync_enabled()
         self.recompute()
-        if problem:
-            self._show_message(problem)
-        return problem
+        if process.problem:
+            self._show_message(process.problem)
 
     def set_form(self, **values: object) -> None:
         """Set form fields by TrainingSpec field name (``batch=8, task="lora"``), plus
@@ -633,7 +446,10 @@ class EstimatorPanel(VerticalScroll):
         spec = None
         if "" not in errors and not any(k in errors for k in kwargs):
             try:
-                spec = TrainingSpec(**kwargs)
+                # A process's spec keeps the fields the form has no widget for (keep-outputs,
+                # LoRA targets, ...) while the task is the process's own.
+                base = self._base_spec
+                spec = replace(base, **kwargs) if base is not None and base.task == kwargs["task"] else TrainingSpec(**kwargs)
             except SpecError as exc:
                 errors[self._field_for(exc.field)] = str(exc)
             except (TypeError, ValueError) as exc:
@@ -656,7 +472,9 @@ class EstimatorPanel(VerticalScroll):
             key = (id(arch), spec)
             if key != self._posted_key:
                 self._posted_key = key
-                self.post_message(self.EstimateChanged(self, est, arch, spec))
+                pid = self.process_pid if self._edits_count else None
+                self._edits_count = True
+                self.post_message(self.EstimateChanged(self, est, arch, spec, pid, self.model_name()))
         self._render_estimate(stale=bool(errors))
         if est is not None or "budget" not in errors:
             self._start_max_batch()
@@ -677,6 +495,17 @@ class EstimatorPanel(VerticalScroll):
             errors["budget"] = "must be more than 0"
             return None
         return value
+
+    def model_name(self) -> str:
+        """The model as the form shows it: a catalogue name, a config path or count, or the
+        probed model's label."""
+        source = self.query_one("#est-config", Input).value.strip()
+        if source:
+            return source
+        value = self.query_one("#est-model", Select).value
+        if value == _PROBE_KEY:
+            return (self._probe_label or "probed model").split(" (", 1)[0]
+        return str(value) if isinstance(value, str) else "model"
 
     def _model_field(self) -> str:
         return "config" if self.query_one("#est-config", Input).value.strip() else "model"
@@ -713,6 +542,12 @@ class EstimatorPanel(VerticalScroll):
             loader = lambda: load_architecture(value)  # noqa: E731
         if key in self._arch_cache:
             return self._arch_cache[key]
+        if field == "config" and not _PLAIN_NUMBER.match(source):
+            state, loaded = self._file_loads.get(key, loader)
+            if state == PENDING:
+                errors[field] = f"reading {source}…"
+                return None
+            loader = (lambda: loaded) if state == DONE else _raiser(loaded)  # noqa: E731
         try:
             arch = loader()
         except (arch_error, ValueError, OSError) as exc:
@@ -779,6 +614,7 @@ class EstimatorPanel(VerticalScroll):
             # Text, not str: a str prompt is parsed as markup, and this name comes from the job.
             options.append((Text(self._probe_label or "probed model"), _PROBE_KEY))
         options += [(name, name) for name in self._catalogue]
+        options += [(Text(label), path) for label, path in self._cached_models]
         select.set_options(options)
 
     def _set_form_from_spec(self, spec: Any) -> None:
@@ -806,7 +642,12 @@ class EstimatorPanel(VerticalScroll):
             name = wid.removeprefix("est-").removesuffix("-label")
             widget.set_class(name in errors, "-invalid")
         if errors:
-            lines = [f"{_FIELD_LABELS.get(k, k)}: {v}" if k else v for k, v in errors.items()]
+            lines = [
+                f"{_FIELD_LABELS.get(k, k)}: {estimate_text.in_form_words(v, _FIELD_LABELS)}"
+                if k
+                else estimate_text.in_form_words(v, _FIELD_LABELS)
+                for k, v in errors.items()
+            ]
             if self.estimate is not None:
                 lines.append("(showing the last valid estimate)")
             self._show_message("\n".join(lines))
@@ -833,76 +674,24 @@ class EstimatorPanel(VerticalScroll):
             _set_text(breakdown, "")
             _set_text(notes, "")
             return
-        bar.set_data(_segment_bytes(est), self.budget_bytes, stale=stale)
-        peak = _peak(est)
-        budget = self.budget_bytes
-        where = f" ({self._gpu_label})" if self._gpu_label and not self.query_one("#est-budget", Input).value.strip() else ""
-        if budget is None:
-            state = "-nobudget"
-            text = f"peak {format_bytes(peak, precision=2)}: select a GPU or type a GPU memory to check the fit"
-        elif peak <= budget:
-            state = "-fits"
-            spare = budget - peak
-            text = (
-                f"fits: peak {format_bytes(peak, precision=2)} of {format_bytes(budget, precision=2)}{where}, "
-                f"{format_bytes(spare, precision=2)} ({100 * spare / budget:.0f}%) to spare"
-            )
-        else:
-            state = "-nofit"
-            over = peak - budget
-            text = (
-                f"does not fit: peak {format_bytes(peak, precision=2)} is {format_bytes(over, precision=2)} "
-                f"({100 * over / budget:.0f}%) over {format_bytes(budget, precision=2)}{where}"
-            )
+        bar.set_data(segment_bytes(est), self.budget_bytes, stale=stale)
+        typed_budget = bool(self.query_one("#est-budget", Input).value.strip())
+        where = f" ({self._gpu_label})" if self._gpu_label and not typed_budget else ""
+        state, text = estimate_text.fit_line(estimate_peak(est), self.budget_bytes, where)
         for name in ("-fits", "-nofit", "-nobudget"):
             fit.set_class(name == state, name)
         _set_text(fit, text, fixed_height=True)
-        _set_text(breakdown, self._breakdown_text(est))
-        _set_text(notes, self._notes_text(est))
-        assumptions = getattr(est, "assumptions", None) or ()
-        tip = "\n".join(printable(str(a), limit=300) for a in assumptions)
-        breakdown.tooltip = Text(tip) if tip else None  # literal: names come from config files
+        _set_text(breakdown, estimate_text.breakdown_text(est, lambda variable: theme_colour(self, variable)))
+        _set_text(notes, estimate_text.notes_text(est, self._warnings(), _FIELD_LABELS))
 
-    def _breakdown_text(self, est: Any) -> Text:
-        comps = _components(est)
-        out = Text()
-        width = max(len(v) for v in _COMPONENT_LABELS.values())
-        for label, members, variable, _ in BAND_SEGMENTS:
-            colour = theme_colour(self, variable)
-            for i, comp in enumerate(members):
-                size = comps.get(comp, 0)
-                if size <= 0:
-                    continue
-                out.append("■ " if i == 0 or not out else "  ", style=colour)
-                out.append(f"{_COMPONENT_LABELS[comp]:<{width}} {format_bytes(size, precision=2):>11}\n")
-        phase = getattr(est, "peak_phase", None)
-        total = getattr(est, "total_params", None)
-        trainable = getattr(est, "trainable_params", None)
-        summary = f"peak {format_bytes(_peak(est), precision=2)}"
-        if phase:
-            summary += f" in {phase}"
-        if total:
-            summary += f" · {_count(total)} params"
-            if trainable is not None and trainable != total:
-                summary += f" ({_count(trainable)} trainable)"
-        out.append(summary, style="bold")
-        out.append("  (GiB = 2^30 B)", style="dim")
-        return out
-
-    def _notes_text(self, est: Any) -> Text:
-        warnings = list(getattr(self.spec, "warnings", ()) or ())
-        try:  # the spec's own warnings plus those against the model (e.g. seq > max positions)
+    def _warnings(self) -> list[str]:
+        """The spec's own warnings plus those against the model (e.g. seq > max positions)."""
+        try:
             from gpumem_tui.estimator.spec import check_spec_for
 
-            warnings = list(check_spec_for(self.architecture, self.spec))
+            return list(check_spec_for(self.architecture, self.spec))
         except Exception:  # noqa: BLE001 - the estimate already passed these checks
-            pass
-        lines = [f"! {w}" for w in warnings[:4]]
-        assumptions = getattr(est, "assumptions", None) or ()
-        if assumptions:
-            count = len(assumptions)
-            lines.append(f"{count} assumption{'' if count == 1 else 's'} (hover the breakdown)")
-        return Text("\n".join(printable(line, limit=300) for line in lines))
+            return list(getattr(self.spec, "warnings", ()) or ())
 
     # ----- largest batch (in a worker: a solve is a few dozen estimates) --------------------
 
@@ -958,6 +747,12 @@ class EstimatorPanel(VerticalScroll):
         _set_text(label, text, fixed_height=True)
 
 
+def _raiser(exc: BaseException) -> Any:
+    def load() -> Any:
+        raise exc
+    return load
+
+
 def _set_text(widget: Static, text: Text | str, *, fixed_height: bool = False) -> None:
     """Update ``widget`` only when its text changes; skip the relayout when its height is fixed.
 
@@ -973,20 +768,3 @@ def _set_text(widget: Static, text: Text | str, *, fixed_height: bool = False) -
     else:
         lines_before = old.plain.count("\n") if old is not None else -1
         widget.update(new, layout=lines_before != new.plain.count("\n"))
-
-
-def _setup_value(info: ProbeInfo, key: str) -> object:
-    for k, v in info.setup:
-        if k == key:
-            return v
-    return None
-
-
-def _count(n: int | float) -> str:
-    """12_345_678 -> "12.3 M" (decimal: parameter counts are counts, not bytes)."""
-    if not isinstance(n, (int, float)) or not math.isfinite(n):
-        return "?"
-    for unit, factor in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(n) >= factor:
-            return f"{n / factor:.2f} {unit}"
-    return str(int(n))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumem_tui.config import Config, ConfigError, load_config
+from gpumem_tui.crash import DashboardCrashed
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,6 +89,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except KeyboardInterrupt:
         return 0
+    except DashboardCrashed as exc:
+        print(f"gpumem-tui: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -127,6 +131,8 @@ def run_dashboard(
 
     Raises:
         ValueError: ``interval`` <= 0.
+        DashboardCrashed: an unexpected error ended the dashboard; the message is one line
+            that says where its traceback was written.
     """
     if not interval > 0:
         raise ValueError("interval must be > 0 seconds")
@@ -135,12 +141,13 @@ def run_dashboard(
     from gpumem_tui.ui.themes import load_themes
 
     owned_job = None
+    app = None
     if source is None:
         from gpumem_tui.telemetry.live import LiveSource
 
         source = LiveSource()
         if demo and demo_job is None and not getattr(source, "nvml_available", True):
-            from gpumem_tui.demo import start_demo_job  # starts a child process; torch loads there
+            from gpumem_tui.demo_process import start_demo_job  # a child process; torch loads there
 
             owned_job = demo_job = start_demo_job()
             select_pid = owned_job.pid
@@ -163,9 +170,12 @@ def run_dashboard(
             banner=banner,
         )
         app.run()
+        if app.crash_line:
+            raise DashboardCrashed(app.crash_line)
     finally:
         try:
-            source.close()
+            # a poll still running (a hung NVML call) closes the source when it returns
+            app.poller.close_source() if app is not None else source.close()
         finally:
             if demo_job is not None:
                 demo_job.stop()

@@ -1,4 +1,5 @@
-"""Memory-over-time chart (plotext through textual-plotext) with the estimator overlay.
+"""Memory-over-time chart (drawn in braille cells, :mod:`gpumem_tui.ui.braille`) with the
+estimator overlay.
 
 What it draws, all in one unit (MiB, or GiB when the largest value is >= 2 GiB; the axis
 label says which), against time in seconds relative to the newest sample (0 = now):
@@ -13,8 +14,12 @@ label says which), against time in seconds relative to the newest sample (0 = no
   :attr:`show_bands`;
 - phase marks (:meth:`set_phase_marks`): the measured curve is coloured by the training phase
   it was in (init / forward / backward / optimizer step), and when few marks are visible each
-  phase start also gets a vertical line. The legend (two lines under the plot, not plotext's
-  box, which would cover the data) names every colour, with each band's and the total's size.
+  phase start also gets a vertical line. The legend (two lines under the plot, not a legend
+  box over the data) names every colour, with each band's and the total's size;
+- the probe's per-phase high-water marks (:meth:`set_phase_peaks`) as a step-shaped envelope
+  over the sampled curve, each step of it coloured by its phase (drawn with block quadrants,
+  the samples with braille dots, and the legend says so): a peak shorter than the sampling
+  interval still shows, at its true height.
 
 Colours are theme variables (``band-*``, ``curve-*``, ``line-total``, ``phase-*``) resolved
 through the running app, so a theme restyles the chart.
@@ -33,9 +38,14 @@ from textual.color import Color, ColorParseError
 from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import Static
-from textual_plotext import PlotextPlot
+from rich.color import Color as RichColor
+from rich.segment import Segment
+from rich.style import Style
+from textual.strip import Strip
+from textual.widget import Widget
 
-from gpumem_tui.telemetry.model import Phase, PhaseMark
+from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak
+from gpumem_tui.ui.braille import Canvas, strip
 from gpumem_tui.units import GiB, MiB, format_bytes
 
 TOTAL_SCALE_LIMIT = 2.5  # the total line stays on scale while total <= 2.5 x the largest value
@@ -133,12 +143,264 @@ def _dots(xs: Sequence[float], ys: Sequence[float], x_lo: float, x_dot: float, y
     return tuple(out)
 
 
-class MemoryPlot(PlotextPlot):
-    """The plot area; the owning :class:`MemoryChart` fills it."""
+ENVELOPE_MARKER = "hd"  # block quadrants: unlike the samples' braille dots
+
+
+def envelope(peaks: Sequence[PhasePeak], lo: float, hi: float, buckets: int) -> list[tuple[Phase, list[tuple[float, float]]]]:
+    """The step-shaped envelope of per-phase high-water marks between epoch seconds ``lo`` and
+    ``hi``: runs of ``(phase, [(time, bytes), ...])``, each run's points joined by lines.
+
+    Each peak is a flat segment from its start to its end; a run starts with a vertical
+    step from the previous segment's height, so the runs together draw one staircase. When
+    more peaks are visible than ``buckets`` (about the plot's width), each bucket keeps its
+    highest peak (and its phase), so no maximum is dropped. Raises nothing; empty input gives [].
+    """
+    visible = sorted((p for p in peaks if p.end >= lo and p.start <= hi), key=lambda p: (p.start, p.end))
+    if not visible:
+        return []
+    segments: list[tuple[Phase, float, float, int]] = [(p.phase, max(p.start, lo), min(p.end, hi), p.peak_bytes)
+                                                       for p in visible]
+    if len(segments) > buckets > 0:
+        span = (hi - lo) or 1.0
+        merged: dict[int, tuple[Phase, float, float, int]] = {}
+        for phase, start, end, value in segments:
+            b = min(int((start - lo) / span * buckets), buckets - 1)
+            old = merged.get(b)
+            if old is None:
+                merged[b] = (phase, start, end, value)
+            else:  # widen to the bucket's extent, keep the highest peak's phase and value
+                top = (phase, value) if value > old[3] else (old[0], old[3])
+                merged[b] = (top[0], min(old[1], start), max(old[2], end), top[1])
+        segments = [merged[b] for b in sorted(merged)]
+    runs: list[tuple[Phase, list[tuple[float, float]]]] = []
+    previous: float | None = None
+    for phase, start, end, value in segments:
+        if runs and runs[-1][0] is phase and runs[-1][1][-1][0] >= start - 1e-9:
+            points = runs[-1][1]
+        else:
+            points = []
+            runs.append((phase, points))
+            if previous is not None:
+                points.append((start, previous))  # the vertical step up or down
+        points.append((start, value))
+        points.append((end, value))
+        previous = value
+    return runs
+
+
+def _terminal_colours(value: str | None) -> bool:
+    """True when a theme colour is the terminal's own (ANSI themes: ``ansi_default``,
+    ``transparent``): it has no RGB value to draw with."""
+    if not value:
+        return True
+    try:
+        colour = Color.parse(value)
+    except ColorParseError:
+        return True
+    return colour.ansi is not None or colour.a == 0
+
+
+MIN_TEXT_CONTRAST = 4.5  # WCAG 2.1 AA for normal text (success criterion 1.4.3)
+
+
+def contrast_ratio(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    """WCAG 2.1 contrast ratio of two sRGB colours, 1 (none) to 21 (black on white); the
+    relative luminance is WCAG's definition (sRGB channels linearised, weights 0.2126,
+    0.7152, 0.0722)."""
+
+    def luminance(rgb: tuple[int, int, int]) -> float:
+        lin = [c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in (v / 255 for v in rgb)]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    high, low = sorted((luminance(a), luminance(b)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
+
+
+def readable_colours(surface: tuple[int, int, int], background: tuple[int, int, int],
+                     foreground: tuple[int, int, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """(canvas, text) colours for the plot: the theme's foreground on its surface, or on its
+    background, whichever first reaches :data:`MIN_TEXT_CONTRAST`; else black or white text
+    (the one with more contrast) on the surface."""
+    for canvas in (surface, background):
+        if contrast_ratio(canvas, foreground) >= MIN_TEXT_CONTRAST:
+            return canvas, foreground
+    black, white = (0, 0, 0), (255, 255, 255)
+    return surface, max((black, white), key=lambda c: contrast_ratio(surface, c))
+
+
+class MemoryPlot(Widget):
+    """The plot area, drawn with :class:`gpumem_tui.ui.braille.Canvas`; the owning
+    :class:`MemoryChart` gives it plot commands (:meth:`draw`).
+
+    Commands (name, args, kwargs), in drawing order: ``plot`` (xs, ys; color an RGB tuple or
+    "default", marker "braille", "hd" for block quadrants or one character such as "━"),
+    ``vline`` (x; color), ``title``, ``xlabel``, ``ylabel`` (text), ``xlim`` / ``ylim``
+    (low, high), ``xticks`` / ``yticks`` (values, labels). Layout: title, a frame with y tick
+    labels on its left and x tick labels under it, then the y and x axis labels on one line.
+
+    Colours: text and frame in the theme's foreground on its surface (or background), as
+    :func:`readable_colours` picks them; an ANSI theme (``ansi-dark``, ``ansi-light``) has
+    the terminal's own colours there, which parse as RGB black, so the plot then leaves text
+    and canvas in the terminal's default colours (they were drawn black on black).
+    """
 
     DEFAULT_CSS = """
     MemoryPlot { height: 1fr; width: 1fr; }
     """
+
+    def __init__(self, *, id: str | None = None) -> None:  # noqa: A002
+        super().__init__(id=id)
+        self._ops: list[tuple[str, tuple, dict]] = []
+        self._lines: list[Strip] | None = None
+        self._built_for: tuple | None = None
+
+    def _uses_terminal_colours(self) -> bool:
+        variables = self.app.theme_variables
+        return _terminal_colours(variables.get("surface")) or _terminal_colours(variables.get("foreground"))
+
+    def base_style(self) -> Style:
+        """Canvas and text style of the current theme (see the class docstring)."""
+        if self._uses_terminal_colours():
+            return Style()
+        variables = self.app.theme_variables
+        rgb = {key: Color.parse(variables.get(key) or "#000000").rgb for key in ("surface", "background", "foreground")}
+        canvas, text = readable_colours(rgb["surface"], rgb["background"], rgb["foreground"])
+        return Style(color=RichColor.from_rgb(*text), bgcolor=RichColor.from_rgb(*canvas))
+
+    def draw(self, ops: list[tuple[str, tuple, dict]]) -> None:
+        """Replace the plot commands and repaint."""
+        self._ops = list(ops)
+        self._lines = None
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width, height = self.size.width, self.size.height
+        built_for = (width, height, self.app.theme)
+        if self._lines is None or self._built_for != built_for:
+            self._lines = render_plot(self._ops, width, height, self.base_style())
+            self._built_for = built_for
+        if 0 <= y < len(self._lines):
+            return self._lines[y]
+        return Strip.blank(width, self.base_style())
+
+    def plain_lines(self) -> list[str]:
+        """The plot as plain text lines (tests)."""
+        self.render_line(0)
+        return [line.text for line in self._lines or []]
+
+
+def _style(color: object) -> Style | None:
+    if isinstance(color, tuple) and len(color) == 3:
+        return Style(color=RichColor.from_rgb(*color))
+    return None
+
+
+def _centre(text: str, width: int) -> str:
+    text = text[:width]
+    left = (width - len(text)) // 2
+    return " " * left + text + " " * (width - len(text) - left)
+
+
+def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int, base: Style) -> list[Strip]:
+    """The plot commands (see :class:`MemoryPlot`) as ``height`` strips of ``width`` cells."""
+    width, height = max(int(width), 1), max(int(height), 1)
+    spec: dict[str, tuple] = {}
+    curves: list[tuple[Sequence[float], Sequence[float], Style | None, str]] = []
+    vlines: list[tuple[float, Style | None]] = []
+    for name, args, kwargs in ops:
+        if name == "plot":
+            curves.append((args[0], args[1], _style(kwargs.get("color")), str(kwargs.get("marker", "braille"))))
+        elif name == "vline":
+            vlines.append((args[0], _style(kwargs.get("color"))))
+        else:
+            spec[name] = args
+    title = str(spec.get("title", ("",))[0])
+    rows: list[list[Segment]] = []
+    compact = height < 7  # too short for a title and an axis-label line
+    if not compact:
+        rows.append([Segment(_centre(title, width), base)])
+    xlo, xhi = spec.get("xlim", (-1.0, 0.0))
+    ylo, yhi = spec.get("ylim", (0.0, 1.0))
+    if not (xhi > xlo):
+        xhi = xlo + 1.0
+    if not (yhi > ylo):
+        yhi = ylo + 1.0
+    yvals, ylabels = spec.get("yticks", ((), ()))
+    xvals, xlabels = spec.get("xticks", ((), ()))
+    margin = max([len(str(label)) for label in ylabels] + [1])
+    plot_w = max(width - margin - 2, 1)
+    plot_h = max(height - (3 if compact else 5), 1)
+    canvas = Canvas(plot_w, plot_h)
+
+    def bounded(value: float) -> float:  # absurd inputs land far off the canvas, never inf/nan
+        return 0.0 if value != value else max(-1e9, min(1e9, value))
+
+    def dot_x(x: float, cells: int) -> float:
+        return bounded((x - xlo) / (xhi - xlo) * (cells - 1))
+
+    def dot_y(y: float, cells: int) -> float:
+        return bounded((1.0 - (y - ylo) / (yhi - ylo)) * (cells - 1))
+
+    limit = 8 * (canvas.dot_width + canvas.dot_height)  # far-off points are clamped, not walked
+    for xs, ys, style, marker in curves:
+        if marker == "braille" or marker == "hd":
+            quads = marker == "hd"
+            wide, high = (2 * plot_w, 2 * plot_h) if quads else (canvas.dot_width, canvas.dot_height)
+            points = [
+                (min(max(dot_x(x, wide), -limit), limit), min(max(dot_y(y, high), -limit), limit))
+                for x, y in zip(xs, ys) if math.isfinite(x) and math.isfinite(y)
+            ]
+            canvas.polyline(points, style, quads=quads)
+        else:  # a character marker: horizontal lines (the total)
+            for x0, x1, y in zip(xs, xs[1:], ys):
+                if not (math.isfinite(x0) and math.isfinite(x1) and math.isfinite(y)):
+                    continue
+                row = round(dot_y(y, plot_h))
+                for col in range(max(round(dot_x(min(x0, x1), plot_w)), 0), min(round(dot_x(max(x0, x1), plot_w)), plot_w - 1) + 1):
+                    canvas.char(col, row, marker[:1] or "━", style)
+    for x, style in vlines:
+        if math.isfinite(x):
+            column = round(dot_x(x, canvas.dot_width))
+            canvas.line(column, 0, column, canvas.dot_height - 1, style)
+    tick_rows = {}
+    for value, label in zip(yvals, ylabels):
+        row = round(dot_y(value, plot_h))
+        if 0 <= row < plot_h:
+            tick_rows[row] = str(label)
+    tick_cols: dict[int, str] = {}
+    for value, label in zip(xvals, xlabels):
+        col = round(dot_x(value, plot_w))
+        if 0 <= col < plot_w:
+            tick_cols[col] = str(label)
+    pad = " " * margin
+    top = "┌" + "─" * plot_w + "┐"
+    rows.append([Segment(pad + top, base)])
+    for row in range(plot_h):
+        label = tick_rows.get(row)
+        left = (label.rjust(margin) + "┤") if label is not None else (pad + "│")
+        rows.append([Segment(left, base), *canvas.row_segments(row, base), Segment("│", base)])
+    bottom = "".join("┬" if col in tick_cols else "─" for col in range(plot_w))
+    rows.append([Segment(pad + "└" + bottom + "┘", base)])
+    labels = [" "] * (plot_w + 2)
+    last_end = -1
+    for col, label in sorted(tick_cols.items()):
+        start = col + 1 - len(label) // 2
+        start = min(max(start, 0), len(labels) - len(label))
+        if start <= last_end:  # would touch the previous label: leave it out
+            continue
+        labels[start:start + len(label)] = list(label)
+        last_end = start + len(label)
+    rows.append([Segment(pad + "".join(labels), base)])
+    if not compact:
+        ylabel = str(spec.get("ylabel", ("",))[0])
+        xlabel = str(spec.get("xlabel", ("",))[0])
+        # x label centred under the plot, moved right (or cut) so that it never covers the y label
+        start = max(margin + 1 + (plot_w - len(xlabel)) // 2, len(ylabel) + 2 if ylabel else 0)
+        line = (ylabel + " " * width)[:start] + xlabel
+        rows.append([Segment((line + " " * width)[:width], base)])
+    return [strip(segments, width, base) for segments in rows[:height]] + [
+        Strip.blank(width, base) for _ in range(height - len(rows))
+    ]
 
 
 class MemoryChart(Vertical):
@@ -152,7 +414,9 @@ class MemoryChart(Vertical):
     """
 
     show_bands: reactive[bool] = reactive(True)
-    fit_total: reactive[bool] = reactive(False)
+    # None: the total is on the scale when it is within TOTAL_SCALE_LIMIT x the data;
+    # True / False: always / never (the `t` key flips whichever is shown).
+    fit_total: reactive[bool | None] = reactive(None)
     window: reactive[float] = reactive(300.0)
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:  # noqa: A002
@@ -162,12 +426,16 @@ class MemoryChart(Vertical):
         self.total_bytes: int | None = None
         self.total_label = "GPU total"
         self.bands: list[Band] = []
+        self.bands_note: str | None = None
         self.phase_marks: list[PhaseMark] = []
+        self.phase_peaks: list[PhasePeak] = []
+        self.envelope_runs: list[tuple[Phase, list[tuple[float, float]]]] = []  # as last drawn
+        self.total_on_scale = False  # as last drawn
         self.now: float | None = None
         self.message: str | None = None
         self._legend_shown: Text | None = None
         self._drawn_key: tuple | None = None
-        self.redraws = 0  # plotext rebuilds so far (for tests and benchmarks)
+        self.redraws = 0  # plot rebuilds so far (for tests and benchmarks)
 
     def compose(self) -> ComposeResult:
         yield MemoryPlot(id="chart-plot")
@@ -188,14 +456,29 @@ class MemoryChart(Vertical):
         self.total_bytes = total_bytes
         self.total_label = label
 
-    def set_bands(self, bands: Sequence[Band]) -> None:
-        """Predicted bands: (label, cumulative bytes, theme colour variable), bottom first."""
+    def set_bands(self, bands: Sequence[Band], note: str | None = None) -> None:
+        """Predicted bands: (label, cumulative bytes, theme colour variable), bottom first.
+
+        ``note`` goes on the legend's "predicted" line: what the bands are the estimate of
+        (e.g. "llama-3.2-1b (probe, pid 1088)"), or, without bands, why there are none.
+        """
         self.bands = [(str(label), int(value), str(var)) for label, value, var in bands]
+        self.bands_note = note
         self.replot()
 
     def set_phase_marks(self, marks: Sequence[PhaseMark]) -> None:
         """Phase marks of the charted process, any order."""
         self.phase_marks = sorted(marks, key=lambda m: m.time)
+
+    def set_phase_peaks(self, peaks: Sequence[PhasePeak]) -> None:
+        """Per-phase high-water marks of the charted process (any order); drawn as the
+        envelope (see :func:`envelope`)."""
+        self.phase_peaks = list(peaks)
+
+    def envelope_peak(self) -> int | None:
+        """The highest point of the envelope as last drawn (bytes), or None without one."""
+        values = [v for _, points in self.envelope_runs for _, v in points]
+        return int(max(values)) if values else None
 
     def set_message(self, message: str | None) -> None:
         """Text shown instead of the plot when there is nothing to chart."""
@@ -226,7 +509,7 @@ class MemoryChart(Vertical):
         if self.now is not None and self.curves:
             starts = [c.points[0][0] for c in self.curves if c.points]
             if starts:
-                span = min(self.window, max(self.now - min(starts), 30.0))
+                span = min(self.window, max(self.now - min(starts), min(self.window, 30.0)))
         width = max(self.size.width - 10, 10)
         return span / width
 
@@ -240,7 +523,7 @@ class MemoryChart(Vertical):
         """Redraw from the current inputs.
 
         The plot commands are collected first and compared, at the plot's resolution (braille
-        dots), with those last drawn: plotext rebuilds its whole canvas in Python (~15 ms), so
+        dots), with those last drawn: a rebuild of the whole canvas costs a few ms, so
         a poll that changes nothing visible (a flat curve, the same bands) draws nothing.
         """
         if not self.is_mounted:
@@ -259,6 +542,7 @@ class MemoryChart(Vertical):
         ]
         curves = [c for c in curves if c.points]
         width = max(plot.size.width - 10, 10)
+        self.envelope_runs = []
         if now is None or not curves:
             ops.append(("title", (self.message or f"{self.title}: no samples yet",), {}))
             ops.append(("xlim", (-self.window, 0), {}))
@@ -268,19 +552,28 @@ class MemoryChart(Vertical):
             return
         bands = self.bands if self.show_bands else []
         data_peak = max(max(v for _, v in c.points) for c in curves)
+        oldest = min(c.points[0][0] for c in curves)
+        span = min(self.window, max(now - oldest, min(self.window, 30.0)))
+        runs = envelope(self.phase_peaks, now - span, now, width) if self.phase_peaks else []
+        self.envelope_runs = runs
+        if runs:
+            data_peak = max(data_peak, max(v for _, points in runs for _, v in points))
         if bands:
             data_peak = max(data_peak, max(b[1] for b in bands))
         total = self.total_bytes
         # A 40 GiB total line would flatten a 2 GiB process curve to the axis: the total stays
         # on the plot only when it is within TOTAL_SCALE_LIMIT x the data (or `fit_total`).
-        total_on_scale = bool(total) and (self.fit_total or total <= TOTAL_SCALE_LIMIT * max(data_peak, 1))
+        if self.fit_total is None:
+            total_on_scale = bool(total) and total <= TOTAL_SCALE_LIMIT * max(data_peak, 1)
+        else:
+            total_on_scale = bool(total) and self.fit_total
+        self.total_on_scale = total_on_scale
         peak = max(data_peak, total) if total_on_scale and total else data_peak
         unit, factor = choose_unit(peak)
         marks = self.visible_phase_marks()
-        # Until the history fills the window, span only what there is (at least 30 s), so a
-        # fresh start does not squeeze the curve against the right edge.
-        oldest = min(c.points[0][0] for c in curves)
-        x_lo = -min(self.window, max(now - oldest, 30.0))
+        # Until the history fills the window, span only what there is (at least 30 s, or the
+        # window when it is shorter), so a fresh start does not squeeze the curve to the right.
+        x_lo = -span
         x_hi = 0.0
         top = peak / factor * 1.08
         # Resolution of the key: finer than the canvas (2 dots per cell of the whole widget).
@@ -289,7 +582,7 @@ class MemoryChart(Vertical):
         curve_keys: list[tuple] = []
         theme = self.app.theme_variables
         # Bands and the total first, so the measured curves are drawn over them. The legend is
-        # drawn under the plot, not by plotext, whose legend box would hide the data.
+        # drawn under the plot, not in a box that would hide the data.
         for label, value, var in bands:
             ops.append(("plot", ([x_lo, x_hi], [value / factor] * 2), {"color": self._rgb(var), "marker": "braille"}))
         if total_on_scale and total:
@@ -311,13 +604,28 @@ class MemoryChart(Vertical):
                 ops.append(("plot", (xs, ys), {"color": self._rgb(curve.color_var), "marker": "braille"}))
             style = theme.get(curve.color_var, "") if not phased else theme.get("phase-forward", "")
             legend_text.append("⣿⣿ ", style=style)
-            legend_text.append(curve.label + (" (coloured by phase)" if phased else "") + "  ")
+            suffix = (" samples (coloured by phase)" if runs else " (coloured by phase)") if phased else ""
+            legend_text.append(curve.label + suffix + "  ")
+        for phase, points in runs:
+            var = PHASE_VARS.get(phase, "curve-measured")
+            ops.append(("plot", ([t - now for t, _ in points], [v / factor for _, v in points]),
+                        {"color": self._rgb(var), "marker": ENVELOPE_MARKER}))
+        if runs:
+            legend_text.append("▀▀ ", style=theme.get("phase-backward", ""))
+            legend_text.append("peak of each phase (probe high-water mark)  ")
         if total:
             legend_text.append("━━ ", style=theme.get("line-total", ""))
             legend_text.append(f"{self.total_label} {format_bytes(total)}")
-            legend_text.append("  " if total_on_scale else " (above the plot; t scales to it)  ")
+            if total_on_scale:
+                legend_text.append("  ")
+            elif self.fit_total is None:
+                legend_text.append(" (above the plot; t scales to it)  ")
+            else:
+                legend_text.append(" (off the scale; t scales to it)  ")
         if bands:
-            legend_text.append("\npredicted: ")
+            legend_text.append(f"\npredicted, {self.bands_note}: " if self.bands_note else "\npredicted: ")
+        elif self.bands_note and self.show_bands:
+            legend_text.append(f"\npredicted: {self.bands_note}", style="italic")
         for label, value, var in bands:
             legend_text.append("── ", style=theme.get(var, ""))
             legend_text.append(f"{label} {format_bytes(value)}  ")
@@ -346,17 +654,12 @@ class MemoryChart(Vertical):
         self._set_legend(legend, legend_text)
 
     def _draw(self, plot: MemoryPlot, ops: list[tuple[str, tuple, dict]], key: tuple) -> None:
-        """Run the plotext commands and repaint, unless ``key`` equals the last one drawn."""
+        """Hand the plot commands to the plot, unless ``key`` equals the last one drawn."""
         if key == self._drawn_key:
             return
         self._drawn_key = key
         self.redraws += 1
-        plt = plot.plt
-        plt.clear_data()
-        plt.clear_figure()
-        for name, args, kwargs in ops:
-            getattr(plt, name)(*args, **kwargs)
-        plot.refresh()
+        plot.draw(ops)
 
     def _set_legend(self, legend: Static, text: Text) -> None:
         # Height set explicitly, so the text can change without a layout pass (a layout

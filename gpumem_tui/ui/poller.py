@@ -6,15 +6,21 @@ The next poll is armed by the app's handler (:meth:`Poller.rearm`) only after th
 finished and was handled, so a slow NVML call or a busy UI never stacks polls up. The poll
 interval is measured start to start: a poll that took 0.3 s of a 1 s interval is followed by a
 0.7 s pause.
+
+Quitting never waits on a poll (issue 13, item 19): each poll runs in its own daemon
+thread, not in Textual's worker pool (whose executor threads are joined when the event loop
+and the interpreter shut down, so one NVML call that never returns kept ``q`` and Ctrl-C
+from exiting). A poll still running at quit is abandoned; :meth:`Poller.close_source`
+closes the source only once no poll is using it.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TYPE_CHECKING
 
 from textual.message import Message
-from textual.worker import Worker, get_current_worker
 
 from gpumem_tui.telemetry.model import Snapshot, TelemetrySource
 
@@ -59,7 +65,9 @@ class Poller:
         self.polls = 0
         self.failures = 0
         self._timer: Timer | None = None
-        self._worker: Worker | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._close_pending = False
         self._stopped = False
         self._in_flight = False
         self._started_at: float | None = None
@@ -75,8 +83,15 @@ class Poller:
         if self._timer is not None:
             self._timer.stop()
             self._timer = None
-        if self._worker is not None:
-            self._worker.cancel()
+
+    def close_source(self) -> None:
+        """Close the source now, or -- when a poll is still running in it (a hung NVML
+        call) -- by the poll thread once that poll returns, so the caller never waits."""
+        with self._lock:
+            if self._thread is not None and self._thread.is_alive():
+                self._close_pending = True
+                return
+        self.source.close()
 
     def poll_now(self) -> None:
         """Poll immediately unless one is in flight (e.g. after seeking a replay)."""
@@ -118,17 +133,24 @@ class Poller:
             return
         self._in_flight = True
         self._started_at = time.monotonic()
-        self._worker = self.app.run_worker(
-            self._poll_once,
-            name="poll",
-            group="poller",
-            thread=True,
-            exclusive=True,
-            exit_on_error=False,
-        )
+        with self._lock:
+            self._thread = threading.Thread(target=self._poll_once, name="gpumem-tui-poll", daemon=True)
+            self._thread.start()
 
     def _poll_once(self) -> None:
-        worker = get_current_worker()
+        try:
+            self._poll_and_post()
+        finally:
+            with self._lock:
+                close = self._close_pending
+                self._close_pending = False
+            if close:
+                try:
+                    self.source.close()
+                except Exception:  # noqa: BLE001 - the app is gone; nothing to report to
+                    pass
+
+    def _poll_and_post(self) -> None:
         started = time.perf_counter()
         message: Message
         try:
@@ -140,7 +162,7 @@ class Poller:
         else:
             self.polls += 1
             message = SnapshotReady(snapshot, time.perf_counter() - started)
-        if not worker.is_cancelled and not self._stopped:
-            self.app.post_message(message)
+        if not self._stopped:
+            self.app.post_message(message)  # thread-safe in Textual
         else:
             self._in_flight = False

@@ -1,21 +1,57 @@
-"""The estimator / comparison side pane: mounts the panel helper's widgets and wires them.
+"""The estimator / comparison side pane: the estimator form and predicted-vs-measured.
 
 Kept apart from app.py so the dashboard still runs (without the pane) if the estimator widgets
-cannot be imported. Wiring, all driven from the app's handlers:
+cannot be imported. The app describes what is selected in a :class:`PaneSelection` and calls
+:func:`push`; this module never imports the app. What is pushed:
 
 - the selected GPU's total memory -> ``EstimatorPanel.set_gpu_total`` (only when it changes);
-- a probed process, when it becomes the selection (or first publishes its ProbeInfo) ->
-  ``EstimatorPanel.apply_probe_info`` once, so the user can override the form afterwards;
-- ``EstimatorPanel.EstimateChanged`` -> the chart's predicted bands (handled in app.py);
-- the estimate + the selected probed process's samples -> ``ComparisonView``.
+- the selected PID and its :class:`~gpumem_tui.process_estimate.ProcessEstimate` ->
+  ``EstimatorPanel.show_process`` (the form shows that process's own estimate);
+- that estimate + the process's probe samples -> ``ComparisonView``, computed by
+  :func:`gpumem_tui.process_estimate.compare_process`, the code ``gpumem-tui compare`` runs.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-if TYPE_CHECKING:
-    from gpumem_tui.ui.app import GpuMemApp
+from gpumem_tui.process_estimate import ProcessEstimate
+from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeSample, ProcessSample
+
+NO_ESTIMATE_HINT = "attach gpumem_tui.probe to the job, or set its estimate in the Estimator tab (e)"
+
+
+@dataclass(frozen=True)
+class PaneSelection:
+    """What the pane shows: the selected GPU and process, and that process's data.
+
+    ``gpu_total`` is in bytes (None: no GPU). ``samples`` are the process's probe samples,
+    ``processes`` its NVML rows (NVML used), ``marks`` its phase marks, ``peaks`` its probe's
+    per-phase high-water marks (part of the measured peak); ``published_params`` is
+    the ``total_params`` its probe published (or None).
+    """
+
+    gpu: int | None = None
+    gpu_total: int | None = None
+    gpu_label: str | None = None
+    pid: int | None = None
+    process: ProcessEstimate | None = None
+    samples: Sequence[ProbeSample] = ()
+    processes: Sequence[ProcessSample] = ()
+    marks: Sequence[PhaseMark] = ()
+    peaks: Sequence[PhasePeak] = ()
+    published_params: object = None
+
+
+@dataclass
+class PaneState:
+    """What was last pushed to the pane, so each push happens only on a change."""
+
+    gpu: tuple[int | None, int | None] | None = None
+    comparison_key: tuple[Any, ...] | None = None
+    last_error: str | None = field(default=None)
 
 
 def available() -> bool:
@@ -50,98 +86,67 @@ def build() -> Any:
     return SidePane(id="side")
 
 
-class PaneState:
-    """What was last pushed to the pane, so each push happens only on a change."""
+def push(screen: Any, state: PaneState, selection: PaneSelection) -> str | None:
+    """Show ``selection`` in the pane mounted on ``screen``; never raises.
 
-    def __init__(self) -> None:
-        self.gpu: tuple[int | None, int | None] | None = None
-        self.probe_applied: set[tuple[int, int]] = set()  # (pid, id of the ProbeInfo content)
-        self.comparison_key: tuple[Any, ...] | None = None
-        self.last_error: str | None = None
-
-
-def _state(app: GpuMemApp) -> PaneState:
-    state = getattr(app, "_pane_state", None)
-    if state is None:
-        state = PaneState()
-        app._pane_state = state  # type: ignore[attr-defined]
-    return state
-
-
-def on_snapshot(app: GpuMemApp) -> None:
-    """Push the current selection to the pane (no-op without it); never raises."""
-    if not app.has_side_pane:
-        return
+    Returns:
+        None, or a one-line error (new since the last push) for the app to show once.
+    """
     try:
-        _push(app)
+        _push(screen, state, selection)
     except Exception as exc:  # noqa: BLE001 -- the pane must not take the dashboard down
         message = f"estimator pane: {type(exc).__name__}: {exc}"
-        state = _state(app)
         if state.last_error != message:
             state.last_error = message
-            app.notify(message, title="Estimator", severity="error", markup=False)
+            return message
+    return None
 
 
-def _push(app: GpuMemApp) -> None:
+def _push(screen: Any, state: PaneState, sel: PaneSelection) -> None:
     from gpumem_tui.ui.comparison_view import ComparisonView
     from gpumem_tui.ui.estimator_panel import EstimatorPanel
 
-    base = app.screen_stack[0]
     try:
-        panel = base.query_one(EstimatorPanel)
-        view = base.query_one(ComparisonView)
+        panel = screen.query_one(EstimatorPanel)
+        view = screen.query_one(ComparisonView)
     except Exception:  # noqa: BLE001 -- not mounted yet
         return
-    state = _state(app)
-    gpu = app.selected_gpu()
-    total = app.device_total(gpu)
-    if state.gpu != (gpu, total):
-        state.gpu = (gpu, total)
-        name = app.device_name(gpu)
-        label = f"GPU {gpu}" + (f" {name}" if name else "") if gpu is not None else None
-        panel.set_gpu_total(total, label)
-    pid = app.chart_pid()
-    if pid is not None:
-        info = app.probe_infos.get(pid)
-        if info is not None:
-            key = (pid, hash(repr((info.model_config, info.setup))))
-            if key not in state.probe_applied:
-                state.probe_applied.add(key)
-                problem = panel.apply_probe_info(info, device=app.probe_devices.get(pid))
-                if problem:
-                    app.notify(problem, title=f"Estimator (PID {pid})", severity="warning", markup=False)
-    update_comparison(app, panel, view, pid)
+    if state.gpu != (sel.gpu, sel.gpu_total):
+        state.gpu = (sel.gpu, sel.gpu_total)
+        label = f"GPU {sel.gpu}" + (f" {sel.gpu_label}" if sel.gpu_label else "") if sel.gpu is not None else None
+        panel.set_gpu_total(sel.gpu_total, label)
+    panel.show_process(sel.pid, sel.process)
+    _update_comparison(view, state, sel)
 
 
-def update_comparison(app: GpuMemApp, panel: Any, view: Any, pid: int | None) -> None:
-    """Recompute predicted vs measured for ``pid`` with the panel's current estimate."""
-    state = _state(app)
-    if pid is None or not app.probe_samples.get(pid):
+def _update_comparison(view: Any, state: PaneState, sel: PaneSelection) -> None:
+    from gpumem_tui.comparison import ComparisonError
+    from gpumem_tui.process_estimate import compare_process
+
+    pid, process = sel.pid, sel.process
+    if pid is None or not sel.samples:
         key: tuple[Any, ...] = ("none", pid)
-        if state.comparison_key != key:
-            state.comparison_key = key
-            view.update_comparison(None, "select a process that runs gpumem_tui.probe to compare")
-        return
-    if panel.estimate is None:
+        message = "select a process that runs gpumem_tui.probe to compare"
+    elif process is None:
         key = ("noest", pid)
-        if state.comparison_key != key:
-            state.comparison_key = key
-            view.update_comparison(None, "the estimator has no valid estimate yet")
-        return
-    samples = app.probe_samples[pid]
-    key = ("cmp", pid, id(panel.estimate), len(samples), samples[-1].time)
+        message = f"PID {pid} has no estimate: {NO_ESTIMATE_HINT}"
+    else:
+        key = ("cmp", pid, id(process), len(sel.samples), sel.samples[-1].time, len(sel.peaks))
+        message = None
     if state.comparison_key == key:
         return
     state.comparison_key = key
-    from gpumem_tui.comparison import ComparisonError, compare
-
-    processes = [p for p in app.snapshot.processes if p.pid == pid] if app.snapshot else []
+    if message is not None or process is None:
+        view.update_comparison(None, message)
+        return
     try:
-        result = compare(panel.estimate, list(samples), processes, pid=pid)
+        result = compare_process(
+            process, list(sel.samples), sel.processes, sel.marks, sel.published_params, phase_peaks=sel.peaks
+        )
     except ComparisonError as exc:
         view.update_comparison(None, str(exc))
         return
     except Exception as exc:  # noqa: BLE001 -- a comparison bug must not kill the dashboard
         view.update_comparison(None, f"comparison failed: {type(exc).__name__}: {exc}")
         return
-    view.update_comparison(result)
+    view.update_comparison(result, title=process.label)

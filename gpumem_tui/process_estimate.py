@@ -1,0 +1,363 @@
+"""Per-process estimator state: one :class:`ProcessEstimate` per PID, owned by the core.
+
+DESIGN.md rule 4: for each probed PID one value holds its setup (from its ProbeInfo), its
+estimate and how to compare it; the estimator pane, the chart and ``gpumem-tui compare`` all
+read that value, so they cannot disagree. The UI keeps a :class:`ProcessEstimates` registry
+and only draws what it holds.
+
+Where an estimate comes from (``ProcessEstimate.source``):
+
+- ``"probe"``: built from the process's own :class:`ProbeInfo` by :func:`from_probe_info`
+  (the same function ``compare`` uses), whatever was selected before;
+- ``"user"``: the user set the estimate for this process in the estimator pane; it stays with
+  that PID until the user changes it again or the process is gone.
+
+A process with neither has no estimate, and nothing predicted is drawn for it.
+
+Headless: imports neither Textual nor torch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Any
+
+from gpumem_tui.comparison import ComparisonError, ComparisonResult, compare, spec_from_probe_info
+from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeInfo, ProbeSample, ProcessSample, Snapshot
+from gpumem_tui.text import printable
+
+__all__ = [
+    "SOURCE_PROBE",
+    "SOURCE_USER",
+    "ProcessEstimate",
+    "ProcessEstimates",
+    "compare_process",
+    "compare_snapshots",
+    "compare_trace",
+    "device_kind",
+    "from_probe_info",
+    "model_label",
+]
+
+SOURCE_PROBE = "probe"
+SOURCE_USER = "user"
+
+#: Raw config.json keys that fix a model's shape; a probed config whose values equal a bundled
+#: catalogue config on every key both have (and on model_type) is that catalogue model.
+_SHAPE_KEYS = (
+    "hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "num_attention_heads", "n_head",
+    "num_key_value_heads", "intermediate_size", "n_inner", "ffn_dim", "vocab_size", "head_dim",
+    "tie_word_embeddings", "num_local_experts", "num_experts",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ProcessEstimate:
+    """The estimator's view of one process.
+
+    Attributes:
+        pid: the process.
+        source: ``"probe"`` (from its ProbeInfo) or ``"user"`` (set in the estimator pane).
+        label: names the model and the PID once, e.g. ``"llama-3.2-1b (probe, pid 1088)"``.
+        architecture: the estimator's ModelArchitecture, or None when it could not be read.
+        spec: the TrainingSpec (every field the probe published, keep-outputs included), or None.
+        estimate: the estimator's Estimate for ``architecture`` + ``spec``, or None.
+        problem: one line saying why ``estimate`` is None (or what of the setup was not
+            usable), else None.
+        info_key: identifies the ProbeInfo content it was built from (None for ``"user"``).
+    """
+
+    pid: int
+    source: str
+    label: str
+    architecture: Any = None
+    spec: Any = None
+    estimate: Any = None
+    problem: str | None = None
+    info_key: str | None = None
+
+
+def device_kind(device: object) -> str:
+    """``"cuda:0"`` -> ``"cuda"``, ``"CPU"`` -> ``"cpu"`` (the kernel profile's name)."""
+    return str(device).split(":", 1)[0].strip().lower()
+
+
+def _info_key(info: ProbeInfo, device: str | None) -> str:
+    try:
+        return json.dumps([info.model_config, list(info.setup), device], sort_keys=True, default=repr)
+    except (TypeError, ValueError):  # a config the probe sent that JSON cannot sort
+        return repr((info.model_config, info.setup, device))
+
+
+@lru_cache(maxsize=1)
+def _catalogue_configs() -> tuple[tuple[str, Mapping[str, Any]], ...]:
+    from gpumem_tui.estimator.architecture import CATALOGUE_DIR, catalogue_names
+
+    out = []
+    for name in catalogue_names():
+        try:
+            config = json.loads((CATALOGUE_DIR / f"{name}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(config, Mapping):
+            out.append((name, config))
+    return tuple(out)
+
+
+def _catalogue_match(config: Mapping[str, Any]) -> str | None:
+    """The bundled catalogue model whose shape ``config`` has, or None."""
+    model_type = config.get("model_type")
+    for name, known in _catalogue_configs():
+        if known.get("model_type") != model_type:
+            continue
+        shared = [k for k in _SHAPE_KEYS if k in known and k in config]
+        if len(shared) >= 3 and all(known[k] == config[k] for k in shared):
+            return name
+    return None
+
+
+def model_label(info: ProbeInfo) -> str:
+    """What to call the probed model, from what the probe published (never the PID).
+
+    In order: the setup's ``model_name`` / ``model``; the bundled catalogue model whose shape
+    the config has; the model class that ran (``model_class``); the config's ``model_type``;
+    else "probed model". Printable and at most 48 characters.
+    """
+    setup = dict(info.setup)
+    name: object = setup.get("model_name") or setup.get("model")
+    config = info.model_config if isinstance(info.model_config, Mapping) else None
+    if not name and config is not None:
+        try:
+            name = _catalogue_match(config)
+        except Exception:  # noqa: BLE001 - a broken catalogue only costs the nicer name
+            name = None
+    if not name:
+        name = setup.get("model_class") or (config or {}).get("model_type") or "probed model"
+    return printable(str(name), limit=48)
+
+
+def from_probe_info(info: ProbeInfo, device: str | None = None) -> ProcessEstimate:
+    """The estimate of a probed process, from its ProbeInfo only. Never raises.
+
+    Args:
+        info: what the probe published (model config and setup).
+        device: where the probe measured (``"cpu"``, ``"cuda:0"``); it picks the kernel
+            profile (and whether the CUDA context is counted), overriding the setup's device.
+
+    Returns:
+        A ``"probe"`` ProcessEstimate; ``estimate`` is None and ``problem`` says why when the
+        config or the setup cannot be used (see :func:`gpumem_tui.comparison.spec_from_probe_info`).
+    """
+    from gpumem_tui.estimator.estimate import estimate as run_estimate
+
+    label = f"{model_label(info)} (probe, pid {info.pid})"
+    key = _info_key(info, device)
+    overrides = {"device": device_kind(device)} if device else {}
+    try:
+        arch, spec = spec_from_probe_info(info, **overrides)
+    except ComparisonError as exc:
+        return ProcessEstimate(info.pid, SOURCE_PROBE, label, problem=str(exc), info_key=key)
+    except Exception as exc:  # noqa: BLE001 - data from another process must not raise here
+        return ProcessEstimate(
+            info.pid, SOURCE_PROBE, label, problem=f"pid {info.pid}: cannot read the probe's setup: {exc}", info_key=key
+        )
+    try:
+        est = run_estimate(arch, spec)
+    except ValueError as exc:  # SpecError / ArchitectureError are ValueErrors
+        return ProcessEstimate(
+            info.pid, SOURCE_PROBE, label, arch, spec,
+            problem=f"pid {info.pid}: the estimator rejected the probed setup: {exc}", info_key=key,
+        )  # fmt: skip
+    return ProcessEstimate(info.pid, SOURCE_PROBE, label, arch, spec, est, info_key=key)
+
+
+def compare_process(
+    process: ProcessEstimate,
+    samples: Sequence[ProbeSample],
+    processes: Sequence[ProcessSample] = (),
+    phase_marks: Sequence[PhaseMark] = (),
+    published_params: object = None,
+    phase_peaks: Sequence[PhasePeak] = (),
+) -> ComparisonResult:
+    """Predicted vs measured for one process: what both the pane and ``compare`` show.
+
+    Args:
+        process: its estimate (``process.estimate`` must not be None).
+        samples: the probe's samples of ``process.pid``.
+        processes: NVML per-process samples (NVML used) of that process, optional.
+        phase_marks: the probe's phase marks, to name the measured peak's phase.
+        published_params: the probe's ``total_params``; a count that differs from the
+            estimator's by more than 0.1 % adds a note (the config is not the model that ran).
+        phase_peaks: the probe's per-phase high-water marks (any PIDs): part of the measured
+            peak, and listed per step in the result.
+
+    Raises:
+        ComparisonError: no estimate (the message is ``process.problem``) or nothing measured.
+    """
+    if process.estimate is None:
+        raise ComparisonError(process.problem or f"pid {process.pid}: no estimate")
+    result = compare(
+        process.estimate, samples, processes, pid=process.pid, phase_marks=phase_marks, phase_peaks=phase_peaks
+    )
+    counted = getattr(process.estimate, "total_params", None)
+    if isinstance(published_params, int) and published_params > 0 and isinstance(counted, int):
+        if abs(counted - published_params) > 0.001 * published_params:
+            note = (
+                f"the estimator counts {counted:,} parameters, the probed model has {published_params:,}: "
+                "the architecture read from its config differs from the model that ran"
+            )
+            result = replace(result, notes=(*result.notes, note))
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# From snapshots / a trace file
+
+
+
+def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None) -> ComparisonResult:
+    """Estimate from the probe's published setup and compare with its measured samples.
+
+    The spec's ``device`` is taken from where the probe measured (cpu or cuda), so the
+    prediction includes the CUDA context exactly when the measurement can.
+
+    Args:
+        snapshots: a recorded or live series; the last ``ProbeInfo`` of the process is used.
+        pid: the probed process; default: the only one that published a ``ProbeInfo``.
+
+    Raises:
+        ComparisonError: no probed process, several without ``pid``, no samples, or inputs
+            the estimator rejects (one line, names the field).
+    """
+    probes: list[ProbeSample] = []
+    processes: list[ProcessSample] = []
+    marks: list[PhaseMark] = []
+    peaks: list[PhasePeak] = []
+    infos: dict[int, ProbeInfo] = {}
+    for snap in snapshots:
+        probes.extend(snap.probes)
+        peaks.extend(snap.phase_peaks)
+        processes.extend(snap.processes)
+        marks.extend(snap.phase_marks)
+        for info in snap.probe_infos:
+            infos[info.pid] = info
+    probed = sorted(infos) or sorted({p.pid for p in probes})
+    if pid is None:
+        if not probed:
+            raise ComparisonError("no probed process in the trace (run the job with gpumem_tui.probe)")
+        if len(probed) > 1:
+            raise ComparisonError(f"several probed processes {probed}: choose one with --pid")
+        pid = probed[0]
+    info = infos.get(pid)
+    if info is None:
+        if pid not in {p.pid for p in probes}:
+            listed = ", ".join(map(str, probed)) or "none"
+            raise ComparisonError(f"pid {pid} is not in the trace (probed processes: {listed})")
+        raise ComparisonError(f"pid {pid} published no model/setup information (ProbeInfo)")
+    samples = [p for p in probes if p.pid == pid]
+    if not samples:
+        raise ComparisonError(f"no probe samples for pid {pid}: nothing measured to compare with")
+    process = from_probe_info(info, device=samples[-1].device)
+    return compare_process(process, samples, processes, marks, dict(info.setup).get("total_params"), peaks)
+
+
+def compare_trace(path: str | os.PathLike[str], pid: int | None = None) -> dict[str, Any]:
+    """``gpumem-tui compare trace.jsonl --json``: the comparison of a recorded trace as JSON.
+
+    Returns :meth:`ComparisonResult.to_json` plus ``"trace_notices"`` (the reader's notices,
+    e.g. a torn last line). All byte figures are ints; percentages are floats or null.
+
+    Raises:
+        TraceError: (from ``gpumem_tui.telemetry.replay.read_trace``) empty or non-JSON trace.
+        ComparisonError: the trace has nothing to compare (see :func:`compare_snapshots`).
+        OSError: the file cannot be read.
+    """
+    from gpumem_tui.telemetry.replay import read_trace
+
+    snapshots, notices = read_trace(path)
+    result = compare_snapshots(snapshots, pid=pid).to_json()
+    result["trace_notices"] = list(notices)
+    _check_finite(result)
+    return result
+
+
+def _check_finite(obj: Any) -> None:
+    """JSON has no NaN/inf; a non-finite percentage would be a bug, not data."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise ComparisonError("internal error: non-finite number in the comparison")
+    if isinstance(obj, dict):
+        for value in obj.values():
+            _check_finite(value)
+    elif isinstance(obj, list):
+        for value in obj:
+            _check_finite(value)
+
+
+class ProcessEstimates:
+    """The registry of per-PID estimates that the dashboard keeps (one per PID).
+
+    ``update_probe`` is called for every ProbeInfo seen; it rebuilds a ``"probe"`` estimate
+    only when the ProbeInfo's content (or the measuring device) changed, and never replaces
+    an estimate the user set. ``set_user`` records the pane's estimate for a PID.
+    """
+
+    def __init__(self) -> None:
+        self._by_pid: dict[int, ProcessEstimate] = {}
+        self._probed: dict[int, ProcessEstimate] = {}
+
+    def get(self, pid: int | None) -> ProcessEstimate | None:
+        """The PID's estimate (the user's if set, else the probe's), or None."""
+        return None if pid is None else self._by_pid.get(pid)
+
+    def probe_estimate(self, pid: int) -> ProcessEstimate | None:
+        """The estimate built from the PID's ProbeInfo, even when the user set another."""
+        return self._probed.get(pid)
+
+    def update_probe(self, info: ProbeInfo, device: str | None = None) -> ProcessEstimate:
+        """Record ``info`` (see the class docstring); returns the PID's current estimate."""
+        key = _info_key(info, device)
+        current = self._probed.get(info.pid)
+        if current is None or current.info_key != key:
+            current = from_probe_info(info, device)
+            self._probed[info.pid] = current
+            shown = self._by_pid.get(info.pid)
+            if shown is None or shown.source != SOURCE_USER:
+                self._by_pid[info.pid] = current
+        return self._by_pid[info.pid]
+
+    def set_user(self, pid: int, architecture: Any, spec: Any, estimate: Any, model: str) -> ProcessEstimate:
+        """The user set this PID's estimate in the pane; ``model`` names the model chosen.
+
+        Setting exactly the probe's own architecture and spec goes back to the probe's value.
+        """
+        probed = self._probed.get(pid)
+        if probed is not None and probed.estimate is not None and (probed.architecture, probed.spec) == (architecture, spec):
+            self._by_pid[pid] = probed
+            return probed
+        label = f"{printable(model, limit=48)} (set by you, pid {pid})"
+        value = ProcessEstimate(pid, SOURCE_USER, label, architecture, spec, estimate)
+        self._by_pid[pid] = value
+        return value
+
+    def clear_user(self, pid: int) -> None:
+        """Drop the user's estimate of ``pid`` (the probe's, if any, is shown again)."""
+        if pid in self._probed:
+            self._by_pid[pid] = self._probed[pid]
+        else:
+            self._by_pid.pop(pid, None)
+
+    def prune(self, alive: Iterable[int]) -> None:
+        """Forget PIDs not in ``alive`` (a reused PID must not inherit an estimate)."""
+        keep = set(alive)
+        for table in (self._by_pid, self._probed):
+            for pid in [p for p in table if p not in keep]:
+                del table[pid]
+
+    def pids(self) -> list[int]:
+        """PIDs that have an estimate, sorted."""
+        return sorted(self._by_pid)

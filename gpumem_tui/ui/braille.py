@@ -1,0 +1,129 @@
+"""A small character-cell plot canvas: braille dots for curves, block quadrants for steps.
+
+Drawing the memory chart ourselves instead of through plotext: plotext rebuilds its whole
+canvas, axes and ANSI output in Python on every change (~15-30 ms a frame), which at one
+frame a second was a large part of the dashboard's idle CPU. This canvas only sets dots in
+a bytearray and turns rows into Textual ``Strip`` objects (Rich segments) directly.
+
+Coordinates: a plot area of ``width`` x ``height`` character cells has ``2 * width`` x
+``4 * height`` braille dots (Unicode "Braille Patterns" block, U+2800 + one bit per dot: dots
+1-8 numbered as in ISO/TR 11548-1) or ``2 * width`` x ``2 * height`` block quadrants (U+2596 to
+U+259F and the half blocks). Dot (0, 0) is the top-left. A cell has one colour: the last one
+drawn into it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.strip import Strip
+
+# Braille bit of dot (column 0-1, row 0-3) inside a cell (Unicode: dots 1,2,3,7 left; 4,5,6,8 right).
+_BRAILLE_BITS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))
+# Quadrant glyph for bits: 1 top-left, 2 top-right, 4 bottom-left, 8 bottom-right.
+_QUADRANTS = " ▘▝▀▖▌▞▛▗▚▐▜▄▙▟█"
+
+
+class Canvas:
+    """A plot area of ``width`` x ``height`` cells (both >= 1); see the module docstring."""
+
+    def __init__(self, width: int, height: int) -> None:
+        self.width = max(1, int(width))
+        self.height = max(1, int(height))
+        size = self.width * self.height
+        self._braille = bytearray(size)
+        self._quads = bytearray(size)
+        self._chars: dict[int, str] = {}  # whole-character marks (e.g. the total line "━")
+        self._styles: list[Style | None] = [None] * size
+
+    @property
+    def dot_width(self) -> int:
+        return 2 * self.width
+
+    @property
+    def dot_height(self) -> int:
+        return 4 * self.height
+
+    def _cell(self, col: int, row: int) -> int | None:
+        if 0 <= col < self.width and 0 <= row < self.height:
+            return row * self.width + col
+        return None
+
+    def dot(self, x: int, y: int, style: Style | None) -> None:
+        """Set braille dot (x, y); off-canvas dots are ignored."""
+        index = self._cell(x >> 1, y >> 2)
+        if index is not None:
+            self._braille[index] |= _BRAILLE_BITS[y & 3][x & 1]
+            self._styles[index] = style
+
+    def quad(self, x: int, y: int, style: Style | None) -> None:
+        """Set block quadrant (x, y) of a 2 x 2 grid per cell; off-canvas ones are ignored."""
+        index = self._cell(x >> 1, y >> 1)
+        if index is not None:
+            self._quads[index] |= 1 << ((y & 1) * 2 + (x & 1))
+            self._styles[index] = style
+
+    def char(self, col: int, row: int, text: str, style: Style | None) -> None:
+        """Put one character in a cell (it replaces dots and quadrants there)."""
+        index = self._cell(col, row)
+        if index is not None:
+            self._chars[index] = text
+            self._styles[index] = style
+
+    def line(self, x0: float, y0: float, x1: float, y1: float, style: Style | None, quads: bool = False) -> None:
+        """A straight line between two points in dot (or quadrant) coordinates."""
+        put = self.quad if quads else self.dot
+        xa, ya, xb, yb = round(x0), round(y0), round(x1), round(y1)
+        steps = max(abs(xb - xa), abs(yb - ya))
+        if steps == 0:
+            put(xa, ya, style)
+            return
+        limit = 4 * (self.dot_width + self.dot_height)  # a line far off the canvas: clip the walk
+        if steps > limit:
+            steps = limit
+        for i in range(steps + 1):
+            put(round(xa + (xb - xa) * i / steps), round(ya + (yb - ya) * i / steps), style)
+
+    def polyline(self, points: Sequence[tuple[float, float]], style: Style | None, quads: bool = False) -> None:
+        """Lines through consecutive points (dot or quadrant coordinates)."""
+        if len(points) == 1:
+            (self.quad if quads else self.dot)(round(points[0][0]), round(points[0][1]), style)
+        for (xa, ya), (xb, yb) in zip(points, points[1:]):
+            self.line(xa, ya, xb, yb, style, quads)
+
+    def row_segments(self, row: int, base: Style | None) -> list[Segment]:
+        """The cells of ``row`` as segments (runs of one style merged), blank cells in ``base``."""
+        out: list[Segment] = []
+        text: list[str] = []
+        current: Style | None = base
+        start = row * self.width
+        for index in range(start, start + self.width):
+            char = self._chars.get(index)
+            if char is None:
+                quads = self._quads[index]
+                if quads:
+                    char = _QUADRANTS[quads]
+                else:
+                    bits = self._braille[index]
+                    char = chr(0x2800 + bits) if bits else " "
+            style = self._styles[index] if char != " " else base
+            if base is not None and style is not base and style is not None:
+                style = base + style
+            if style != current and text:
+                out.append(Segment("".join(text), current))
+                text = []
+            current = style
+            text.append(char)
+        if text:
+            out.append(Segment("".join(text), current))
+        return out
+
+
+def strip(segments: list[Segment], width: int, base: Style | None) -> Strip:
+    """A Strip of exactly ``width`` cells from ``segments`` (cut or padded in ``base``)."""
+    return Strip(segments).adjust_cell_length(width, base)
+
+
+__all__ = ["Canvas", "strip"]
