@@ -13,7 +13,8 @@
 
 from __future__ import annotations
 
-from gpumem_tui.estimator.devices import cuda_allocator, cuda_context
+from gpumem_tui.estimator.devices.cuda_allocator import fragmentation_bytes
+from gpumem_tui.estimator.devices.cuda_context import context_bytes
 from gpumem_tui.estimator.devices.profile import DeviceProfile
 
 MiB = 1 << 20
@@ -27,7 +28,7 @@ def allocator_reserve_bytes(peak_allocated: int, transient: int) -> int:
     """Caching-allocator reserve (reserved - allocated) at the peak, bytes: the model of
     :mod:`gpumem_tui.estimator.devices.cuda_allocator` (``peak_allocated`` is accepted for
     rules that scale by the total)."""
-    return cuda_allocator.fragmentation_bytes(transient)
+    return fragmentation_bytes(transient)
 
 
 PROFILE = DeviceProfile(
@@ -40,7 +41,7 @@ PROFILE = DeviceProfile(
     default_optimizer_impl="foreach",
     # a training step's context without flash SDPA (H100 / CUDA 13); components.cuda_context_bytes
     # refines it by what the step loads and by the context measured on the box
-    context_bytes=lambda: cuda_context.context_bytes(training=True, flash_sdpa=False, generate=False),
+    context_bytes=lambda: context_bytes(training=True, flash_sdpa=False, generate=False),
     allocator_reserve_bytes=allocator_reserve_bytes,
     figure="nvml_used",
 )
