@@ -5,15 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-# The fleet tests run a real Prometheus server (Debian's package); CI machines run as root.
-if ! command -v prometheus >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        apt-get install -y -q prometheus >/dev/null 2>&1 \
-            || { apt-get update -q >/dev/null && apt-get install -y -q prometheus >/dev/null; }
-    else
-        echo "setup: 'prometheus' is missing (the fleet tests need it): apt-get install prometheus" >&2
-    fi
-fi
 stamp=.venv/.gpumem-tui-setup
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ -x .venv/bin/gpumem-tui ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
