@@ -1,0 +1,174 @@
+"""``gpumem-tui exporter`` (issue 12, part 1): the metrics, their labels, and bad input.
+
+The metrics are read from the dashboard's own telemetry source on the fake NVML with real
+processes (this test process and a child), and from a real HTTP server started by the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gpumem_tui.cli_support import InputError
+from gpumem_tui.estimator.architecture import CATALOGUE_DIR
+from gpumem_tui.exporter import (
+    COMMAND_LIMIT,
+    ExporterState,
+    build_registry,
+    parse_listen,
+)
+from gpumem_tui.telemetry.live import LiveSource
+from gpumem_tui.telemetry.model import (
+    Phase,
+    PhaseMark,
+    ProbeInfo,
+    ProbeSample,
+    Snapshot,
+)
+from gpumem_tui.units import GiB, MiB
+
+
+def _samples(registry) -> dict[str, list]:
+    text = generate_latest(registry).decode()
+    out: dict[str, list] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((sample.labels, sample.value))
+    return out
+
+
+def test_gpu_and_process_metrics_come_from_the_dashboards_source(fake_nvml, tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)  " + "x" * 200])
+    try:
+        fake_nvml.gpus[0].memory_total, fake_nvml.gpus[0].memory_used = 80 * GiB, 30 * GiB
+        fake_nvml.add_process(0, child.pid, used=3 * GiB)
+        source = LiveSource(tmp_path / "probes")
+        state = ExporterState()
+        state.update(source.poll(), 0.012)
+        got = _samples(build_registry(state))
+    finally:
+        child.kill()
+        child.wait()
+    assert got["gpumem_exporter_nvml_up"] == [({}, 1.0)]
+    assert got["gpumem_exporter_poll_duration_seconds"] == [({}, 0.012)]
+    used = {labels["gpu"]: value for labels, value in got["gpumem_gpu_memory_used_bytes"]}
+    assert used["0"] == 30 * GiB and len(used) == len(fake_nvml.gpus)
+    labels, total = got["gpumem_gpu_memory_total_bytes"][0]
+    assert total == 80 * GiB and set(labels) == {"gpu", "uuid", "name"} and labels["name"]
+    util = got["gpumem_gpu_utilization_ratio"][0][1]
+    assert 0.0 <= util <= 1.0 and util == pytest.approx(fake_nvml.gpus[0].util_gpu / 100)
+    procs = [(labels, value) for labels, value in got["gpumem_process_memory_used_bytes"] if labels["pid"] == str(child.pid)]
+    assert len(procs) == 1 and procs[0][1] == 3 * GiB and procs[0][0]["gpu"] == "0"
+    assert procs[0][0]["user"] and len(procs[0][0]["command"]) <= COMMAND_LIMIT
+
+
+def test_no_driver_still_serves_nvml_up_0():
+    state = ExporterState()
+    state.update(Snapshot(time=1.0, nvml_error="NVML Shared Library Not Found"), 0.001)
+    got = _samples(build_registry(state))
+    assert got["gpumem_exporter_nvml_up"] == [({}, 0.0)]
+    assert "gpumem_gpu_memory_used_bytes" not in got  # nothing made up
+
+
+def test_probed_process_measured_predicted_step_and_phase():
+    config = json.loads((CATALOGUE_DIR / "gpt2.json").read_text())
+    info = ProbeInfo(4242, config, (("batch", 2), ("seq", 128), ("dtype", "float32")))
+    state = ExporterState()
+    first = Snapshot(
+        time=10.0,
+        probes=(ProbeSample(10.0, 4242, "cuda:0", 3 * GiB, 4 * GiB, 5 * GiB),),
+        probe_infos=(info,),
+        phase_marks=(PhaseMark(9.0, 4242, Phase.FORWARD, 7), PhaseMark(9.5, 4242, Phase.BACKWARD, 7)),
+    )
+    state.update(first, 0.01)
+    state.update(Snapshot(time=11.0, probes=(ProbeSample(11.0, 4242, "cuda:0", 1 * GiB, 4 * GiB),)), 0.01)
+    got = _samples(build_registry(state))
+    assert got["gpumem_probe_measured_peak_bytes"] == [({"pid": "4242"}, 5 * GiB)]  # the highest seen
+    predicted = got["gpumem_probe_predicted_peak_bytes"][0][1]
+    assert predicted == state.estimates.get(4242).estimate.peak_bytes and predicted > 500 * MiB  # CUDA: context in
+    assert got["gpumem_probe_step"] == [({"pid": "4242"}, 7.0)]
+    assert got["gpumem_probe_phase"] == [({"pid": "4242", "phase": "backward"}, 1.0)]
+    # the job ends: it is in no list of the next poll, and its series go away
+    state.update(Snapshot(time=12.0), 0.01)
+    got = _samples(build_registry(state))
+    assert "gpumem_probe_step" not in got and "gpumem_probe_measured_peak_bytes" not in got
+
+
+@pytest.mark.parametrize(
+    ("text", "remote", "problem"),
+    [
+        ("9835", False, "HOST:PORT"),
+        ("127.0.0.1:0", False, "HOST:PORT"),
+        ("127.0.0.1:70000", False, "HOST:PORT"),
+        ("example.org:9835", False, "not an IP address"),
+        ("0.0.0.0:9835", False, "--allow-remote"),
+        ("10.1.2.3:9835", False, "--allow-remote"),
+    ],
+)
+def test_listen_addresses_are_checked(text, remote, problem):
+    with pytest.raises(InputError, match=problem):
+        parse_listen(text, remote)
+
+
+def test_listen_accepts_loopback_and_asked_for_remote():
+    assert parse_listen("127.0.0.1:9835", False) == ("127.0.0.1", 9835)
+    assert parse_listen("[::1]:9835", False) == ("::1", 9835)
+    assert parse_listen("localhost:1", False) == ("localhost", 1)
+    assert parse_listen("0.0.0.0:9835", True) == ("0.0.0.0", 9835)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_cli(*args: str, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    return subprocess.Popen([sys.executable, "-m", "gpumem_tui", "exporter", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_cli_serves_metrics_over_http_without_a_driver(tmp_path):
+    port = _free_port()
+    proc = _run_cli("--listen", f"127.0.0.1:{port}", "--interval", "0.2", "--probe-dir", str(tmp_path))
+    try:
+        text = ""
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+                    text = resp.read().decode()
+                if "gpumem_exporter_poll_duration_seconds " in text:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        assert "gpumem_exporter_nvml_up 0.0" in text  # no NVIDIA driver on this machine: still serving
+        assert "gpumem_exporter_poll_duration_seconds " in text
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+
+
+def test_cli_port_in_use_and_remote_refusal_are_one_line_exit_2():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = _run_cli("--listen", f"127.0.0.1:{port}")
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in err and err.count("\n") == 1
+    proc = _run_cli("--listen", "0.0.0.0:9835")
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and "--allow-remote" in err and err.count("\n") == 1
