@@ -64,7 +64,7 @@ async def test_rows_devices_and_marked_errors():
         assert sorted(pids(app)) == [1001, 1002, 1003, 1004, 1005, 1006]
         panel = app.query_one(DevicePanel)
         rows = [" | ".join(getattr(c, "plain", str(c)) for c in panel.get_row_at(r)) for r in range(panel.row_count)]
-        assert "10,240 / 40,960 MiB (25%)" in rows[0]
+        assert "10,240 / 40,960 MiB ( 25%)" in rows[0]
         assert "no permission / 400 W" in rows[1] and "N/A" in rows[1]
         assert "GPU is lost" in rows[2]
         text = table_text(app)

@@ -82,9 +82,13 @@ def device_memory(dev: DeviceSample, compact: bool = False) -> Text:
         right = f"{total / MiB:,.0f}" if total is not None else (reason or "N/A")
         return Text(f"{left} / {right} MiB", style=MISSING_STYLE)
     pct = 100.0 * used / total if total else 0.0
+    # Fixed width for a given total (used padded to the total's digits, 3-digit percent), like
+    # nvidia-smi: the column does not jump as the figures change.
+    total_text = f"{total / MiB:,.0f}"
+    used_text = f"{used / MiB:,.0f}".rjust(len(total_text))
     if compact:
-        return Text(f"{used / MiB:,.0f}/{total / MiB:,.0f} MiB {pct:.0f}%")
-    return Text(f"{used / MiB:,.0f} / {total / MiB:,.0f} MiB ({pct:.0f}%)")
+        return Text(f"{used_text}/{total_text} MiB {pct:3.0f}%")
+    return Text(f"{used_text} / {total_text} MiB ({pct:3.0f}%)")
 
 
 def device_fraction(dev: DeviceSample) -> float | None:
