@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("gpumem_tui.trace_cli", "open the dashboard on a recorded trace"),
     "compare": ("gpumem_tui.trace_cli", "predicted vs measured for a recorded trace"),
     "exporter": ("gpumem_tui.exporter.cli", "serve metrics for Prometheus on /metrics"),
+    "fleet": ("gpumem_tui.fleet.cli", "many hosts' GPUs, read from Prometheus"),
 }
 
 
