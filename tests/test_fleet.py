@@ -145,3 +145,51 @@ def test_bad_arguments_exit_2():
     for args in (["--prometheus", "ftp://x"], ["--prometheus", "http://x", "--json"], []):
         r = subprocess.run([sys.executable, "-m", "gpumem_tui", "fleet", *args], capture_output=True, text=True, timeout=30)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+async def _wait(pilot, cond, seconds=20.0):
+    deadline = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < deadline
+        await pilot.pause(0.2)
+
+
+@pytest.mark.asyncio
+async def test_screen_hosts_sort_filter_and_host_detail(prometheus_fleet, tmp_path):
+    from textual.widgets import DataTable, Sparkline, Static
+
+    from gpumem_tui.fleet.screen import FleetApp, HostScreen
+
+    fleet = prometheus_fleet
+    app = FleetApp(FleetPoller(PrometheusClient(fleet.url), interval=1))
+    async with app.run_test(size=(150, 30)) as pilot:
+        table = app.query_one("#hosts", DataTable)
+        await _wait(pilot, lambda: table.row_count == 4)
+        await pilot.press("s")  # memory used, largest first
+        first = table.get_row_at(0)
+        assert app.sort_name == "memory used" and first[0] == fleet.dcgm_instance  # 41 GiB used
+        await pilot.press("slash")
+        await pilot.press(*"dcgm-node")  # hostname filter
+        await _wait(pilot, lambda: table.row_count == 1)
+        assert table.get_row_at(0)[1] == "dcgm-node" and "1 of 4 hosts" in str(app.query_one("#notice", Static).render())
+        await pilot.press("enter")  # leaves the filter box
+        app.save_screenshot(str(tmp_path / "fleet.svg"))
+        target = list(fleet.exporters)[2]
+        app.query_one("#filter").value = ""
+        await _wait(pilot, lambda: table.row_count == 4)
+        table.move_cursor(row=next(i for i in range(4) if table.get_row_at(i)[0] == target))
+        table.focus()
+        await pilot.press("enter")
+        await _wait(pilot, lambda: isinstance(app.screen, HostScreen))
+        screen = app.screen
+        await _wait(pilot, lambda: len(screen.query(Sparkline)) == len(fleet.exporters[target].gpus))
+        assert screen.query_one("#gpus", DataTable).row_count == 4
+        assert screen.query_one("#procs", DataTable).row_count == 4
+        app.save_screenshot(str(tmp_path / "host.svg"))
+        await pilot.press("escape")
+        # Prometheus goes away: a notice, the rows kept
+        app.poller.client = PrometheusClient("http://127.0.0.1:9", timeout=1)
+        await pilot.press("r")
+        notice = app.query_one("#notice", Static)
+        await _wait(pilot, lambda: "retrying" in str(notice.render()))
+        assert table.row_count == 4 and "next try in" in str(notice.render())
