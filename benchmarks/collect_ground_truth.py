@@ -156,7 +156,8 @@ def write_config(case_id: str, model: str, overrides: dict[str, Any], directory:
     """Write the case's config.json (catalogue entry + overrides) and return its path."""
     from gpumem_tui.estimator.architecture import CATALOGUE_DIR
 
-    config = json.loads((CATALOGUE_DIR / f"{model}.json").read_text(encoding="utf-8"))
+    source = ROOT / model if model.endswith(".json") else CATALOGUE_DIR / f"{model}.json"  # a path or a catalogue name
+    config = json.loads(source.read_text(encoding="utf-8"))
     config.update(overrides)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{case_id}.json"

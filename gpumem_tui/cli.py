@@ -24,8 +24,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "record": ("gpumem_tui.trace_cli", "record samples and phase marks to a JSONL trace"),
     "replay": ("gpumem_tui.trace_cli", "open the dashboard on a recorded trace"),
     "compare": ("gpumem_tui.trace_cli", "predicted vs measured for a recorded trace"),
-    "exporter": ("gpumem_tui.exporter.cli", "serve metrics for Prometheus on /metrics"),
-    "fleet": ("gpumem_tui.fleet.cli", "many hosts' GPUs, read from Prometheus"),
+    "exporter": ("gpumem_tui.exporter", "serve GPU, process and probe memory as Prometheus metrics"),
+    "fleet": ("gpumem_tui.fleet", "GPU memory of many hosts, read from Prometheus (--once)"),
 }
 
 

@@ -125,6 +125,16 @@ def read_json(path: str | os.PathLike[str], limit: int = CONFIG_JSON_LIMIT) -> A
     return loads_json(read_bytes(Path(path), limit).decode("utf-8"))
 
 
+def user_name(uid: int) -> str:
+    """``"alice (uid 1000)"`` for messages about who owns a file (``"uid 1000"`` if unknown)."""
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
 def group_is_private(gid: int) -> bool:
     """True when group ``gid`` is this user's private group (a "user private group", the
     default on Debian/Ubuntu with umask 002): named like the user, the user's primary group,

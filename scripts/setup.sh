@@ -5,16 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-# System packages the tests use as real parts (issue 12): a Prometheus server for the fleet
-# tests. Installed only when missing, so a prepared machine pays nothing.
-if ! command -v prometheus >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-    else
-        echo "setup.sh: prometheus is missing; install it (Debian: apt-get install prometheus)" >&2
-        exit 1
-    fi
-fi
 stamp=.venv/.gpumem-tui-setup
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ -x .venv/bin/gpumem-tui ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then

@@ -395,3 +395,20 @@ async def test_hostile_probed_model_name_is_shown_literally():
         label = select.query_one("SelectCurrent #label", Static)
         shown = "".join(seg.text for seg in label.render_line(0))
         assert "[bold red]pwn[/]" in shown and "\x1b" not in shown
+
+
+async def test_model_picker_offers_models_from_the_hf_cache(tmp_path, monkeypatch):
+    snap = tmp_path / "hub" / "models--acme--tiny-qwen3" / "snapshots" / "r1"
+    snap.mkdir(parents=True)
+    config = json.loads((CATALOGUE_DIR / "qwen3-0.6b.json").read_text())
+    (snap / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    app = Host()
+    async with app.run_test(size=SIZE) as pilot:
+        await _settle(app, pilot)
+        panel = app.query_one(EstimatorPanel)
+        select = panel.query_one("#est-model", Select)
+        select.value = str(snap / "config.json")
+        await _settle(app, pilot)
+        assert panel.architecture.model_type == "qwen3" and panel.architecture.num_layers == 3

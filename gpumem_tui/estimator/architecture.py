@@ -10,7 +10,8 @@ the Hugging Face ``transformers`` implementation of that ``model_type`` creates
 8,030,261,248.
 
 Field names differ per ``model_type`` (``n_embd``/``hidden_size``, ``n_layer``/
-``num_hidden_layers``, ...); each supported type has its own reader. Anything else raises
+``num_hidden_layers``, ...); one reader reads every config by the field names and defaults
+of its family description (:mod:`gpumem_tui.estimator.families`). Errors raise
 :class:`ArchitectureError` naming the model type or the missing field.
 """
 
@@ -23,20 +24,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gpumem_tui.estimator.families import Family, family_for
+from gpumem_tui.estimator.families.general import ENCODER_DECODER_TYPES, ENCODER_TYPES, general_family
+from gpumem_tui.estimator.families.known import BERT, BY_MODEL_TYPE, PARAMS
+
 CATALOGUE_DIR = Path(__file__).with_name("catalogue")
 
 #: model types with a reader here; others are rejected by name.
-SUPPORTED_MODEL_TYPES = (
-    "gpt2",
-    "gpt_bigcode",
-    "bert",
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "phi3",
-    "gemma2",
-)
+SUPPORTED_MODEL_TYPES = tuple(BY_MODEL_TYPE)
 
 #: extra names accepted for catalogue entries (lower case, org prefix removed).
 _ALIASES = {
@@ -135,6 +130,15 @@ class ModelArchitecture:
     attn_logit_softcapping: float | None
     head: str  # one of HEADS
     num_labels: int
+    family: Family  # the description the config was read by
+    rotary_dim: int = 0  # rotated dims per head (partial rotary); 0 = head_dim
+    shared_expert_size: int = 0  # width of the always-on shared expert MLP of a MoE layer
+    embed_dim: int = 0  # token-embedding / LM-head width when projected to h (OPT); 0 = h
+    post_norm: bool = False  # LayerNorm after the residual add (BERT, OPT-350m)
+    final_norm: bool = True  # a norm before the head (not BERT, not post-norm OPT)
+    mla: tuple[int, ...] = ()  # (q_lora_rank or 0, kv_lora_rank, qk_nope, qk_rope, v_head_dim)
+    dense_layers: int = 0  # leading layers with a dense MLP of width dense_ffn (MoE models)
+    dense_ffn: int = 0
     params_override: int | None = None
     notes: tuple[str, ...] = field(default=())
 
@@ -155,6 +159,27 @@ class ModelArchitecture:
         return self.num_kv_heads * self.head_dim
 
     @property
+    def embed_width(self) -> int:
+        """Width of the token embedding and the LM-head input (``h`` unless projected)."""
+        return self.embed_dim or self.hidden_size
+
+    @property
+    def qk_norm_params(self) -> int:
+        """Weights of one layer's query and key norms (elements; 0 without them)."""
+        if self.family.qk_norm == "head":
+            return 2 * self.head_dim
+        if self.family.qk_norm == "full":
+            return self.q_dim + self.kv_dim
+        if self.mla:
+            return self.mla[0] + self.mla[1]  # q_a_layernorm (when q is low-rank), kv_a_layernorm
+        return 0
+
+    @property
+    def rotary_dims(self) -> int:
+        """Dimensions per head that rotary embeddings rotate (``head_dim`` unless partial)."""
+        return self.rotary_dim or self.head_dim
+
+    @property
     def has_dropout(self) -> bool:
         return self.attention_dropout > 0 or self.hidden_dropout > 0 or self.embedding_dropout > 0
 
@@ -162,13 +187,25 @@ class ModelArchitecture:
         """The ``nn.Linear`` layers of one transformer layer (experts counted with ``count``)."""
         h, f = self.hidden_size, self.intermediate_size
         out: list[LinearShape] = []
-        if self.fused_qkv:
+        if self.mla:
+            q_rank, kv_rank, nope, rope, v = self.mla
+            a = self.num_heads
+            if q_rank:
+                out.append(LinearShape("q_a", h, q_rank, self.qkv_bias))
+                out.append(LinearShape("q_b", q_rank, a * (nope + rope), False))
+            else:
+                out.append(LinearShape("q", h, a * (nope + rope), False))
+            out.append(LinearShape("kv_a", h, kv_rank + rope, self.qkv_bias))
+            out.append(LinearShape("kv_b", kv_rank, a * (nope + v), False))
+            out.append(LinearShape("o", a * v, h, self.out_bias))
+        elif self.fused_qkv:
             out.append(LinearShape("qkv", h, self.q_dim + 2 * self.kv_dim, self.qkv_bias))
         else:
             out.append(LinearShape("q", h, self.q_dim, self.qkv_bias))
             out.append(LinearShape("k", h, self.kv_dim, self.qkv_bias))
             out.append(LinearShape("v", h, self.kv_dim, self.qkv_bias))
-        out.append(LinearShape("o", self.q_dim, h, self.out_bias))
+        if not self.mla:
+            out.append(LinearShape("o", self.q_dim, h, self.out_bias))
         n = max(1, self.num_experts)
         if self.num_experts:
             out.append(LinearShape("router", h, self.num_experts, False))
@@ -180,6 +217,13 @@ class ModelArchitecture:
         else:
             out.append(LinearShape("up", h, f, self.mlp_bias, n))
         out.append(LinearShape("down", f, h, self.mlp_bias, n))
+        if self.shared_expert_size:
+            fs = self.shared_expert_size
+            out.append(LinearShape("shared_gate", h, fs, False))
+            out.append(LinearShape("shared_up", h, fs, False))
+            out.append(LinearShape("shared_down", fs, h, False))
+            if self.family.shared_expert_gate:
+                out.append(LinearShape("shared_expert_gate", h, 1, False))
         return tuple(out)
 
     # ----- parameter counts -----------------------------------------------------------
@@ -197,14 +241,18 @@ class ModelArchitecture:
         if self.params_override is not None:
             return {"embeddings": 0, "layers": self.params_override, "final_norm": 0, "head": 0}
         h, V = self.hidden_size, self.vocab_size
-        emb = V * h + self.learned_positions * h + self.type_vocab_size * h
-        if self.model_type == "bert":
+        wd = self.embed_width
+        emb = V * wd + self.learned_positions * h + self.type_vocab_size * h
+        if wd != h:
+            emb += 2 * wd * h  # project_in and project_out (no bias)
+        if self.family.embedding_norm:
             emb += self._norm_params()  # embeddings.LayerNorm
-        per_layer = sum(lin.params for lin in self.layer_linears())
-        per_layer += self.norms_per_layer * self._norm_params()
-        final_norm = 0 if self.model_type == "bert" else self._norm_params()
+        layers = (self.num_layers - self.dense_layers) * self._layer_params()
+        if self.dense_layers:
+            layers += self.dense_layers * self.dense_variant()._layer_params()
+        final_norm = self._norm_params() if self.final_norm else 0
         if self.head == "lm":
-            head = 0 if self.tie_word_embeddings else V * h
+            head = (0 if self.tie_word_embeddings else V * wd) + (V if self.family.head_bias else 0)
         elif self.head == "mlm":
             # BertOnlyMLMHead: transform dense (h*h + h), LayerNorm (2h), decoder tied + bias V
             head = h * h + h + 2 * h + V + (0 if self.tie_word_embeddings else V * h)
@@ -215,11 +263,21 @@ class ModelArchitecture:
             head = h * self.num_labels
         elif self.head == "classification":
             head = (h * h + h) + (h * self.num_labels + self.num_labels)  # BERT: pooler + classifier
-        elif self.model_type == "bert":
+        elif self.family.pooler:
             head = h * h + h  # BertModel's pooler
         else:
             head = 0
-        return {"embeddings": emb, "layers": per_layer * self.num_layers, "final_norm": final_norm, "head": head}
+        return {"embeddings": emb, "layers": layers, "final_norm": final_norm, "head": head}
+
+    def _layer_params(self) -> int:
+        return (sum(lin.params for lin in self.layer_linears())
+                + self.norms_per_layer * self._norm_params() + self.qk_norm_params)
+
+    def dense_variant(self) -> ModelArchitecture:
+        """The architecture of a dense leading layer of a MoE model (same attention, a dense
+        gated MLP of width ``dense_ffn``, separate gate / up / down Linears)."""
+        return replace(self, num_experts=0, experts_per_token=0, shared_expert_size=0, dense_layers=0,
+                       intermediate_size=self.dense_ffn, fused_gate_up=False)
 
     @property
     def total_params(self) -> int:
@@ -231,7 +289,11 @@ class ModelArchitecture:
         """Elements in the transformer layers' ``nn.Linear`` weights (what QLoRA quantizes)."""
         if self.params_override is not None:
             return self.params_override
-        return self.num_layers * sum(lin.count * lin.d_in * lin.d_out for lin in self.layer_linears())
+        def weights(arch: ModelArchitecture) -> int:
+            return sum(lin.count * lin.d_in * lin.d_out for lin in arch.layer_linears())
+
+        dense = self.dense_layers * (weights(self.dense_variant()) - weights(self)) if self.dense_layers else 0
+        return self.num_layers * weights(self) + dense
 
     @property
     def largest_param_elements(self) -> int:
@@ -242,7 +304,7 @@ class ModelArchitecture:
         """
         if self.params_override is not None:
             return max(1, self.params_override // max(1, 12 * self.num_layers))
-        sizes = [self.vocab_size * self.hidden_size]
+        sizes = [self.vocab_size * self.embed_width]
         for lin in self.layer_linears():
             sizes.append(lin.count * lin.d_in * lin.d_out)
         return max(sizes)
@@ -254,21 +316,25 @@ class ModelArchitecture:
             return 2 + 8 * self.num_layers
         norm_tensors = 2 if self.norm == "layernorm" else 1
         emb = 1 + (1 if self.learned_positions else 0) + (1 if self.type_vocab_size else 0)
-        if self.model_type == "bert":
+        emb += 2 if self.embed_width != self.hidden_size else 0
+        if self.family.embedding_norm:
             emb += norm_tensors
-        per_layer = self.norms_per_layer * norm_tensors
-        for lin in self.layer_linears():
-            per_layer += 2 if lin.bias else 1
-        final = 0 if self.model_type == "bert" else norm_tensors
+        def layer_tensors(arch: ModelArchitecture) -> int:
+            n = arch.norms_per_layer * norm_tensors + ((1 + bool(arch.mla[0])) if arch.mla else 2 if arch.qk_norm_params else 0)
+            return n + sum(2 if lin.bias else 1 for lin in arch.layer_linears())
+
+        per_layer = layer_tensors(self)
+        final = norm_tensors if self.final_norm else 0
         if self.head == "lm":
-            head = 0 if self.tie_word_embeddings else 1
+            head = (0 if self.tie_word_embeddings else 1) + (1 if self.family.head_bias else 0)
         elif self.head == "mlm":
             head = 2 + 2 + 1 + (0 if self.tie_word_embeddings else 1)
         elif self.head == "classification":
             head = 1 if self.kind == "decoder" else 4  # score weight; BERT: pooler + classifier
         else:
-            head = 2 if self.model_type == "bert" else 0
-        return emb + per_layer * self.num_layers + final + head
+            head = 2 if self.family.pooler else 0
+        dense = self.dense_layers * (layer_tensors(self.dense_variant()) - per_layer) if self.dense_layers else 0
+        return emb + per_layer * self.num_layers + dense + final + head
 
     def with_head(self, head: str, num_labels: int = 2) -> ModelArchitecture:
         """Copy with another head kind (see :data:`HEADS`)."""
@@ -363,137 +429,117 @@ def _check_heads(model_type: str, heads: int, kv_heads: int, hidden: int, head_d
     return head_dim
 
 
-def _read_gpt2(cfg: dict[str, Any], name: str, mt: str) -> ModelArchitecture:
-    h = _int(cfg, mt, "n_embd", "hidden_size")
-    a = _int(cfg, mt, "n_head", "num_attention_heads")
-    L = _int(cfg, mt, "n_layer", "num_hidden_layers")
-    V = _int(cfg, mt, "vocab_size")
-    P = _int(cfg, mt, "n_positions", "max_position_embeddings")
-    f = _int(cfg, mt, "n_inner", default=4 * h)
-    if mt == "gpt_bigcode":
-        k = 1 if _bool(cfg, mt, "multi_query", True) else a
-    else:
-        k = a
-    hd = _check_heads(mt, a, k, h, None)
-    head, labels = _head_from_config(cfg, "decoder")
-    return ModelArchitecture(
-        name=name, model_type=mt, kind="decoder", hidden_size=h, num_layers=L, num_heads=a, num_kv_heads=k,
-        head_dim=hd, intermediate_size=f, vocab_size=V, max_position_embeddings=P,
-        tie_word_embeddings=_bool(cfg, mt, "tie_word_embeddings", True), gated_mlp=False,
-        activation=str(cfg.get("activation_function", "gelu_new")), norm="layernorm", norms_per_layer=2,
-        qkv_bias=True, out_bias=True, mlp_bias=True, fused_qkv=True, fused_gate_up=False, learned_positions=P,
-        type_vocab_size=0, num_experts=0, experts_per_token=0, sliding_window=None, sliding_layers=0,
-        attention_dropout=_float(cfg, mt, "attn_pdrop", default=0.1),
-        hidden_dropout=_float(cfg, mt, "resid_pdrop", default=0.1),
-        embedding_dropout=_float(cfg, mt, "embd_pdrop", default=0.1),
-        final_logit_softcapping=None, attn_logit_softcapping=None, head=head, num_labels=labels,
-    )
+def _bias(cfg: dict[str, Any], mt: str, rule: bool | str) -> bool:
+    """A bias rule of a family: a bool, or boolean config field names ``a|b`` (first present
+    wins), default false, or true with a ``=true`` suffix."""
+    if isinstance(rule, bool):
+        return rule
+    names, _, default = rule.partition("=")
+    name = next((n for n in names.split("|") if cfg.get(n) is not None), None)
+    return default == "true" if name is None else _bool(cfg, mt, name, False)
 
 
-def _read_bert(cfg: dict[str, Any], name: str, mt: str) -> ModelArchitecture:
-    h = _int(cfg, mt, "hidden_size")
-    a = _int(cfg, mt, "num_attention_heads")
-    L = _int(cfg, mt, "num_hidden_layers")
-    V = _int(cfg, mt, "vocab_size")
-    f = _int(cfg, mt, "intermediate_size")
-    P = _int(cfg, mt, "max_position_embeddings")
-    pos_type = cfg.get("position_embedding_type", "absolute")
-    if pos_type not in (None, "absolute"):
-        raise ArchitectureError(f"bert: position_embedding_type {pos_type!r} is not modelled (only 'absolute')")
-    hd = _check_heads(mt, a, a, h, None)
-    head, labels = _head_from_config(cfg, "encoder")
-    drop = _float(cfg, mt, "hidden_dropout_prob", default=0.1)
-    return ModelArchitecture(
-        name=name, model_type=mt, kind="encoder", hidden_size=h, num_layers=L, num_heads=a, num_kv_heads=a,
-        head_dim=hd, intermediate_size=f, vocab_size=V, max_position_embeddings=P,
-        tie_word_embeddings=_bool(cfg, mt, "tie_word_embeddings", True), gated_mlp=False,
-        activation=str(cfg.get("hidden_act", "gelu")), norm="layernorm", norms_per_layer=2,
-        qkv_bias=True, out_bias=True, mlp_bias=True, fused_qkv=False, fused_gate_up=False, learned_positions=P,
-        type_vocab_size=_int(cfg, mt, "type_vocab_size", default=2, minimum=0), num_experts=0,
-        experts_per_token=0, sliding_window=None, sliding_layers=0,
-        attention_dropout=_float(cfg, mt, "attention_probs_dropout_prob", default=0.1),
-        hidden_dropout=drop, embedding_dropout=drop, final_logit_softcapping=None, attn_logit_softcapping=None,
-        head=head, num_labels=labels,
-    )
-
-
-def _read_llama_like(cfg: dict[str, Any], name: str, mt: str) -> ModelArchitecture:
-    h = _int(cfg, mt, "hidden_size")
-    a = _int(cfg, mt, "num_attention_heads")
-    L = _int(cfg, mt, "num_hidden_layers")
-    V = _int(cfg, mt, "vocab_size")
-    f = _int(cfg, mt, "intermediate_size")
-    P = _int(cfg, mt, "max_position_embeddings", default=None)
-    k = _int(cfg, mt, "num_key_value_heads", default=a)
-    hd = _check_heads(mt, a, k, h, _int(cfg, mt, "head_dim", default=None))
-    tie_default = mt in ("gemma2",)
-    tie = _bool(cfg, mt, "tie_word_embeddings", tie_default)
-    experts = per_tok = 0
-    if mt == "mixtral":
-        experts = _int(cfg, mt, "num_local_experts")
-        per_tok = _int(cfg, mt, "num_experts_per_tok")
-        if per_tok > experts:
-            raise ArchitectureError(f"mixtral: num_experts_per_tok ({per_tok}) exceeds num_local_experts ({experts})")
-    if mt == "qwen2":
-        attn_bias, out_bias, mlp_bias = True, False, False
-    elif mt == "phi3":
-        attn_bias, out_bias, mlp_bias = False, False, False
-    elif mt == "gemma2":
-        attn_bias = out_bias = _bool(cfg, mt, "attention_bias", False)
-        mlp_bias = False
-    elif mt in ("mistral", "mixtral"):
-        attn_bias, out_bias, mlp_bias = False, False, False
-    else:
-        attn_bias = out_bias = _bool(cfg, mt, "attention_bias", False)
-        mlp_bias = _bool(cfg, mt, "mlp_bias", False)
+def _sliding_layers(cfg: dict[str, Any], mt: str, family: Family, num_layers: int) -> tuple[int | None, int]:
+    """Sliding window size and how many layers use it, by the family's rule; a
+    ``layer_types`` list in the config always wins."""
     window = cfg.get("sliding_window")
-    if mt == "qwen2" and not cfg.get("use_sliding_window", False):
-        window = None
-    if mt == "llama":
-        window = None
-    if window is not None:
-        window = _int(cfg, mt, "sliding_window")
-    sliding_layers = 0
-    if window is not None:
-        layer_types = cfg.get("layer_types")
-        if isinstance(layer_types, list) and len(layer_types) == L:
-            sliding_layers = sum(1 for t in layer_types if t == "sliding_attention")
-        elif mt == "gemma2":
-            sliding_layers = (L + 1) // 2  # even-indexed layers slide (Gemma 2 report, Sec. 2)
-        elif mt == "qwen2":
-            sliding_layers = max(0, L - _int(cfg, mt, "max_window_layers", default=L, minimum=0))
-        else:
-            sliding_layers = L
-    act = str(cfg.get("hidden_activation") or cfg.get("hidden_act") or "silu")
-    drop_attn = _float(cfg, mt, "attention_dropout", default=0.0)
-    resid = _float(cfg, mt, "resid_pdrop", default=0.0) if mt == "phi3" else 0.0
-    embd = _float(cfg, mt, "embd_pdrop", default=0.0) if mt == "phi3" else 0.0
-    head, labels = _head_from_config(cfg, "decoder")
+    if family.sliding == "none" or family.sliding == "qwen2" and not cfg.get("use_sliding_window", False):
+        return None, 0
+    if family.sliding == "config" and cfg.get("use_sliding_window") is False:
+        return None, 0
+    if window is None:
+        return None, 0
+    window = _int(cfg, mt, "sliding_window")
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list) and len(layer_types) == num_layers:
+        return window, sum(1 for t in layer_types if t == "sliding_attention")
+    if family.sliding == "pattern":
+        # every n-th layer attends globally (transformers Gemma3TextConfig: layer_types from
+        # sliding_window_pattern, default 6)
+        n = _int(cfg, mt, "sliding_window_pattern", default=6)
+        return window, sum(1 for i in range(num_layers) if (i + 1) % n)
+    if family.sliding == "alternate":
+        return window, (num_layers + 1) // 2  # even-indexed layers slide (Gemma 2 report, Sec. 2)
+    if family.sliding == "qwen2":
+        return window, max(0, num_layers - _int(cfg, mt, "max_window_layers", default=num_layers, minimum=0))
+    return window, num_layers
+
+
+def _mla(cfg: dict[str, Any], mt: str) -> tuple[int, ...]:
+    """Multi-head latent attention sizes (DeepSeek-V2/V3 config fields)."""
+    q_rank = _int(cfg, mt, "q_lora_rank", default=0, minimum=0)
+    return (q_rank, _int(cfg, mt, "kv_lora_rank"), _int(cfg, mt, "qk_nope_head_dim"),
+            _int(cfg, mt, "qk_rope_head_dim"), _int(cfg, mt, "v_head_dim"))
+
+
+def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchitecture:
+    """Read ``cfg`` by the field names and defaults of ``family`` (see :class:`Family`)."""
+    h = _int(cfg, mt, *family.hidden)
+    a = _int(cfg, mt, *family.heads)
+    L = _int(cfg, mt, *family.layers)
+    V = _int(cfg, mt, "vocab_size")
+    if family.ffn_default_mult:
+        f = _int(cfg, mt, *family.ffn, default=family.ffn_default_mult * h)
+    else:
+        f = _int(cfg, mt, *family.ffn)
+    P = _int(cfg, mt, *family.positions, default=... if family.positions_required else None)
+    if family.learned_positions and cfg.get("position_embedding_type", "absolute") not in (None, "absolute"):
+        raise ArchitectureError(
+            f"{mt}: position_embedding_type {cfg['position_embedding_type']!r} is not modelled (only 'absolute')"
+        )
+    if family.kv_heads == "multi_query":
+        k = 1 if _bool(cfg, mt, "multi_query", True) else a
+    elif family.kv_heads == "mha":
+        k = a
+    else:
+        # GQA count; Falcon spells it num_kv_heads, or says multi_query (one KV head)
+        k = _int(cfg, mt, "num_key_value_heads", "num_kv_heads", default=1 if cfg.get("multi_query") is True else a)
+    hd = _check_heads(mt, a, k, h, _int(cfg, mt, "head_dim", default=None) if family.kv_heads == "config" else None)
+    experts = per_tok = 0
+    f_dense = 0
+    if family.mla:
+        hd = _int(cfg, mt, "qk_nope_head_dim") + _int(cfg, mt, "qk_rope_head_dim")
+    if family.moe_fields:
+        experts = _int(cfg, mt, *family.moe_fields[0].split("|"))
+        per_tok = _int(cfg, mt, *family.moe_fields[1].split("|"))
+        if per_tok > experts:
+            raise ArchitectureError(
+                f"{mt}: experts per token ({per_tok}) exceed the number of experts ({experts})"
+            )
+        # the experts' own width where the config separates it from the dense MLP's
+        f_dense = f
+        f = _int(cfg, mt, "moe_intermediate_size", default=f)
+    window, sliding_layers = _sliding_layers(cfg, mt, family, L)
+    act = next((str(cfg[n]) for n in family.activation_fields if cfg.get(n)), family.activation_default)
+    drop = [_float(cfg, mt, *fields, default=d) if fields else d for fields, d in family.dropout_fields]
+    head, labels = _head_from_config(cfg, family.kind)
+    post_norm = family.post_norm or bool(family.pre_norm_field) and not _bool(cfg, mt, family.pre_norm_field, True)
+    rotary_fraction = _float(cfg, mt, "partial_rotary_factor", "rotary_pct", default=1.0)
+    if rotary_fraction > 1:
+        raise ArchitectureError(f"{mt}: partial_rotary_factor must be <= 1, got {rotary_fraction}")
     return ModelArchitecture(
-        name=name, model_type=mt, kind="decoder", hidden_size=h, num_layers=L, num_heads=a, num_kv_heads=k,
-        head_dim=hd, intermediate_size=f, vocab_size=V, max_position_embeddings=P, tie_word_embeddings=tie,
-        gated_mlp=True, activation=act, norm="rmsnorm", norms_per_layer=4 if mt == "gemma2" else 2,
-        qkv_bias=attn_bias, out_bias=out_bias, mlp_bias=mlp_bias, fused_qkv=mt == "phi3",
-        fused_gate_up=mt in ("phi3", "mixtral"), learned_positions=0, type_vocab_size=0, num_experts=experts,
-        experts_per_token=per_tok, sliding_window=window, sliding_layers=sliding_layers,
-        attention_dropout=drop_attn, hidden_dropout=resid, embedding_dropout=embd,
-        final_logit_softcapping=_optional_softcap(cfg, mt, "final_logit_softcapping") if mt == "gemma2" else None,
-        attn_logit_softcapping=_optional_softcap(cfg, mt, "attn_logit_softcapping") if mt == "gemma2" else None,
-        head=head, num_labels=labels,
+        name=name, model_type=mt, kind=family.kind, hidden_size=h, num_layers=L, num_heads=a, num_kv_heads=k,
+        head_dim=hd, intermediate_size=f, vocab_size=V, max_position_embeddings=P,
+        tie_word_embeddings=_bool(cfg, mt, "tie_word_embeddings", family.tie_default), gated_mlp=family.gated_mlp,
+        activation=act, norm=family.norm, norms_per_layer=family.norms_per_layer,
+        qkv_bias=_bias(cfg, mt, family.biases[0]), out_bias=_bias(cfg, mt, family.biases[1]),
+        mlp_bias=_bias(cfg, mt, family.biases[2]), fused_qkv=family.fused_qkv, fused_gate_up=family.fused_gate_up,
+        learned_positions=P + family.position_offset if family.learned_positions else 0,
+        type_vocab_size=_int(cfg, mt, "type_vocab_size", default=2, minimum=0) if family.type_vocab else 0,
+        num_experts=experts, experts_per_token=per_tok, sliding_window=window, sliding_layers=sliding_layers,
+        attention_dropout=drop[0], hidden_dropout=drop[1], embedding_dropout=drop[2],
+        final_logit_softcapping=_optional_softcap(cfg, mt, "final_logit_softcapping") if family.softcapping else None,
+        attn_logit_softcapping=_optional_softcap(cfg, mt, "attn_logit_softcapping") if family.softcapping else None,
+        head=head, num_labels=labels, family=family,
+        rotary_dim=_int(cfg, mt, "qk_rope_head_dim") if family.mla else int(hd * rotary_fraction),
+        shared_expert_size=math.prod(_int(cfg, mt, n, default=0, minimum=0) for n in family.shared_expert_field.split("*"))
+        if family.shared_expert_field else 0,
+        mla=_mla(cfg, mt) if family.mla else (),
+        dense_layers=min(L, _int(cfg, mt, family.dense_first_field, default=0, minimum=0)) if family.dense_first_field else 0,
+        dense_ffn=f_dense,
+        embed_dim=_int(cfg, mt, family.embed_proj_field, default=h) if family.embed_proj_field else 0,
+        post_norm=post_norm, final_norm=not family.embedding_norm and not (post_norm and family.pre_norm_field),
     )
-
-
-_READERS = {
-    "gpt2": _read_gpt2,
-    "gpt_bigcode": _read_gpt2,
-    "bert": _read_bert,
-    "llama": _read_llama_like,
-    "mistral": _read_llama_like,
-    "mixtral": _read_llama_like,
-    "qwen2": _read_llama_like,
-    "phi3": _read_llama_like,
-    "gemma2": _read_llama_like,
-}
 
 
 def architecture_from_config(config: Any, name: str = "config.json") -> ModelArchitecture:
@@ -509,16 +555,57 @@ def architecture_from_config(config: Any, name: str = "config.json") -> ModelArc
     mt = config.get("model_type")
     if not isinstance(mt, str) or not mt:
         raise ArchitectureError(f"{name}: config.json lacks field 'model_type'")
-    reader = _READERS.get(mt)
-    if reader is None:
+    if mt in ENCODER_DECODER_TYPES or config.get("is_encoder_decoder") is True:
         raise ArchitectureError(
-            f"{name}: model_type {mt!r} is not modelled (supported: {', '.join(SUPPORTED_MODEL_TYPES)}); "
-            "use --params N for a coarse estimate"
+            f"{name}: model_type {mt!r} is an encoder-decoder model; encoder-decoder models are not modelled yet "
+            "(decoder-only and encoder-only configs are)"
         )
-    if mt == "mistral" and config.get("num_local_experts"):
-        raise ArchitectureError(f"{name}: mistral config with experts is not modelled")
+    family = family_for(mt)
+    note = None
+    if family is None:
+        family = replace(BERT, verified=False, name="general encoder (BERT layout)") if mt in ENCODER_TYPES \
+            else general_family(config)
+        note = (f"model_type {mt!r} has no exact description: read with the {family.name} description, "
+                "not verified for this family")
+        ignored = [what for field, what in _GENERAL_IGNORES if config.get(field)]
+        if ignored:
+            note += "; not modelled: " + ", ".join(ignored)
+    if note is None and not family.verified:
+        note = (f"model_type {mt!r}: the {family.name} description has exact parameters but is not verified "
+                "against measure for activations")
+    if not family.moe_fields and config.get("num_local_experts"):
+        raise ArchitectureError(f"{name}: {mt} config with experts is not modelled")
     _check_rope_scaling(config.get("rope_scaling"), name)
-    return reader(config, name, mt)
+    arch = _read(config, name, mt, family)
+    _check_plausible(arch, name)
+    return arch if note is None else replace(arch, notes=arch.notes + (note,))
+
+
+#: config fields whose structure the general description does not model (named in the note)
+_GENERAL_IGNORES = (
+    ("kv_lora_rank", "multi-head latent attention (approximated as MHA)"),
+    ("q_lora_rank", "low-rank query projection"),
+    ("first_k_dense_replace", "dense first layers (all layers taken as MoE)"),
+    ("n_shared_experts", "shared experts"),
+    ("shared_expert_intermediate_size", "shared experts"),
+    ("use_parallel_residual", "parallel attention + MLP block"),
+    ("parallel_attn", "parallel attention + MLP block"),
+)
+
+#: more parameters than this is a typo or an overflow, not a model (the largest published
+#: dense and MoE models have ~2e12)
+_MAX_PARAMS = 10**14
+
+
+def _check_plausible(arch: ModelArchitecture, name: str) -> None:
+    """Raise :class:`ArchitectureError` for sizes no model has (products that overflow any
+    device: e.g. ``hidden_size`` 1e9 with a vocabulary of 1e6)."""
+    total = arch.total_params
+    if total > _MAX_PARAMS:
+        raise ArchitectureError(
+            f"{name}: the config's sizes give {total:.3g} parameters (hidden {arch.hidden_size}, "
+            f"layers {arch.num_layers}, vocab {arch.vocab_size}); more than 1e14 is not a plausible model"
+        )
 
 
 def _check_rope_scaling(value: Any, name: str) -> None:
@@ -566,7 +653,7 @@ def architecture_from_params(n_params: float, name: str | None = None) -> ModelA
         mlp_bias=False, fused_qkv=False, fused_gate_up=False, learned_positions=0, type_vocab_size=0,
         num_experts=0, experts_per_token=0, sliding_window=None, sliding_layers=0, attention_dropout=0.0,
         hidden_dropout=0.0, embedding_dropout=0.0, final_logit_softcapping=None, attn_logit_softcapping=None,
-        head="lm", num_labels=2, params_override=n,
+        head="lm", num_labels=2, family=PARAMS, params_override=n,
         notes=(f"shape guessed from the parameter count: L={layers}, h={hidden}, V=32000 (coarse)",),
     )
 

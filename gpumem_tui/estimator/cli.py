@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from gpumem_tui.cli_support import InputError, OneLineParser
 from gpumem_tui.estimator.cli_args import add_spec_arguments, spec_from_args
+from gpumem_tui.estimator.devices import cuda_kernels
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS, Estimate
 from gpumem_tui.estimator.methods import METHODS, run_method
 from gpumem_tui.estimator.solve import max_batch, max_seq
@@ -29,7 +30,9 @@ class _RuntimeFailure(RuntimeError):
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="gpumem-tui estimate",
-        description="Predict the peak memory of one training or inference step (bytes; shown in MiB/GiB = 2^20/2^30).",
+        description="Predict the peak memory of one training or inference step (bytes; shown in MiB/GiB = 2^20/2^30). "
+        f"The CUDA profile models torch {cuda_kernels.TORCH_VERSION_MODELLED}'s kernel selection (SDPA backends, "
+        "autocast op lists, caching allocator) and peft LoRA; its context figures were measured on an H100 / CUDA 13.",
     )
     add_spec_arguments(p)
     p.add_argument("--keep-outputs", action="store_true",
@@ -43,7 +46,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seq", action="store_true", help="largest sequence length that fits --fit at --batch")
     p.add_argument("--method", default="detailed", help=f"{' | '.join(METHODS)} (default detailed)")
     p.add_argument("--compare-methods", action="store_true", help="print every method's peak beside the detailed one")
+    p.add_argument("--list", action="store_true",
+                   help="list the bundled catalogue and the configs in the local Hugging Face cache, then exit")
+    from gpumem_tui.estimator.architecture import catalogue_names
+
+    p.epilog = "catalogue: " + ", ".join(catalogue_names()) + " (or any config.json path; see --list)"
     return p
+
+
+def _list_models() -> str:
+    """``--list``: catalogue entries and cached configs with the description that reads them."""
+    from gpumem_tui.estimator.models import cached_choices, catalogue_choices, hf_cache_dir
+
+    lines = [f"  {'model':<34}{'model_type':<14}{'parameters':>16}  description"]
+    for title, choices in (("catalogue", catalogue_choices()), (f"Hugging Face cache ({hf_cache_dir()})", cached_choices())):
+        lines.append(f"{title}:")
+        if not choices:
+            lines.append("  (none)")
+        for c in choices:
+            params = f"{c.params:,}" if c.params is not None else "-"
+            what = c.error or (c.description + ("" if c.exact else ", not verified"))
+            lines.append(f"  {c.name:<34}{c.model_type:<14}{params:>16}  {what}")
+    return "\n".join(lines)
 
 
 def _fmt(n: int) -> str:
@@ -149,6 +173,9 @@ def _table(est: Estimate) -> str:
 
 def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.list:
+        print(_list_models())
+        return 0
     arch, spec = spec_from_args(args)
     if args.keep_outputs:
         spec = spec.replace(keep_outputs=True)

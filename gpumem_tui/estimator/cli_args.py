@@ -77,6 +77,11 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch optimizer implementation: auto (single on cpu, foreach on cuda) | single | foreach | fused",
     )
     parser.add_argument("--grad-accum", type=int, default=1, help="gradient-accumulation micro-batches (default 1)")
+    parser.add_argument("--new-tokens", type=int, default=0,
+                        help="inference with generate(): --seq is the prompt, the KV cache grows by N tokens (default 0)")
+    parser.add_argument("--logits", default="last",
+                        help="inference without --new-tokens: last (generate's prefill) | all (a plain forward "
+                        "whose output stays alive: every position's logits) (default last)")
     parser.add_argument(
         "--keep-grads", action="store_true", help="gradients stay allocated between steps (zero_grad set_to_none=False)"
     )
@@ -113,6 +118,7 @@ def spec_from_args(args: argparse.Namespace) -> tuple[ModelArchitecture, Trainin
         tp=args.tp, pp=args.pp, lora_rank=args.lora_rank, lora_targets=targets, kv_dtype=args.kv_dtype,
         quant=args.quant, device=args.device, optimizer_impl=getattr(args, "optimizer_impl", "auto"),
         grad_accum=getattr(args, "grad_accum", 1), keep_grads=bool(getattr(args, "keep_grads", False)),
+        new_tokens=getattr(args, "new_tokens", 0), logits=getattr(args, "logits", "last"),
     )
     check_spec_for(arch, spec)  # raises on tp/pp/LoRA-target contradictions with this model
     return arch, spec

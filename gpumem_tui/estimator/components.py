@@ -16,17 +16,16 @@ CUDA dropout a 1-byte mask; CPU SDPA with dropout falls back to the math path).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from gpumem_tui.estimator.architecture import ModelArchitecture
+from gpumem_tui.estimator.devices import cuda_autocast, cuda_context, peft_lora, profile_for
+from gpumem_tui.estimator.devices.cuda import CUDA_CONTEXT_BYTES  # noqa: F401  (re-exported)
 from gpumem_tui.estimator.spec import DTYPE_BYTES, TrainingSpec
 
 MiB = 1 << 20
-
-#: CUDA context per process with lazy module loading (CUDA >= 11.7): ESTIMATOR.md gives
-#: 300-500 MiB; NVIDIA "CUDA C++ Programming Guide", Lazy Loading. The upper end is used.
-CUDA_CONTEXT_BYTES = 500 * MiB
 
 
 # ----- shared helpers ---------------------------------------------------------------------
@@ -64,6 +63,20 @@ def precision(spec: TrainingSpec) -> Precision:
     if spec.zero == 0:
         return Precision(param=4, grad=4, state=4, master=0, compute=e, amp=True)
     return Precision(param=e, grad=e, state=4, master=4, compute=e, amp=False)
+
+
+def _peft_fp32(spec: TrainingSpec) -> bool:
+    """peft LoRA with a 16-bit base: fp32 adapters and fp32 input copies
+    (:mod:`gpumem_tui.estimator.devices.peft_lora`). Applied on the CUDA profile, whose ground
+    truth (``../shared/validation/gpu``) was measured with peft; the CPU/meta ground truth of
+    ``benchmarks/data`` was measured with the project's own 16-bit adapter."""
+    prec = precision(spec)
+    return spec.task in ("lora", "qlora") and spec.device == "cuda" and peft_lora.upcasts_input(prec.compute, prec.amp)
+
+
+def _adapter_bytes(spec: TrainingSpec, default: int) -> int:
+    """Bytes per LoRA adapter element (parameter, gradient, optimizer state)."""
+    return peft_lora.PEFT_ADAPTER_BYTES if _peft_fp32(spec) else default
 
 
 def trainable_params(arch: ModelArchitecture, spec: TrainingSpec) -> int:
@@ -129,7 +142,7 @@ def parameter_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
     rest_bytes = (n - layer_elems) * other_b
     total = rest_bytes + layer_bytes / (spec.tp * spec.pp)
     if spec.task in ("lora", "qlora"):
-        total += lora_params(arch, spec) * prec.param / (spec.tp * spec.pp)
+        total += lora_params(arch, spec) * _adapter_bytes(spec, prec.param) / (spec.tp * spec.pp)
     if spec.zero == 3:
         total /= spec.dp
     return int(math.ceil(total)) + buffer_bytes(arch)
@@ -153,10 +166,10 @@ def buffer_bytes(arch: ModelArchitecture) -> int:
     ``position_ids`` and ``token_type_ids`` (``max_positions`` int64 each)."""
     if arch.coarse:
         return 0
-    if arch.model_type == "bert":
+    if arch.family.buffers == "position_ids":
         return 2 * 8 * (arch.max_position_embeddings or 0)
-    if not arch.learned_positions:
-        return 2 * (arch.head_dim // 2) * 4
+    if arch.family.buffers == "rotary" and not arch.learned_positions:
+        return arch.family.rotary_sets * 2 * (arch.rotary_dims // 2) * 4
     return 0
 
 
@@ -167,7 +180,7 @@ def gradient_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
     absent during the next forward (PyTorch ``Optimizer.zero_grad`` docs)."""
     if spec.task == "inference":
         return 0
-    g = trainable_params(arch, spec) * precision(spec).grad / (spec.tp * spec.pp)
+    g = trainable_params(arch, spec) * _adapter_bytes(spec, precision(spec).grad) / (spec.tp * spec.pp)
     if spec.zero >= 2:
         g /= spec.dp
     return int(math.ceil(g))
@@ -197,14 +210,14 @@ def _adafactor_state_elements(arch: ModelArchitecture, spec: TrainingSpec) -> in
         if lin.bias:
             per_layer += lin.d_out * lin.count
     norm_1d = (2 if arch.norm == "layernorm" else 1) * h
-    per_layer += arch.norms_per_layer * norm_1d
-    if arch.model_type == "bert":
+    per_layer += arch.norms_per_layer * norm_1d + arch.qk_norm_params
+    if arch.family.embedding_norm:
         elems += 2 * h  # embeddings LayerNorm
     head = arch.param_breakdown()["head"]
     if head == 0:
         head_elems = 0
     elif arch.head == "lm":
-        head_elems = V + h
+        head_elems = (0 if arch.tie_word_embeddings else V + h) + (V if arch.family.head_bias else 0)
     elif arch.head == "mlm":
         # transform dense (factored) + bias, LayerNorm, decoder bias (+ an untied decoder weight)
         head_elems = 2 * h + h + 2 * h + V + (0 if arch.tie_word_embeddings else V + h)
@@ -215,7 +228,7 @@ def _adafactor_state_elements(arch: ModelArchitecture, spec: TrainingSpec) -> in
         head_elems = (2 * h + h) + (nl + h + nl)  # pooler dense + bias, classifier + bias
     else:
         head_elems = 2 * h + h  # BERT's pooler
-    final = norm_1d if arch.model_type != "bert" else 0
+    final = norm_1d if arch.final_norm else 0
     return elems + arch.num_layers * per_layer + final + head_elems
 
 
@@ -237,6 +250,8 @@ def optimizer_state_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
     if spec.task == "inference":
         return 0
     prec = precision(spec)
+    if _peft_fp32(spec):
+        prec = dataclasses.replace(prec, state=peft_lora.PEFT_ADAPTER_BYTES)
     n = trainable_params(arch, spec)
     opt = spec.optimizer
     tensors = _trainable_tensor_count(arch, spec)
@@ -251,7 +266,7 @@ def optimizer_state_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
     else:  # adamw-8bit
         states = 2 * n + 2 * 4 * math.ceil(n / 256)
     states += n * prec.master
-    if spec.device == "cpu" and opt != "sgd" and opt != "sgd-momentum":
+    if profile_for(spec.device).optimizer_step_tensors and opt != "sgd" and opt != "sgd-momentum":
         states += 4 * tensors
     states /= spec.tp * spec.pp
     if spec.zero >= 1:
@@ -281,6 +296,8 @@ def optimizer_intermediate_bytes(arch: ModelArchitecture, spec: TrainingSpec) ->
     if spec.task == "inference":
         return 0
     prec = precision(spec)
+    if _peft_fp32(spec):
+        prec = dataclasses.replace(prec, state=peft_lora.PEFT_ADAPTER_BYTES)
     opt = spec.optimizer
     if opt in ("sgd", "sgd-momentum", "adamw-8bit"):
         return 0
@@ -325,9 +342,9 @@ class LayerActivations:
 
 
 def _dropout_mask_bytes(spec: TrainingSpec, e: int) -> int:
-    # CUDA's fused dropout keeps a bool mask; the CPU path keeps a scaled noise tensor in the
-    # input dtype (ATen Dropout.cpp: _dropout_impl vs native_dropout).
-    return 1 if spec.device == "cuda" else e
+    # the device profile: CUDA's fused dropout keeps a bool mask, the CPU path a scaled noise
+    # tensor in the input dtype (ATen Dropout.cpp: _dropout_impl vs native_dropout)
+    return profile_for(spec.device).dropout_mask_bytes(e)
 
 
 def _fused_sdpa(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
@@ -335,10 +352,10 @@ def _fused_sdpa(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
 
     Eager never does. SDPA on the CPU falls back to the math path when dropout is on, i.e.
     in training with attention dropout (see :func:`_sdpa_math`); in inference (``eval()``)
-    dropout is off and the CPU flash kernel runs. transformers has no SDPA path for Gemma 2
-    (it falls back to eager).
+    dropout is off and the CPU flash kernel runs. A family without an SDPA path in
+    transformers (Gemma 2) falls back to eager.
     """
-    if spec.attention == "eager" or arch.model_type == "gemma2" and spec.attention == "sdpa":
+    if spec.attention == "eager" or not arch.family.sdpa and spec.attention == "sdpa":
         return False
     return not _sdpa_math(arch, spec)
 
@@ -351,14 +368,23 @@ def _sdpa_math(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
     (``dropout_p == 0``, declared in ``sdp_utils_cpp.h``); measured on torch 2.13 CPU:
     ``torch._fused_sdp_choice(q, k, v, None, 0.1, True)`` is MATH, with 0.0 FLASH_ATTENTION.
     transformers passes ``dropout_p = attention_dropout`` only in training. CUDA's flash and
-    memory-efficient kernels support dropout, so this is a CPU fact.
+    memory-efficient kernels support dropout, so this is a CPU fact (device profile). The meta
+    device always runs the math path.
     """
-    return (
-        spec.attention == "sdpa"
-        and spec.device == "cpu"
-        and arch.attention_dropout > 0
-        and spec.task != "inference"
-        and arch.model_type != "gemma2"
+    if spec.attention != "sdpa" or not arch.family.sdpa:
+        return False
+    if arch.mla and arch.mla[4] != arch.head_dim:
+        # fused kernels need one head size for q, k and v (torch ``sdp_utils_cpp``:
+        # ``check_head_dim_size_cpp``); MLA's values are narrower than its keys
+        return True
+    if arch.family.sdpa_broadcast_kv and arch.num_kv_heads != arch.num_heads:
+        # fused kernels need as many KV heads as query heads unless ``enable_gqa`` is passed
+        # (torch ``sdp_utils``: ``check_batch_size_and_num_heads_dense``); measured, MemTracker,
+        # Falcon-7B shape on CPU SDPA: fp32 s x s probabilities per layer
+        return True
+    profile = profile_for(spec.device)
+    return profile.sdpa_always_math or (
+        profile.sdpa_math_with_dropout and arch.attention_dropout > 0 and spec.task != "inference"
     )
 
 
@@ -370,7 +396,7 @@ def _v_pins_fused_qkv(arch: ModelArchitecture, spec: TrainingSpec, b: int) -> bo
     +2 bsh e per layer at b = 1)."""
     return (
         b == 1
-        and arch.model_type == "gpt2"
+        and arch.family.math_v_view_pins_fused_qkv
         and arch.fused_qkv
         and _attention_elem(arch, spec, precision(spec).compute) == precision(spec).compute
     )
@@ -381,6 +407,18 @@ def _v_pins_fused_qkv_eager(arch: ModelArchitecture, b: int) -> bool:
     qkv output (see :func:`layer_activations`), released when the attention's second matmul
     has run backward."""
     return b == 1 and arch.fused_qkv and not arch.learned_positions and arch.num_kv_heads == arch.num_heads
+
+
+def _broadcast_kv_copies(arch: ModelArchitecture, b: int, s: int, e: int) -> int:
+    """Extra bytes when single-head keys / values are broadcast against ``a`` query heads by
+    ``torch.matmul`` (Falcon's own attention): for ``b > 1`` matmul expands them and saves the
+    ``a``-head copies for backward (k and v: ``2 b s (q - kv) e``); at ``b = 1`` it folds the
+    query heads into the matrix rows and copies nothing (``torch.matmul`` folding, ATen
+    ``LinearAlgebra.cpp``; measured, MemTracker, Falcon-7B shapes: exact at b = 1, one
+    ``2 b s (q - kv) e`` per layer more at b = 2 and 4)."""
+    if not arch.family.sdpa_broadcast_kv or arch.num_kv_heads != 1 or arch.num_heads == 1 or b == 1:
+        return 0
+    return 2 * b * s * (arch.q_dim - arch.kv_dim) * e
 
 
 def _attention_elem(arch: ModelArchitecture, spec: TrainingSpec, e: int) -> int:
@@ -407,7 +445,8 @@ def _amp_softmax_fp32(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
     torch 2.13 CPU autocast bf16: GPT-2 ``_softmax`` fp32, BERT without a padding mask
     ``_softmax`` bf16).
     """
-    return precision(spec).amp and (spec.device == "cuda" or arch.model_type in ("gpt2", "gpt_bigcode"))
+    return precision(spec).amp and (profile_for(spec.device).autocast_softmax_fp32
+                                    or arch.family.amp_mask_promotes_softmax)
 
 
 def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> LayerActivations:
@@ -450,11 +489,17 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     targets = {l.role for l in _targets(arch, spec)} if lora else set()
     r = spec.lora_rank or 0
 
+    peft32 = _peft_fp32(spec)
+    d_in_of = {l.role: l.d_in for l in arch.layer_linears()}
+
     def linear_saves_input(role: str) -> bool:
-        return not lora or role in targets
+        # peft with a 16-bit input: lora_A saves its own fp32 copy instead (lora_extra)
+        return not lora or (role in targets and not peft32)
 
     def lora_extra(role: str) -> int:
-        return bs * r * e if lora and role in targets else 0
+        if not (lora and role in targets):
+            return 0
+        return peft_lora.saved_bytes_per_linear(bs, d_in_of[role], r, e, not peft32)
 
     train_mode_dropout = spec.task != "inference"
     mask_b = _dropout_mask_bytes(spec, e)
@@ -465,19 +510,23 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     rep = 0
     par = 0
     if arch.norm == "layernorm":
-        # two LayerNorms per layer: input + stats; output saved by the following Linear(s)
+        # LayerNorms (two per layer; one shared by attention and MLP in a parallel block): input
+        # + stats; the output is saved by the following Linear(s)
         ln_in = bs * h * e + 2 * bs * 4
-        rep += 2 * ln_in
+        rep += arch.norms_per_layer * ln_in
         first_roles = ("qkv",) if arch.fused_qkv else ("q", "k", "v")
-        if any(linear_saves_input(role) for role in first_roles) or arch.model_type == "bert":
-            # BERT: the attention-block input is the previous layer's LayerNorm output, saved once
-            rep += bs * h * e
-        if linear_saves_input("up"):
-            rep += bs * h * e
+        # post-norm (BERT): the attention-block input is the previous layer's LayerNorm output,
+        # saved once
+        attn_in = any(linear_saves_input(role) for role in first_roles) or arch.post_norm
+        mlp_in = linear_saves_input("up")
+        if arch.norms_per_layer == 1:
+            rep += bs * h * e if attn_in or mlp_in else 0  # one norm output feeds both blocks
+        else:
+            rep += bs * h * e * (int(attn_in) + int(mlp_in))
         if p_hid:
             rep += 2 * bs * h * mask_b
     else:
-        gemma = arch.model_type == "gemma2"
+        gemma = arch.family.norm_offset_fp32
         norms = arch.norms_per_layer
         amp_rms = prec.amp and not gemma
         for i in range(norms):
@@ -493,7 +542,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
                 if not lora:
                     # normalized, saved by the (trainable) weight multiply: in the compute
                     # dtype, or fp32 under autocast (``input_dtype`` is the fp32 residual's)
-                    rep += bs * h * (4 if amp_rms else e)
+                    rep += bs * h * (4 if amp_rms or arch.family.norm_weight_fp32 else e)
             if feeds_linear:
                 roles = (("qkv",) if arch.fused_qkv else ("q", "k", "v")) if i == 0 else (
                     ("gate_up",) if arch.fused_gate_up else ("gate", "up"))
@@ -512,21 +561,30 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         if arch.fused_qkv and not arch.learned_positions:
             par += bs * (q + kv) * e  # rotary q, k are new tensors; v still pins the fused output
         par += bs * q * e + b * a * s * 4  # output (also the o-projection input) + log-sum-exp
+        if spec.device == "cuda" and arch.model_type in ("gpt2", "gpt_bigcode"):
+            # CUDA memory-efficient SDPA on the head-split views of GPT-2's fused c_attn output
+            # keeps two more b s h tensors per layer than the CPU kernel (k and v in a layout of
+            # its own while the c_attn output stays pinned by q). Measured, not derived: H100,
+            # dev_truth_h100.jsonl, GPT-2 fp32 b4 s512 / s1024 (dropout on and off) and
+            # GPT-2-medium autocast: +2 b s kv e per layer in every one
+            par += 2 * bs * kv * e
     elif _sdpa_math(arch, spec):
         # CPU SDPA math path (training with attention dropout): scaled q and k^T, v (fp32 for
         # 16-bit inputs), the softmax output, the dropout noise and its product; only the
         # output is cast back to the compute dtype (see _sdpa_math, _attention_elem)
         ae = _attention_elem(arch, spec, e)
-        par += (bs * (q + 2 * kv) if arch.model_type in ("gpt2", "gpt_bigcode") else 3 * bs * q) * ae
+        par += (bs * (q + 2 * kv) if arch.family.eager_qkv == "fused_bmm" else 3 * bs * q) * ae
+        par += _broadcast_kv_copies(arch, b, s, ae)
         if _v_pins_fused_qkv(arch, spec, b):
             par += bs * (q + kv) * e
         quad += b * a * s * s * ae * (3 if p_attn else 1)
         if linear_saves_input("o"):
             par += bs * q * e
     else:
-        if arch.model_type in ("gpt2", "gpt_bigcode"):
+        if arch.family.eager_qkv == "fused_bmm":
             par += bs * (q + 2 * kv) * e  # q, k^T, v copies made by batched matmul
-        elif arch.model_type == "bert":
+            par += _broadcast_kv_copies(arch, b, s, e)
+        elif arch.family.eager_qkv == "separate":
             par += 3 * bs * q * e
         else:
             par += 3 * bs * q * e  # q, repeat_kv(k), repeat_kv(v) at a heads
@@ -538,7 +596,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
                 # :func:`_v_pins_fused_qkv` for GPT-2; measured, MemTracker: phi-3 fp32 b=1
                 # s=2048 LoRA, +2 b s h x 4 per layer)
                 par += bs * (q + kv) * e
-        amp32 = arch.model_type in ("gpt2", "gpt_bigcode", "bert") and _amp_softmax_fp32(arch, spec)
+        amp32 = not arch.family.softmax_fp32 and _amp_softmax_fp32(arch, spec)
         if amp32:
             # fp32 softmax output (saved by its backward) and a 16-bit copy for the matmul.
             # GPT-2 casts right after the softmax (``attn_weights.type(value.dtype)``), so its
@@ -546,8 +604,8 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
             # probabilities and the matmul's autocast makes the 16-bit copy
             quad += b * a * s * s * (4 + e)
             if p_attn:
-                quad += b * a * s * s * (mask_b + (4 if arch.model_type == "bert" else 0))
-        elif arch.model_type in ("gpt2", "gpt_bigcode", "bert"):
+                quad += b * a * s * s * (mask_b + (0 if arch.family.softmax_cast_before_dropout else 4))
+        elif not arch.family.softmax_fp32:
             quad += b * a * s * s * e  # softmax output
         else:
             quad += b * a * s * s * 4  # softmax in fp32
@@ -559,6 +617,16 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
             quad += b * a * s * s * (mask_b + e)
         if linear_saves_input("o"):
             par += bs * q * e
+    if arch.family.qk_norm != "none":
+        # query / key RMSNorms (Qwen3, Gemma 3 per head; OLMo 2 over the projection): the fp32
+        # upcast of q and k (the projection output itself when it already is fp32), the
+        # normalized copy saved by the trained weight's multiply, one rsqrt per normalized row
+        # (measured, MemTracker: (q + kv) bs (4 + e) + bs (a + k) 4 per layer, Qwen3 fp32/bf16)
+        rows = a + arch.num_kv_heads if arch.family.qk_norm == "head" else 2
+        normalized = 0 if lora else 4 if arch.family.norm_weight_fp32 else e
+        par += bs * (q + kv) * (4 + normalized) + bs * rows * 4
+    if arch.mla:
+        par += _mla_extra(arch, spec, b, s, lora)
     if p_hid and arch.norm != "layernorm":
         rep += 2 * bs * h * mask_b
     # MLP
@@ -570,12 +638,20 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         mlp *= n_tok_mult
         if arch.num_experts:
             mlp += bs * arch.num_experts * 4 + 2 * bs * h * e * arch.experts_per_token
+        if arch.shared_expert_size:
+            # the shared expert is a dense gated MLP on every token (gate, act, up, product);
+            # its sigmoid gate keeps the gate's output and the expert's output for the product
+            mlp += 4 * bs * arch.shared_expert_size * e
+            if arch.family.shared_expert_gate:
+                mlp += bs * h * e + 2 * bs * e
     else:
         if arch.activation == "gelu_new":
-            mlp = 4 * bs * f * e
+            cuda_amp = prec.amp and spec.device == "cuda"
+            mlp = bs * f * cuda_autocast.gelu_new_saved_bytes_per_element(e, cuda_amp)
         else:
             mlp = bs * f * e
-        if linear_saves_input("down"):
+        # ReLU saves its output, which is also the down projection's input: one tensor
+        if linear_saves_input("down") and arch.activation != "relu":
             mlp += bs * f * e
     par += mlp
     for role in ("q", "k", "v", "o", "gate", "up", "down", "qkv", "gate_up"):
@@ -584,13 +660,35 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     if prec.amp and arch.norm == "layernorm":
         # the residual stream is fp32 under autocast (fp32 embeddings; ``add`` promotes a
         # 16-bit sub-block output with the fp32 residual), so both LayerNorm inputs are fp32
-        rep += 2 * (4 - e) * bs * h
-        if arch.model_type == "bert":
+        rep += arch.norms_per_layer * (4 - e) * bs * h
+        if arch.family.amp_separate_qkv_casts:
             # separate query / key / value Linears each save their own 16-bit cast of the fp32
             # input: autocast caches casts of leaf weights only (``cached_cast``,
             # aten/src/ATen/autocast_mode.h); measured, MemTracker, CPU autocast: 3 casts
             rep += 2 * bs * h * e
     return LayerActivations(replicated=int(rep), parallel=int(par), quadratic=int(quad))
+
+
+def _mla_extra(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int, lora: bool) -> int:
+    """Saved bytes of one multi-head-latent-attention layer beyond those of an MHA layer with
+    ``qk_nope + qk_rope`` heads (transformers ``DeepseekV3Attention.forward``): the RMSNorms of
+    the query and KV latents (fp32 upcast -- for fp32 compute the ``kv_a`` output the split
+    latent is a view of --, rsqrt, normalized copy, output saved by ``q_b`` / ``kv_b``), the
+    value as a view pinning the whole ``kv_b`` output, and an o-projection input of
+    ``a v_head_dim``."""
+    q_rank, kv_rank, nope, rope, v = arch.mla
+    e = precision(spec).compute
+    bs, a, qk = b * s, arch.num_heads, nope + rope
+    normalized = 0 if lora else e
+    out = 0
+    for rank in (q_rank, kv_rank):
+        if rank:
+            out += bs * rank * (4 + normalized + e) + bs * 4
+    if e == 4:
+        out += bs * rope * 4  # the upcast is a view of the kv_a output: its rope part stays too
+    out += bs * a * (nope + v - qk) * e  # v pins kv_b's output (k_nope and v)
+    out += bs * a * (v - qk) * e  # o-projection input at the value width
+    return out
 
 
 def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
@@ -611,13 +709,17 @@ def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, 
         out += bs * 8 + 4  # shifted labels saved by nll_loss, the loss scalar
     else:
         out += 2 * s * 8 + e  # position / token-type id slices, loss in compute dtype
-    if arch.learned_positions and arch.model_type != "bert":
-        out += s * 8  # position ids
+    if arch.learned_positions and arch.family.buffers != "position_ids":
+        # position ids (BERT slices its buffer instead; OPT computes one row per sequence)
+        out += (bs if arch.family.positions_from_mask else s) * 8
+    if arch.embed_width != h:
+        # project_in keeps the narrow embedding output, the LM head the narrow project_out output
+        out += 2 * bs * arch.embed_width * e
     # under autocast the embeddings (fp32 weights, no autocast op) and the residual stream
     # they start stay fp32: the embedding dropout and the LayerNorms around it see fp32 inputs
     res = 4 if prec.amp else e
     emb_mask = _dropout_mask_bytes(spec, res)
-    if arch.model_type == "bert":
+    if arch.family.embedding_norm:
         out += bs * h * res + 2 * bs * 4  # embedding LayerNorm input + stats
         if arch.embedding_dropout > 0:
             out += bs * h * emb_mask
@@ -631,18 +733,21 @@ def fixed_activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, 
     if arch.embedding_dropout > 0:
         out += bs * h * emb_mask
     if arch.norm == "layernorm":
-        out += bs * h * (res + e) + 2 * bs * 4  # final LayerNorm input + stats, LM-head input
-    elif arch.model_type == "gemma2":
+        if arch.final_norm:
+            out += bs * h * (res + e) + 2 * bs * 4  # final LayerNorm input + stats, LM-head input
+        else:
+            out += bs * h * e  # the last layer's (post-norm) output feeds the head
+    elif arch.family.norm_offset_fp32:
         # final (1 + w) RMSNorm (no fp32 normalized product when frozen), LM-head input, the
         # embedding scale factor
         lora = spec.task in ("lora", "qlora")
         out += (1 if lora else 2) * bs * h * 4 + bs * 4 + h * 4 + bs * h * e + e
     else:
         # final RMSNorm input (fp32 upcast / fp32 residual), rsqrt, normalized (fp32 under
-        # autocast), LM-head input (its 16-bit cast under autocast)
-        out += bs * h * 4 + bs * 4 + bs * h * (res + e)
+        # autocast or with an fp32 weight multiply), LM-head input (its 16-bit cast under autocast)
+        out += bs * h * 4 + bs * 4 + bs * h * ((4 if arch.family.norm_weight_fp32 else res) + e)
     if arch.learned_positions == 0:
-        out += 2 * s * arch.head_dim * e  # rotary cos and sin
+        out += arch.family.rotary_sets * 2 * s * arch.rotary_dims * e  # rotary cos and sin
     if spec.task in ("lora", "qlora"):
         out -= _frozen_savings(arch, spec, b, s)
     return int(out)
@@ -657,12 +762,12 @@ def _frozen_savings(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int)
     bs, h = b * s, arch.hidden_size
     saved = bs * h * e + bs * 8  # LM-head input, ids
     if arch.norm == "rmsnorm":
-        if arch.model_type != "gemma2":  # (Gemma 2's frozen final norm is counted without it)
+        if not arch.family.norm_offset_fp32:  # (Gemma 2's frozen final norm is counted without it)
             saved += bs * h * (4 if precision(spec).amp else e)  # final norm's normalized copy (weight frozen)
         saved += bs * h * 4 + bs * 4  # layer 0 input norm
     else:
         saved += bs * h * e + 2 * bs * 4  # layer 0 LayerNorm input + stats
-        if arch.learned_positions and arch.model_type != "bert":
+        if arch.learned_positions and arch.family.buffers != "position_ids":
             saved += s * 8
     if arch.embedding_dropout > 0:
         saved += bs * h * _dropout_mask_bytes(spec, e)
@@ -681,9 +786,9 @@ def final_saved_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         return 4 * bs * h * e + 2 * bs * 4 if arch.head == "mlm" else 0
     if arch.norm == "layernorm":
         return bs * h * e + 2 * bs * 4 + (0 if lora else bs * h * e)
-    if arch.model_type == "gemma2":
+    if arch.family.norm_offset_fp32:
         return (1 if lora else 2) * bs * h * 4 + bs * 4 + h * 4 + (0 if lora else bs * h * e)
-    res = 4 if precision(spec).amp else e
+    res = 4 if precision(spec).amp or arch.family.norm_weight_fp32 else e
     return bs * h * 4 + bs * 4 + (0 if lora else bs * h * (res + e))
 
 
@@ -784,7 +889,7 @@ def head_gradient_temporaries(arch: ModelArchitecture, spec: TrainingSpec) -> He
         return HeadGradTemps(0, 0, 0)
     prec = precision(spec)
     shard = (spec.tp * spec.pp) * (spec.dp if spec.zero >= 2 else 1)
-    vh = arch.vocab_size * arch.hidden_size * prec.grad / shard
+    vh = arch.vocab_size * arch.embed_width * prec.grad / shard
     if arch.tie_word_embeddings:
         return HeadGradTemps(pending=int(vh), head_new=0, embedding=int((3 if spec.grads_persist else 2) * vh))
     if spec.grads_persist:
@@ -964,7 +1069,7 @@ def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
         mb = _dropout_mask_bytes(spec, e)
         p_attn = arch.attention_dropout > 0 and spec.task != "inference"
         pinned = bs * (q + kv) * e if _v_pins_fused_qkv_eager(arch, b) else 0  # freed with v
-        if arch.norm == "rmsnorm" and e != 4:  # fp32 softmax, cast to the compute dtype
+        if arch.family.softmax_fp32 and e != 4:  # fp32 softmax, cast to the compute dtype
             w.alloc(sq * e + bs * q * e)  # grads of the probabilities and of v
             w.free(sq * e + bs * q * e + pinned)  # saved probabilities (cast) and v
             w.alloc(sq * 4)  # cast backward
@@ -973,7 +1078,7 @@ def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
             w.free(2 * sq * 4)  # its input gradient and the saved softmax output
             w.alloc(sq * e)  # back to the scores' dtype
             w.free(sq * 4)
-        elif arch.norm == "rmsnorm":
+        elif arch.family.softmax_fp32:
             w.alloc(sq * 4 + bs * q * e)
             w.free(bs * q * e + pinned)
             w.alloc(sq * 4)
@@ -1031,10 +1136,10 @@ def checkpoint_mask_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
     layers and builds one mask per kind: both are alive until the last layer of a kind has run
     backward; ``first_layer`` gives what is left while layer 0 runs backward (measured: two
     ``where`` at the log-softmax and last-layer backward, one at layer 0)."""
-    if arch.kind != "decoder" or not (spec.attention == "eager" or arch.model_type == "gemma2"):
+    if arch.kind != "decoder" or not (spec.attention == "eager" or not arch.family.sdpa):
         return 0
     e = 4 if precision(spec).amp else precision(spec).compute
-    both = arch.model_type == "gemma2" and 0 < arch.sliding_layers < arch.num_layers and not first_layer
+    both = arch.family.mask_per_attention_kind and 0 < arch.sliding_layers < arch.num_layers and not first_layer
     return (2 if both else 1) * b * s * s * e
 
 
@@ -1058,7 +1163,13 @@ def activation_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int
         per = checkpoint_input_bytes(arch, spec, b, s)
         extra = checkpoint_mask_bytes(arch, spec, b, s)
     per = per / spec.tp
-    return int(per * arch.num_layers + extra + fixed_activation_bytes(arch, spec, b, s))
+    total = per * arch.num_layers
+    if arch.dense_layers and spec.grad_ckpt != "full":
+        # leading dense layers of a MoE model save a dense MLP's tensors instead of the experts'
+        dense = layer_activations(arch.dense_variant(), spec, b, s)
+        total += arch.dense_layers * ((dense.total - (dense.quadratic if spec.grad_ckpt == "selective" else 0)) / spec.tp
+                                      - per)
+    return int(total + extra + fixed_activation_bytes(arch, spec, b, s))
 
 
 # ----- inference -----------------------------------------------------------------------------
@@ -1105,8 +1216,8 @@ def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int,
         # rotary cos and sin (``(1, s, d)`` in the compute dtype) and the position ids, made
         # once per forward and passed to every layer (transformers ``LlamaModel.forward``;
         # measured, MemTracker, CPU SDPA prefill: 2 s d x 4 + s x 8 in fp32)
-        base += 2 * s * arch.head_dim * e + s * 8
-    if arch.num_layers == 1 and arch.kind == "decoder" and not arch.learned_positions and arch.model_type != "gemma2":
+        base += arch.family.rotary_sets * 2 * s * arch.rotary_dims * e + s * 8
+    if arch.num_layers == 1 and arch.kind == "decoder" and not arch.learned_positions and not arch.family.embedding_scaled:
         # the only layer's input is the embedding output itself (Llama-style models pass
         # ``inputs_embeds`` on unchanged; GPT-2 adds positions and Gemma 2 scales: new tensors)
         base -= bs * h * e
@@ -1118,9 +1229,9 @@ def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int,
     else:
         # one float mask per attention kind (Gemma 2: sliding-window and full layers; see
         # checkpoint_mask_bytes), alive through the whole forward
-        kinds = 2 if arch.model_type == "gemma2" and 0 < arch.sliding_layers < arch.num_layers else 1
+        kinds = 2 if arch.family.mask_per_attention_kind and 0 < arch.sliding_layers < arch.num_layers else 1
         mask = kinds * b * s * s * e if arch.kind == "decoder" else 0
-        if arch.norm == "rmsnorm":
+        if arch.family.softmax_fp32:
             rep = 2 * bs * q * e if arch.num_kv_heads != arch.num_heads else 0
             # rotated q, the repeat_kv copies of k and v (GQA), the masked scores, their fp32
             # copy and the fp32 softmax (pre-rotary k and the v projection are dropped once
@@ -1145,7 +1256,7 @@ def inference_working_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int,
     # of it) next to act(gate) and the product: 4 bsf (``Phi3MLP.forward``; note 18)
     n_mlp = (4 if arch.fused_gate_up else 3) if arch.gated_mlp else (4 if arch.activation == "gelu_new" else 2)
     mlp = n_mlp * bs * f * e * mult + bs * h * e * spec.tp + moe_acc
-    if arch.model_type in ("gpt2", "gpt_bigcode"):
+    if arch.family.attn_output_alive_in_mlp:
         # GPT2Block keeps the attention output bound (``attn_output``) next to the residual sum
         # while its MLP runs (transformers ``GPT2Block.forward``; measured, MemTracker prefill:
         # ``addmm [b s, h]`` of c_proj alive at the MLP peak, note 17)
@@ -1172,28 +1283,22 @@ def inference_logits_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int) 
 # ----- device-level terms --------------------------------------------------------------------
 
 
-def cuda_context_bytes(spec: TrainingSpec) -> int:
-    """CUDA context + kernels loaded by torch: :data:`CUDA_CONTEXT_BYTES` on ``--device
-    cuda``, 0 on the CPU. In every NVML per-process figure, in no torch figure
-    (PyTorch "CUDA semantics", memory management notes)."""
-    return CUDA_CONTEXT_BYTES if spec.device == "cuda" else 0
-
-
-#: share of the transient (freed-and-reallocated) bytes held as cached, unused blocks
-RESERVE_FRACTION = 0.10
+def cuda_context_bytes(spec: TrainingSpec, arch: ModelArchitecture | None = None) -> int:
+    """Memory the driver holds outside torch at the step's peak (bytes): in every NVML
+    per-process figure, in no torch figure; 0 off CUDA (the device profile's figure). On CUDA
+    the measured figures and what they depend on (GPU generation, CUDA version, libraries the
+    step loads): :mod:`gpumem_tui.estimator.devices.cuda_context`; ``spec.measured_context``
+    (the context measured on the box) replaces the after-initialisation part."""
+    if spec.device != "cuda":
+        return profile_for(spec.device).context_bytes()
+    sixteen_bit_sdpa = (spec.attention in ("sdpa", "flash") and precision(spec).compute < 4
+                        and not (arch is not None and arch.model_type == "gemma2"))
+    return cuda_context.context_bytes(training=spec.task != "inference", flash_sdpa=sixteen_bit_sdpa,
+                                      generate=spec.new_tokens > 0, measured_init_bytes=spec.measured_context)
 
 
 def allocator_reserve_bytes(spec: TrainingSpec, peak_allocated: int, transient: int) -> int:
-    """Caching-allocator reserve (reserved - allocated) at the peak, bytes.
-
-    The PyTorch CUDA caching allocator rounds requests (512 B blocks; requests > 1 MiB to
-    2 MiB multiples, carved from 20 MiB or larger segments) and keeps freed blocks cached for
-    reuse, so ``memory_reserved`` exceeds ``memory_allocated`` (PyTorch "CUDA semantics:
-    memory management"). Model states are allocated once and reused exactly; the reserve comes
-    from activations, logits and optimizer temporaries freed and re-requested in other sizes
-    during the step: :data:`RESERVE_FRACTION` of those transient bytes at the peak. 0 on the
-    CPU (``peak_allocated`` is accepted for callers that scale by the total).
-    """
-    if spec.device != "cuda":
-        return 0
-    return int(RESERVE_FRACTION * max(0, transient))
+    """Caching-allocator reserve (reserved - allocated) at the peak, bytes, from the device
+    profile (:func:`gpumem_tui.estimator.devices.cuda.allocator_reserve_bytes`, the model of
+    :mod:`gpumem_tui.estimator.devices.cuda_allocator`; 0 on the CPU)."""
+    return profile_for(spec.device).allocator_reserve_bytes(peak_allocated, transient)

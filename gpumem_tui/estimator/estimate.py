@@ -27,6 +27,7 @@ from typing import Any
 
 from gpumem_tui.estimator import components as C
 from gpumem_tui.estimator.architecture import ModelArchitecture
+from gpumem_tui.estimator.devices import cuda_kernels
 from gpumem_tui.estimator.spec import TrainingSpec, check_spec_for
 
 COMPONENT_KEYS = (
@@ -138,7 +139,7 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     amp_casts = 0
     if prec.amp:  # 16-bit copies of every Linear weight (incl. the LM head), cached by autocast
         # LM head; BERT's MLM head: transform dense + decoder
-        head_lin = arch.vocab_size * h if arch.head == "lm" else (arch.vocab_size + h) * h if arch.head == "mlm" else 0
+        head_lin = arch.vocab_size * arch.embed_width if arch.head == "lm" else (arch.vocab_size + h) * h if arch.head == "mlm" else 0
         amp_casts = (arch.linear_weight_params + head_lin) * e / (spec.tp * spec.pp)
     # in backward (outside the autocast context, whose cast cache is cleared on exit) a cast
     # lives only while the op that saved it has not run backward; with full checkpointing the
@@ -154,7 +155,7 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
         casts_bw_head = casts_bw_final = casts_bw_last = amp_casts
     full_training = spec.task == "train"
     shard_g = (spec.tp * spec.pp) * (spec.dp if spec.zero >= 2 else 1)
-    head_w = arch.vocab_size * h * prec.grad / shard_g if full_training and arch.head in ("lm", "mlm") else 0
+    head_w = arch.vocab_size * arch.embed_width * prec.grad / shard_g if full_training and arch.head in ("lm", "mlm") else 0
     # (V, h) gradient temporaries: a tied head's pending contribution, the embedding backward's
     # dense gradient and sum, an untied head's new gradient when a .grad exists
     HT = C.head_gradient_temporaries(arch, spec)
@@ -237,9 +238,22 @@ def _inference_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tupl
         return [("prefill", "forward", _moment(parameters=P, activations=work + ids,
                                               logits_and_loss=b * s * arch.vocab_size * C.precision(spec).compute))]
     kv_prefill = C.kv_cache_bytes(arch, spec, b, s, prefill=True)
-    kv = C.kv_cache_bytes(arch, spec, b, s)
+    # generate(): the cache grows to prompt + new tokens (DynamicCache.update concatenates one
+    # position per decode step); without --new-tokens ``seq`` is the whole context
+    kv = C.kv_cache_bytes(arch, spec, b, s + spec.new_tokens)
     layers = max(1, arch.num_layers)
     hidden = 2 * b * s * arch.hidden_size * C.precision(spec).compute
+    if spec.logits == "all":
+        # a plain forward whose output stays alive: every position's logits (the LM head runs
+        # on the whole sequence, no fp32 upcast without labels; transformers
+        # ``LlamaForCausalLM.forward``) next to the KV cache it returns
+        every = b * s * arch.vocab_size * C.precision(spec).compute
+        # at the LM head only the final norm's output (its input) is left of the hidden states
+        return [
+            ("prefill", "prefill attention/MLP", _moment(parameters=P, kv_cache=kv_prefill, activations=work + ids)),
+            ("prefill", "prefill logits (all positions)", _moment(parameters=P, kv_cache=kv_prefill,
+                                                                  activations=hidden // 2 + ids, logits_and_loss=every)),
+        ]
     return [
         ("prefill", "prefill attention/MLP", _moment(parameters=P, kv_cache=kv_prefill, activations=work + ids)),
         ("prefill", "prefill logits", _moment(parameters=P, kv_cache=kv_prefill, activations=hidden + ids,
@@ -257,7 +271,12 @@ def estimate(arch: ModelArchitecture, spec: TrainingSpec) -> Estimate:
     """
     warnings = check_spec_for(arch, spec)
     moments = _inference_moments(arch, spec) if spec.task == "inference" else _training_moments(arch, spec)
-    ctx = C.cuda_context_bytes(spec)
+    ctx = C.cuda_context_bytes(spec, arch)
+    if spec.device == "cuda":
+        # cuBLAS workspaces: in torch allocated, counted with the transient tensors
+        ws = cuda_kernels.library_workspace_bytes(training=spec.task != "inference")
+        for _phase, _label, parts in moments:
+            parts["optimizer_intermediates" if _phase == "optimizer_step" else "activations"] += ws
     phases: dict[str, tuple[int, str, dict[str, int]]] = {}
     for phase, label, parts in moments:
         total = sum(parts.values())
@@ -311,8 +330,8 @@ def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -
             out.append("gradients stay allocated through forward and backward (accumulation / set_to_none=False)")
         if spec.keep_outputs:
             out.append("the loop keeps the model output: its logits stay alive through backward and the optimizer step")
-    if arch.model_type == "gemma2" and spec.attention == "sdpa":
-        out.append("transformers has no SDPA path for gemma2: modelled as eager attention")
+    if not arch.family.sdpa and spec.attention == "sdpa":
+        out.append(f"transformers has no SDPA path for {arch.model_type}: modelled as eager attention")
     if spec.tp > 1:
         out.append("tensor parallelism with sequence parallelism (Korthikanti et al. 2022)")
     if spec.pp > 1:
@@ -320,11 +339,19 @@ def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -
                    "stage's logits are both counted (an upper bound for any one stage)")
     if spec.device == "cuda":
         out.append(
-            f"peak includes CUDA context ({C.CUDA_CONTEXT_BYTES >> 20} MiB) and allocator reserve: "
+            f"peak includes CUDA context ({C.cuda_context_bytes(spec, arch) >> 20} MiB, "
+            + ("measured on this box" if spec.measured_context is not None else "as measured on H100 / CUDA 13")
+            + ") and allocator reserve: "
             "compare with NVML used; 'figures.allocated' compares with torch.cuda.max_memory_allocated"
         )
     else:
-        out.append("device cpu: live tensor bytes (torch MemTracker), no context, no allocator reserve")
+        out.append(f"device {spec.device}: live tensor bytes (torch MemTracker), no context, no allocator reserve")
     if arch.num_experts:
-        out.append(f"MoE: {arch.experts_per_token} of {arch.num_experts} experts per token, uniform routing")
+        shared = " plus the shared expert" if arch.shared_expert_size else ""
+        out.append(
+            f"MoE routing assumption: balanced -- {arch.experts_per_token} of {arch.num_experts} experts per token{shared}, "
+            f"each expert sees k/E of the tokens (as measured on CPU with random weights and tokens); a worst case that routes "
+            f"every token to the same experts needs up to {arch.num_experts // max(1, arch.experts_per_token)}x "
+            "the expert activations"
+        )
     return out

@@ -20,7 +20,7 @@ KV_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8")
 OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit")
 GRAD_CKPT = ("none", "selective", "full")
 ATTENTION = ("eager", "sdpa", "flash")
-DEVICES = ("cuda", "cpu")
+DEVICES = ("cuda", "cpu", "meta")
 QUANT = ("none", "int8", "nf4")
 OPTIMIZER_IMPLS = ("auto", "single", "foreach", "fused")
 LORA_ROLES = ("q", "k", "v", "o", "gate", "up", "down")
@@ -101,6 +101,14 @@ class TrainingSpec:
             and the optimizer step (``outputs = model(**batch); outputs.loss.backward()``), so
             its ``b x s x V`` logits stay alive; HF ``Trainer`` and ``gpumem-tui measure``
             release it before backward [False]
+        new_tokens: inference with ``generate()``: ``seq`` is the prompt and the KV cache grows
+            to ``seq + new_tokens``; the prefill keeps only the last position's logits [0 =
+            one forward over ``seq``]
+        logits: inference without ``new_tokens``: ``last`` (the logits of the last position,
+            as ``generate()`` asks) or ``all`` (a plain forward whose output stays alive, e.g.
+            scoring or perplexity: ``b x s x V`` logits in the compute dtype) [last]
+        measured_context: CUDA context measured on the box after initialisation (bytes; the
+            dashboard passes it), replacing the H100 figure [None]
 
     Raises:
         SpecError: on construction, for any invalid value or contradiction (``.field`` names it).
@@ -127,6 +135,9 @@ class TrainingSpec:
     grad_accum: int = 1
     keep_grads: bool = False
     keep_outputs: bool = False
+    new_tokens: int = 0
+    logits: str = "last"
+    measured_context: int | None = None
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -142,6 +153,19 @@ class TrainingSpec:
         _choice("quant", self.quant, QUANT)
         _choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         _positive("grad_accum", self.grad_accum, 1 << 16)
+        if isinstance(self.new_tokens, bool) or not isinstance(self.new_tokens, int) or not 0 <= self.new_tokens <= _MAX_SEQ:
+            raise SpecError("new_tokens", f"--new-tokens must be an integer 0..{_MAX_SEQ}, got {self.new_tokens!r}")
+        _choice("logits", self.logits, ("last", "all"))
+        if self.measured_context is not None and (
+                isinstance(self.measured_context, bool) or not isinstance(self.measured_context, int)
+                or not 0 <= self.measured_context <= 1 << 36):
+            raise SpecError("measured_context", f"measured CUDA context must be 0..64 GiB in bytes, got {self.measured_context!r}")
+        if self.task != "inference" and self.new_tokens:
+            raise SpecError("new_tokens", f"--new-tokens applies to inference only (task is {self.task})")
+        if self.task != "inference" and self.logits != "last":
+            raise SpecError("logits", f"--logits all applies to inference only (task is {self.task}; training keeps every position's logits anyway)")
+        if self.new_tokens and self.logits == "all":
+            raise SpecError("logits", "--logits all is a plain forward; generate() (--new-tokens) keeps the last position's logits only")
         if not isinstance(self.keep_grads, bool):
             raise SpecError("keep_grads", "keep_grads must be true or false")
         if not isinstance(self.keep_outputs, bool):
@@ -156,11 +180,11 @@ class TrainingSpec:
             raise SpecError("mixed_precision", "--mixed-precision needs a 16-bit compute --dtype (bf16 or fp16)")
         if self.zero and self.dp == 1:
             warnings.append(f"--zero {self.zero} with --dp 1 shards over one device: it saves no memory")
-        if self.device == "cpu" and self.attention == "flash":
-            raise SpecError("attention", "--attention flash needs --device cuda (FlashAttention has no CPU kernel)")
-        if self.device == "cpu" and (self.tp > 1 or self.pp > 1):
+        if self.device != "cuda" and self.attention == "flash":
+            raise SpecError("attention", f"--attention flash needs --device cuda (FlashAttention has no {self.device} kernel)")
+        if self.device != "cuda" and (self.tp > 1 or self.pp > 1):
             raise SpecError("device", "--tp/--pp need --device cuda in this estimator")
-        if self.device == "cpu" and self.dtype == "fp16" and self.task != "inference":
+        if self.device != "cuda" and self.dtype == "fp16" and self.task != "inference":
             warnings.append("fp16 training on CPU is unusual; the CPU profile is modelled as for bf16")
         lora_task = self.task in ("lora", "qlora")
         if self.lora_rank is not None:
@@ -213,7 +237,9 @@ class TrainingSpec:
             return self.optimizer_impl
         if self.zero >= 1:
             return "fused"  # DeepSpeed's default optimizer is its fused (multi-tensor) Adam
-        return "single" if self.device == "cpu" else "foreach"
+        from gpumem_tui.estimator.devices import profile_for
+
+        return profile_for(self.device).default_optimizer_impl
 
     @property
     def is_training(self) -> bool:

@@ -26,6 +26,8 @@ _SDPA_NOTE = (
     "in fp32, when attention dropout is active in training, e.g. GPT-2 and BERT.) Figures are live "
     "tensor storage bytes, comparable to torch 'allocated', not to 'reserved' or NVML 'used'."
 )
+_FIGURES_NOTE = ("Figures are live tensor storage bytes, comparable to torch 'allocated', not to 'reserved' "
+                 "or NVML 'used'.")
 
 # estimator LoRA roles -> HF module names per family: a plain name matches the last name
 # component, a regex the full module name (GPT-2's attn.c_proj vs mlp.c_proj, BERT's
@@ -54,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--on", default="meta",
         help="meta: no real memory, any size (use --attention eager); cpu: real tensors "
-        "(SDPA runs its real kernel) (default meta)",
+        "(SDPA runs its real kernel); cuda: this machine's GPU 0 (torch allocated per phase, reserved, "
+        "NVML used, CUDA context) (default meta)",
     )
     parser.add_argument("--steps", type=int, default=2, help="training steps; the last one is reported (default 2)")
     parser.add_argument("--json", action="store_true", help="print JSON (bytes) instead of a table")
@@ -164,8 +167,12 @@ def _table(data: dict[str, Any]) -> str:
     lines += ["", "phase peaks (live bytes):"]
     for ph in data["phases"]:
         lines.append(f"  {ph['name']:<24}{format_bytes(ph['live_bytes']):>12}")
-    lines += ["", "notes:"] + [f"  - {a}" for a in data["assumptions"]]
-    lines.append("  - " + _SDPA_NOTE)
+    meta_sdpa = data["on"] == "meta" and data["attention"] == "sdpa"
+    # the meta-SDPA warning is printed once, at the top: the runner's copy of it and the
+    # note's first sentence are left out of the notes then
+    notes = [a for a in data["assumptions"] if not (meta_sdpa and "meta device SDPA" in a)]
+    lines += ["", "notes:"] + [f"  - {a}" for a in notes]
+    lines.append("  - " + (_FIGURES_NOTE if meta_sdpa else _SDPA_NOTE))
     return "\n".join(lines)
 
 
@@ -179,8 +186,12 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:  # InputError, ArchitectureError, SpecError
         print(f"gpumem-tui measure: {exc}", file=sys.stderr)
         return 2
-    if args.on not in ("meta", "cpu"):
-        print(f"gpumem-tui measure: --on must be meta or cpu, got {args.on!r}", file=sys.stderr)
+    if args.on not in ("meta", "cpu", "cuda"):
+        print(f"gpumem-tui measure: --on must be meta, cpu or cuda, got {args.on!r}", file=sys.stderr)
+        return 2
+    if args.on != "cuda" and (spec.new_tokens or spec.logits != "last"):
+        print("gpumem-tui measure: --new-tokens / --logits run generate() or a kept forward: use --on cuda",
+              file=sys.stderr)
         return 2
     from gpumem_tui.measure.runner import MeasureError, run, validate
 
@@ -199,6 +210,8 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.on == "cuda":
+        return _main_cuda(req, spec, args.json)
     try:
         result = run(req)
     except MeasureError as exc:
@@ -217,4 +230,36 @@ def main(argv: list[str]) -> int:
         print(json.dumps(data, indent=2))
     else:
         print(_table(data))
+    return 0
+
+
+def _main_cuda(req: Any, spec: Any, as_json: bool) -> int:
+    """``--on cuda``: measure on GPU 0 (:mod:`gpumem_tui.measure.cuda`); exit 2 with one line
+    when there is no CUDA build, no GPU or not enough GPU memory."""
+    import dataclasses
+
+    from gpumem_tui.measure.cuda import measure_cuda
+    from gpumem_tui.measure.runner import MeasureError
+
+    # peft matches plain module names; the regex entries are for the project's own matcher
+    plain = tuple(n for n in req.lora_targets if not any(c in n for c in "\\$^|()[]*+?."))
+    req = dataclasses.replace(req, lora_targets=plain, optimizer_impl=_optimizer_impl(spec), steps=max(req.steps, 3))
+    try:
+        data = measure_cuda(req, new_tokens=spec.new_tokens, logits=spec.logits)
+    except MeasureError as exc:
+        print(f"gpumem-tui measure: {exc}", file=sys.stderr)
+        return 2
+    data["assumptions"] = list(spec.warnings)
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"measured on {data['device']} (torch {data['torch']}, CUDA {data['cuda']})")
+    for name, value in data["phase_peak_allocated"].items():
+        if not name.startswith("_"):
+            print(f"  {name:<16} torch allocated peak {format_bytes(value):>12}")
+    print(f"  torch max reserved {format_bytes(data['max_reserved']):>12}")
+    nv = data["nvml_peak_used"]
+    print(f"  NVML used (peak)   {format_bytes(nv) if nv is not None else 'unavailable':>12}")
+    ctx = data["cuda_context"]
+    print(f"  CUDA context       {format_bytes(ctx) if ctx is not None else 'unavailable':>12}")
     return 0

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import math
 import re
 import warnings
@@ -203,17 +202,17 @@ def validate(req: MeasureRequest) -> None:
     if req.optimizer_impl not in ("single", "foreach", "fused"):
         raise MeasureError(f"optimizer implementation {req.optimizer_impl!r}: single, foreach or fused")
     if req.optimizer_impl == "fused" and (req.on == "meta" or req.optimizer not in ("adamw", "adam")):
-        raise MeasureError("--optimizer-impl fused: torch has fused AdamW/Adam kernels on the real CPU only (use --on cpu)")
+        raise MeasureError("--optimizer-impl fused: torch has fused AdamW/Adam kernels on the real CPU and CUDA only")
     if req.grad_accum < 1:
         raise MeasureError(f"grad-accum must be >= 1, got {req.grad_accum}")
     if req.grad_ckpt not in ("none", "full"):
         raise MeasureError(f"grad-ckpt {req.grad_ckpt!r}: measure supports none and full (HF has no selective recompute)")
     if req.attention not in ATTENTIONS:
         raise MeasureError(f"attention {req.attention!r}: measure supports eager and sdpa (flash needs CUDA)")
-    if req.on not in ("meta", "cpu"):
-        raise MeasureError(f"--on {req.on!r}: meta or cpu")
-    if req.mixed_precision and (req.on != "cpu" or req.dtype == "fp32"):
-        raise MeasureError("mixed precision needs --on cpu (autocast has no meta device) and --dtype bf16|fp16")
+    if req.on not in ("meta", "cpu", "cuda"):
+        raise MeasureError(f"--on {req.on!r}: meta, cpu or cuda")
+    if req.mixed_precision and (req.on == "meta" or req.dtype == "fp32"):
+        raise MeasureError("mixed precision needs --on cpu or cuda (autocast has no meta device) and --dtype bf16|fp16")
     if req.steps < 1:
         raise MeasureError(f"steps must be >= 1, got {req.steps}")
     if req.task == "lora" and req.lora_rank < 1:

@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from gpumem_tui.safe_files import group_is_private
+from gpumem_tui.safe_files import group_is_private, user_name
 from gpumem_tui.telemetry.serialize import jsonable
 
 
@@ -40,15 +40,6 @@ def encode(record: dict[str, Any]) -> bytes:
 
 class StreamRefused(OSError):
     """The stream directory or file is not safe to write; the message says which and why."""
-
-
-def _user(uid: int) -> str:
-    try:
-        import pwd
-
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except (ImportError, KeyError):
-        return f"uid {uid}"
 
 
 def make_private_dirs(directory: Path) -> None:
@@ -88,7 +79,7 @@ def directory_problem(st: os.stat_result, directory: Path) -> str | None:
     me = os.geteuid()
     problems = []
     if st.st_uid != me:
-        problems.append(f"owned by {_user(st.st_uid)}, not by you ({_user(me)})")
+        problems.append(f"owned by {user_name(st.st_uid)}, not by you ({user_name(me)})")
     group_writes = bool(st.st_mode & stat.S_IWGRP) and not group_is_private(st.st_gid)
     writable = [who for who, writes in (("its group", group_writes), ("every user", st.st_mode & stat.S_IWOTH))
                 if writes]

@@ -63,6 +63,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpumem_tui.safe_files import user_name
 from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak, ProbeInfo, ProbeSample
 from gpumem_tui.telemetry.plausible import MAX_BYTES, MAX_FUTURE_SECONDS
 
@@ -250,15 +251,6 @@ def _process_owner(pid: int) -> int | None:
             return os.stat(f"/proc/{pid}").st_uid
         except OSError:
             return None
-
-
-def _user(uid: int) -> str:
-    try:
-        import pwd
-
-        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except (ImportError, KeyError):
-        return f"uid {uid}"
 
 
 def _file_kind(mode: int) -> str:
@@ -500,9 +492,9 @@ class ProbeSource:
         if runs_as is None:  # the process is gone: only the reader's own files are history
             if st.st_uid == os.geteuid():
                 return None
-            return f"owned by {_user(st.st_uid)} and PID {pid} is not running"
+            return f"owned by {user_name(st.st_uid)} and PID {pid} is not running"
         if runs_as != st.st_uid:
-            return f"owned by {_user(st.st_uid)} but PID {pid} runs as {_user(runs_as)}"
+            return f"owned by {user_name(st.st_uid)} but PID {pid} runs as {user_name(runs_as)}"
         return None
 
     def _read(

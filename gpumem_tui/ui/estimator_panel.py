@@ -198,6 +198,12 @@ class EstimatorPanel(VerticalScroll):
         except Exception:  # noqa: BLE001 - a broken install must not kill the dashboard
             self._catalogue = []
         self._initial_model = model if model in self._catalogue else (self._catalogue[0] if self._catalogue else None)
+        try:  # models already downloaded on this box (offline): their config.json paths
+            from gpumem_tui.estimator.models import cached_configs
+
+            self._cached_models = [(f"{repo} (HF cache)", path) for repo, path in cached_configs()]
+        except Exception:  # noqa: BLE001 - an unreadable cache must not kill the dashboard
+            self._cached_models = []
         self._arch_cache: dict[tuple[str, float | None], Any] = {}
         # config files the user types are read off the UI thread (a FIFO or a huge file)
         self._file_loads = BackgroundLoads(lambda key: self.app.call_from_thread(self.recompute))
@@ -245,6 +251,7 @@ class EstimatorPanel(VerticalScroll):
         with Container(id="est-form"):
             yield label("model", "model")
             model_options = [(name, name) for name in self._catalogue]
+            model_options += [(Text(label), path) for label, path in self._cached_models]
             model: Select[str] = Select(
                 model_options,
                 value=self._initial_model if self._initial_model else Select.BLANK,
@@ -607,6 +614,7 @@ class EstimatorPanel(VerticalScroll):
             # Text, not str: a str prompt is parsed as markup, and this name comes from the job.
             options.append((Text(self._probe_label or "probed model"), _PROBE_KEY))
         options += [(name, name) for name in self._catalogue]
+        options += [(Text(label), path) for label, path in self._cached_models]
         select.set_options(options)
 
     def _set_form_from_spec(self, spec: Any) -> None:

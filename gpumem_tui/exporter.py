@@ -1,0 +1,250 @@
+"""``gpumem-tui exporter``: the dashboard's telemetry as Prometheus metrics on ``/metrics``.
+
+    gpumem-tui exporter [--listen 127.0.0.1:9835] [--interval S] [--probe-dir DIR] [--allow-remote]
+
+The main loop polls the same telemetry source as the dashboard
+(:class:`gpumem_tui.telemetry.live.LiveSource`: NVML, host details, probe streams) every
+``--interval`` seconds and keeps what it saw in an :class:`ExporterState`; a scrape only reads
+that state (prometheus_client's HTTP server answers in its own thread), so a slow NVML call
+never makes a scrape wait. Metrics (bytes, watts, degrees Celsius, ratios 0-1):
+
+- ``gpumem_gpu_memory_used_bytes`` / ``_total_bytes``, ``gpumem_gpu_utilization_ratio``,
+  ``gpumem_gpu_temperature_celsius``, ``gpumem_gpu_power_watts``: labels ``gpu``, ``uuid``,
+  ``name``; a figure NVML could not read is left out (never a made-up 0);
+- ``gpumem_process_memory_used_bytes`` (NVML used): labels ``gpu``, ``pid``, ``user``,
+  ``command`` (cut to :data:`COMMAND_LIMIT` characters); only the processes of the last poll,
+  so ended processes drop out and the label set stays bounded;
+- for probed processes (labels ``pid``): ``gpumem_probe_measured_peak_bytes`` (the highest
+  torch allocated / live-tensor figure the probe reported, high-water marks included),
+  ``gpumem_probe_predicted_peak_bytes`` (the estimator's peak for the probe's own setup, the
+  same :class:`~gpumem_tui.process_estimate.ProcessEstimate` the dashboard draws: NVML-used
+  scope on CUDA), ``gpumem_probe_step``, and ``gpumem_probe_phase{phase="backward"} 1``;
+- ``gpumem_exporter_nvml_up`` (0 without a driver: the exporter still serves) and
+  ``gpumem_exporter_poll_duration_seconds`` (its own last poll).
+
+Binding to anything but loopback needs ``--allow-remote``: the metrics name users and commands.
+Exit codes: 0 on Ctrl-C / SIGTERM, 2 bad input or a port that cannot be bound (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpumem_tui.cli_support import InputError, OneLineParser, positive_seconds
+from gpumem_tui.process_estimate import ProcessEstimates
+from gpumem_tui.telemetry.model import PhaseMark, Snapshot
+from gpumem_tui.text import printable
+
+PROG = "gpumem-tui exporter"
+DEFAULT_LISTEN = "127.0.0.1:9835"
+COMMAND_LIMIT = 80  # label values are kept short: a long command line would bloat every scrape
+
+__all__ = ["COMMAND_LIMIT", "ExporterState", "build_registry", "main", "parse_listen"]
+
+
+@dataclass
+class _Probed:
+    """What the exporter keeps of one probed process between polls."""
+
+    device: str | None = None
+    measured_peak_bytes: int = 0
+    last_mark: PhaseMark | None = None
+
+
+@dataclass
+class ExporterState:
+    """The last poll, as scrapes read it. ``update`` is called by the polling loop only.
+
+    ``probed`` keeps, per probed PID, the highest memory its probe reported and its latest
+    phase mark; a PID leaves it when it is neither in the poll's processes nor in its probe
+    data (so ended jobs drop out of the metrics).
+    """
+
+    snapshot: Snapshot | None = None
+    poll_seconds: float | None = None
+    probed: dict[int, _Probed] = field(default_factory=dict)
+    estimates: ProcessEstimates = field(default_factory=ProcessEstimates)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def update(self, snap: Snapshot, poll_seconds: float) -> None:
+        """Take one Snapshot (the poll took ``poll_seconds``)."""
+        with self.lock:
+            for sample in snap.probes:
+                kept = self.probed.setdefault(sample.pid, _Probed())
+                kept.device = sample.device
+                kept.measured_peak_bytes = max(
+                    kept.measured_peak_bytes, sample.allocated_bytes, sample.peak_allocated_bytes or 0
+                )
+            for peak in snap.phase_peaks:
+                kept = self.probed.setdefault(peak.pid, _Probed())
+                kept.measured_peak_bytes = max(kept.measured_peak_bytes, peak.peak_bytes)
+            for mark in snap.phase_marks:
+                kept = self.probed.setdefault(mark.pid, _Probed())
+                if kept.last_mark is None or mark.time >= kept.last_mark.time:
+                    kept.last_mark = mark
+            for info in snap.probe_infos:
+                self.probed.setdefault(info.pid, _Probed())
+                self.estimates.update_probe(info, self.probed[info.pid].device)
+            present = {p.pid for p in snap.processes} | {p.pid for p in snap.probes} | {
+                i.pid for i in snap.probe_infos
+            }
+            for pid in [pid for pid in self.probed if pid not in present]:
+                del self.probed[pid]
+            self.estimates.prune(self.probed)
+            self.snapshot = snap
+            self.poll_seconds = poll_seconds
+
+
+def _families(state: ExporterState) -> Iterator[object]:
+    from prometheus_client.core import GaugeMetricFamily
+
+    with state.lock:
+        snap, poll_seconds = state.snapshot, state.poll_seconds
+        probed = {pid: (kept.measured_peak_bytes, kept.last_mark, state.estimates.get(pid))
+                  for pid, kept in state.probed.items()}
+    up = GaugeMetricFamily("gpumem_exporter_nvml_up", "1 when NVML answered the last poll, else 0")
+    up.add_metric([], 0.0 if snap is None or snap.nvml_error else 1.0)
+    yield up
+    duration = GaugeMetricFamily("gpumem_exporter_poll_duration_seconds", "Wall time of the exporter's last poll")
+    if poll_seconds is not None:
+        duration.add_metric([], poll_seconds)
+    yield duration
+    if snap is None:
+        return
+    gpu_labels = ["gpu", "uuid", "name"]
+    per_gpu = {
+        "memory_used_bytes": ("NVML used memory of the GPU", lambda d: d.memory_used_bytes),
+        "memory_total_bytes": ("Total memory of the GPU", lambda d: d.memory_total_bytes),
+        "utilization_ratio": ("GPU utilization, 0-1", lambda d: None if d.utilization_gpu_percent is None
+                              else d.utilization_gpu_percent / 100.0),
+        "temperature_celsius": ("GPU temperature", lambda d: d.temperature_c),
+        "power_watts": ("GPU power draw", lambda d: d.power_draw_w),
+    }
+    for suffix, (doc, value_of) in per_gpu.items():
+        family = GaugeMetricFamily(f"gpumem_gpu_{suffix}", doc, labels=gpu_labels)
+        for dev in snap.devices:
+            value = value_of(dev)
+            if value is not None:
+                family.add_metric([str(dev.index), dev.uuid or "", printable(dev.name or "", 64)], float(value))
+        yield family
+    processes = GaugeMetricFamily("gpumem_process_memory_used_bytes", "NVML used memory of a process on a GPU",
+                                  labels=["gpu", "pid", "user", "command"])
+    for proc in snap.processes:
+        if proc.used_memory_bytes is None or proc.device_index is None:
+            continue
+        command = printable(proc.command or "", COMMAND_LIMIT)
+        processes.add_metric([str(proc.device_index), str(proc.pid), proc.user or "", command],
+                             float(proc.used_memory_bytes))
+    yield processes
+    measured = GaugeMetricFamily("gpumem_probe_measured_peak_bytes",
+                                 "Highest torch allocated (CPU: live tensor) bytes the probe reported", labels=["pid"])
+    predicted = GaugeMetricFamily("gpumem_probe_predicted_peak_bytes",
+                                  "The estimator's peak for the probe's setup (NVML-used scope on CUDA)", labels=["pid"])
+    step = GaugeMetricFamily("gpumem_probe_step", "The probed job's current training step", labels=["pid"])
+    phase = GaugeMetricFamily("gpumem_probe_phase", "1 for the probed job's current phase", labels=["pid", "phase"])
+    for pid, (peak, mark, estimate) in sorted(probed.items()):
+        if peak:
+            measured.add_metric([str(pid)], float(peak))
+        if estimate is not None and estimate.estimate is not None:
+            predicted.add_metric([str(pid)], float(estimate.estimate.peak_bytes))
+        if mark is not None:
+            step.add_metric([str(pid)], float(mark.step))
+            phase.add_metric([str(pid), mark.phase.value], 1.0)
+    yield from (measured, predicted, step, phase)
+
+
+def build_registry(state: ExporterState):  # noqa: ANN201 - prometheus_client's CollectorRegistry
+    """A registry whose only collector reads ``state`` at each scrape (no process metrics)."""
+    from prometheus_client.registry import CollectorRegistry
+
+    class _StateCollector:
+        def collect(self) -> Iterator[object]:
+            return _families(state)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_StateCollector())
+    return registry
+
+
+def parse_listen(text: str, allow_remote: bool) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) -> (host, port).
+
+    Raises:
+        InputError: not HOST:PORT, a port outside 1-65535, or a non-loopback host without
+            ``allow_remote``.
+    """
+    host, sep, port_text = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise InputError(f"--listen wants HOST:PORT (e.g. {DEFAULT_LISTEN}), got {text!r}")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        raise InputError(f"--listen: {host!r} is not an IP address (or localhost)") from None
+    if not loopback and not allow_remote:
+        raise InputError(
+            f"--listen {text}: not a loopback address; the metrics name users and commands, "
+            "so serving them beyond this machine needs --allow-remote"
+        )
+    return host, int(port_text)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog=PROG, description="Serve GPU, process and probe memory as Prometheus metrics on /metrics.")
+    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help=f"address to serve on (default {DEFAULT_LISTEN}: loopback only; "
+                   "any other address needs --allow-remote)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a non-loopback --listen address (the metrics name users and commands)")
+    p.add_argument("--interval", type=positive_seconds, default=5.0, metavar="S",
+                   help="seconds between polls of NVML and the probe streams (default 5)")
+    p.add_argument("--probe-dir", type=Path, default=None, metavar="DIR", help="where probe streams are read")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    """Entry point of ``gpumem-tui exporter``; returns the exit code."""
+    try:
+        args = _parser().parse_args(list(argv))
+        host, port = parse_listen(args.listen, args.allow_remote)
+    except InputError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    try:
+        from prometheus_client import start_http_server
+    except ImportError as exc:
+        print(f"{PROG}: prometheus_client is not installed ({exc})", file=sys.stderr)
+        return 2
+    from gpumem_tui.telemetry.live import LiveSource
+
+    state = ExporterState()
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=build_registry(state))
+    except OSError as exc:
+        print(f"{PROG}: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    source = LiveSource(args.probe_dir)
+    print(f"{PROG}: serving http://{host}:{port}/metrics every {args.interval:g} s", file=sys.stderr, flush=True)
+    try:
+        while not stop.is_set():
+            started = time.monotonic()
+            state.update(source.poll(), time.monotonic() - started)
+            stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        source.close()
+    return 0

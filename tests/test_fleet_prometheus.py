@@ -1,0 +1,187 @@
+"""The fleet over a real Prometheus (issue 12): Debian's ``prometheus`` scrapes two of our
+exporters (each on the fake NVML, with a real process) and a dcgm-exporter-shaped page, and
+``gpumem_tui.fleet`` reads the hosts back through the HTTP API.
+
+``scripts/setup.sh`` installs ``prometheus`` when it is missing; a machine without it fails
+here rather than skipping.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gpumem_tui.fleet import PrometheusClient, PrometheusError, fleet_rows
+from gpumem_tui.units import GiB, MiB
+
+TESTS = Path(__file__).resolve().parent
+DCGM_PAGE = """\
+# TYPE DCGM_FI_DEV_FB_USED gauge
+DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-aaaa",modelName="NVIDIA H100 80GB HBM3",Hostname="dgx-1"} 40960
+DCGM_FI_DEV_FB_USED{gpu="1",UUID="GPU-bbbb",modelName="NVIDIA H100 80GB HBM3",Hostname="dgx-1"} NaN
+# TYPE DCGM_FI_DEV_FB_FREE gauge
+DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-aaaa",modelName="NVIDIA H100 80GB HBM3",Hostname="dgx-1"} 40960
+# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-aaaa",modelName="NVIDIA H100 80GB HBM3",Hostname="dgx-1",extra="x"} 75
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Page(http.server.BaseHTTPRequestHandler):
+    body = b""
+    delay = 0.0
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        time.sleep(self.delay)
+        code = 200 if self.path.startswith("/metrics") else 404
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.end_headers()
+        self.wfile.write(self.body if code == 200 else b"not found")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _serve(body: str, delay: float = 0.0) -> tuple[http.server.ThreadingHTTPServer, int]:
+    handler = type("Page", (_Page,), {"body": body.encode(), "delay": delay})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, server.server_address[1]
+
+
+def _wait(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if cond():
+                return
+        except (OSError, PrometheusError):
+            pass
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    """Prometheus scraping exporter A (2 GPUs), exporter B (1 GPU) and a dcgm page, every 1 s."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("the 'prometheus' binary is missing: scripts/setup.sh installs it (apt-get install prometheus)")
+    tmp = tmp_path_factory.mktemp("prom")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    started: list[subprocess.Popen] = [sleeper]
+    dcgm, dcgm_port = _serve(DCGM_PAGE)
+    try:
+        exporters = {}
+        for name, gpus in (("a", 2), ("b", 1)):
+            port = _free_port()
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS / "fleet_shim"), str(TESTS.parent)]),
+                   "GPUMEM_FAKE_NVML": str(gpus), "GPUMEM_FAKE_PID": str(sleeper.pid)}
+            started.append(subprocess.Popen(
+                [sys.executable, "-m", "gpumem_tui", "exporter", "--listen", f"127.0.0.1:{port}", "--interval", "0.5",
+                 "--probe-dir", str(tmp / f"probes-{name}")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+            exporters[name] = f"127.0.0.1:{port}"
+        web = _free_port()
+        config = tmp / "prometheus.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            "scrape_configs:\n"
+            f"  - job_name: gpumem\n    static_configs:\n      - targets: ['{exporters['a']}', '{exporters['b']}']\n"
+            f"  - job_name: dcgm\n    static_configs:\n      - targets: ['127.0.0.1:{dcgm_port}']\n"
+        )
+        started.append(subprocess.Popen(
+            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{web}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        url = f"http://127.0.0.1:{web}"
+        client = PrometheusClient(url)
+
+        def ready() -> bool:
+            hosts = {r.host for r in fleet_rows(client)}
+            return hosts >= {exporters["a"], exporters["b"], f"127.0.0.1:{dcgm_port}"}
+
+        _wait(ready, 60, "Prometheus to scrape both exporters and the dcgm page")
+        yield {"url": url, "a": exporters["a"], "b": exporters["b"], "dcgm": f"127.0.0.1:{dcgm_port}",
+               "pid": sleeper.pid}
+    finally:
+        for proc in reversed(started):
+            proc.terminate()
+        for proc in started:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        dcgm.shutdown()
+
+
+def test_hosts_from_our_exporters_and_from_dcgm(prometheus):
+    rows = {r.host: r for r in fleet_rows(PrometheusClient(prometheus["url"]))}
+    a, b, dcgm = rows[prometheus["a"]], rows[prometheus["b"]], rows[prometheus["dcgm"]]
+    assert (a.source, len(a.gpus)) == ("gpumem", 2) and (b.source, len(b.gpus)) == ("gpumem", 1)
+    # the fake NVML's GPUs: 80 GiB each, 1 GiB used
+    assert a.total_bytes == 160 * GiB and a.used_bytes == 2 * GiB
+    assert a.utilization is not None and 0 <= a.utilization <= 1
+    # the biggest process is the real sleeper the fake NVML puts on GPU 0
+    assert a.biggest is not None and a.biggest[0] == str(prometheus["pid"]) and a.biggest[2] == 3 * GiB
+    # dcgm-exporter: MiB, total = used + free, utilization in percent; the NaN GPU is left out
+    assert dcgm.source == "dcgm" and len(dcgm.gpus) == 1
+    assert dcgm.used_bytes == 40960 * MiB and dcgm.total_bytes == 81920 * MiB and dcgm.utilization == 0.75
+    assert dcgm.gpus[0].name == "NVIDIA H100 80GB HBM3"
+
+
+def test_history_through_query_range(prometheus):
+    client = PrometheusClient(prometheus["url"])
+    now = time.time()
+    series = client.query_range(f'gpumem_gpu_memory_used_bytes{{instance="{prometheus["a"]}"}}', now - 30, now, 1)
+    assert len(series) == 2 and all(points and all(v == 1 * GiB for _, v in points) for _, points in series)
+
+
+def test_fleet_once_json_for_scripts(prometheus):
+    env = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
+    proc = subprocess.run([sys.executable, "-m", "gpumem_tui", "fleet", "--prometheus", prometheus["url"], "--once", "--json"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    hosts = {row["host"]: row for row in json.loads(proc.stdout)}
+    assert hosts[prometheus["b"]]["gpus"] == 1 and hosts[prometheus["dcgm"]]["utilization"] == 0.75
+
+
+def test_prometheus_down_slow_or_not_prometheus_is_one_clear_line():
+    closed = _free_port()
+    with pytest.raises(PrometheusError, match="cannot connect"):
+        PrometheusClient(f"http://127.0.0.1:{closed}", timeout=2).query("up")
+    page, port = _serve(DCGM_PAGE)
+    slow, slow_port = _serve(DCGM_PAGE, delay=3.0)
+    try:
+        with pytest.raises(PrometheusError, match="answered HTTP 404.*Prometheus"):
+            PrometheusClient(f"http://127.0.0.1:{port}").query("up")
+        with pytest.raises(PrometheusError, match="no answer within 0.5 s"):
+            PrometheusClient(f"http://127.0.0.1:{slow_port}", timeout=0.5).query("up")
+    finally:
+        page.shutdown()
+        slow.shutdown()
+    with pytest.raises(PrometheusError, match="http"):
+        PrometheusClient("127.0.0.1:9090")
+
+
+def test_prometheus_error_answer_is_reported(prometheus):
+    with pytest.raises(PrometheusError, match="Prometheus error: bad_data"):
+        PrometheusClient(prometheus["url"]).query("sum(")
+    with urllib.request.urlopen(f"{prometheus['url']}/api/v1/targets", timeout=5) as resp:
+        targets = json.loads(resp.read())["data"]["activeTargets"]
+    assert {t["health"] for t in targets} == {"up"}
