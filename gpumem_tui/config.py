@@ -19,6 +19,8 @@ File shape (every key optional)::
     theme = "dark"          # a theme name (bundled, user theme file, or a Textual theme)
     readonly = false        # true removes the signal keys
     chart_window = 300      # seconds of history the chart shows, > 0
+    screenshot_dir = "~/shots"  # where the command palette's Screenshot saves (default: the
+                                # working directory)
     [keys]                  # binding id -> key(s), e.g. sort_next = "s"
     quit = "q"
 
@@ -49,6 +51,7 @@ class Config:
     theme: str = "dark"
     readonly: bool = False
     chart_window: float = 300.0
+    screenshot_dir: str | None = None  # None: the working directory
     keymap: tuple[tuple[str, str], ...] = ()
     path: Path | None = None  # the file these settings came from, if any
     notices: tuple[str, ...] = field(default=())  # problems found, "path:line: message"
@@ -224,6 +227,11 @@ def parse_config(text: str, path: Path | None = None) -> Config:
                 bad(key, f"theme must be a theme name, got {value!r}")
             else:
                 config = replace(config, theme=value.strip())
+        elif key == "screenshot_dir":
+            if not isinstance(value, str) or not value.strip() or "\0" in value:
+                bad(key, f"screenshot_dir must be a folder path, got {value!r}")
+            else:
+                config = replace(config, screenshot_dir=value.strip())
         elif key == "readonly":
             if not isinstance(value, bool):
                 bad(key, f"readonly must be true or false, got {value!r}")

@@ -131,7 +131,13 @@ def _record(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     from gpumem_tui.telemetry.replay import ReplaySource, TraceError
+    from gpumem_tui.ui.themes import known_theme_names, load_themes
 
+    themes = load_themes()
+    names = known_theme_names(themes)
+    if args.theme not in names:  # as the dashboard does: one line, exit 2, no window
+        print(f"gpumem-tui replay: unknown theme {args.theme!r}; available: {', '.join(names)}", file=sys.stderr)
+        return 2
     try:
         source = ReplaySource(args.trace, speed=args.speed)
     except TraceError as exc:
@@ -148,6 +154,7 @@ def _replay(args: argparse.Namespace) -> int:
             source=source,
             interval=args.interval,
             theme=args.theme,
+            themes=themes,
             readonly=True,  # a replayed PID is not a process to signal
             banner=f"replay of {args.trace.name} ({source.duration:.0f} s, x{args.speed:g})",
         )

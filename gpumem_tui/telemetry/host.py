@@ -29,7 +29,7 @@ from typing import Iterable
 
 import psutil
 
-from gpumem_tui.telemetry.model import ProcessSample, ProcessStatus, ProcessType
+from gpumem_tui.telemetry.model import NOT_VISIBLE, ProcessSample, ProcessStatus, ProcessType
 
 NAMESPACE_MESSAGE = "not visible from this PID namespace; run the container with --pid=host"
 NO_PERMISSION = "no permission"
@@ -374,7 +374,8 @@ class HostEnricher:
                 if not self._namespace_noticed:
                     self._namespace_noticed = True
                     self._notices.append(f"GPU processes are {NAMESPACE_MESSAGE}")
-                return self._state(ProcessStatus.NOT_IN_NAMESPACE, NAMESPACE_MESSAGE)
+                # each host field shows "?"; the table, JSON and detail view explain it once
+                return self._state(ProcessStatus.NOT_IN_NAMESPACE, NOT_VISIBLE)
         return self._state(ProcessStatus.EXITED, EXITED)
 
     def _state(self, status: ProcessStatus, reason: str, pid: int | None = None, *,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Protocol
 
 
@@ -33,6 +34,18 @@ class ProcessStatus(str, enum.Enum):
     NO_PERMISSION = "no permission"  # psutil.AccessDenied
     ZOMBIE = "zombie"  # psutil.ZombieProcess
     NOT_IN_NAMESPACE = "not visible from this PID namespace"  # NVML PID unknown to /proc
+
+
+#: What a ``NOT_IN_NAMESPACE`` row's host fields show: one character, so the columns keep their
+#: width; :data:`NAMESPACE_NOTE` explains it once per table, JSON document or detail view.
+NOT_VISIBLE = "?"
+NAMESPACE_NOTE = ("? = a PID the GPU driver reports that /proc here does not show (another PID "
+                  "namespace); run the container with --pid=host")
+
+
+def namespace_note(processes: Iterable[ProcessSample]) -> str | None:
+    """:data:`NAMESPACE_NOTE` when any of ``processes`` is NOT_IN_NAMESPACE, else None."""
+    return NAMESPACE_NOTE if any(p.status is ProcessStatus.NOT_IN_NAMESPACE for p in processes) else None
 
 
 class Phase(str, enum.Enum):

@@ -491,11 +491,16 @@ class ReplaySource:
         if not math.isfinite(seconds):
             raise ValueError(f"seek position must be a finite number, got {seconds!r}")
         with self._lock:
-            self._position = min(max(0.0, float(seconds)), self.duration)
+            self._advance()
+            target = min(max(0.0, float(seconds)), self.duration)
+            if target == self._position:  # e.g. forward at the end: nothing moves, nothing to say
+                return
+            self._position = target
             self._last_clock = self._clock()
             self._emitted = self._index_at(self._position) - 1
             self._finished_reported = False
-            self._pending_notices.append(f"replay at {self._position:.1f} s of {self.duration:.1f} s")
+            if target < self.duration:  # at the end, "replay finished" says where it is
+                self._pending_notices.append(f"replay at {self._position:.1f} s of {self.duration:.1f} s")
 
     def seek_relative(self, seconds: float) -> None:
         """Jump by ``seconds`` (negative: back)."""

@@ -30,7 +30,7 @@ import time
 from typing import Any
 
 from gpumem_tui.cli_support import InputError, OneLineParser
-from gpumem_tui.telemetry.model import DeviceSample, ProcessSample, Snapshot
+from gpumem_tui.telemetry.model import NOT_VISIBLE, DeviceSample, ProcessSample, Snapshot, namespace_note
 from gpumem_tui.text import json_safe, printable
 from gpumem_tui.units import format_bytes
 
@@ -76,13 +76,19 @@ def process_to_json(p: ProcessSample) -> dict[str, Any]:
 
 
 def snapshot_to_json(snap: Snapshot) -> dict[str, Any]:
-    """The ``snapshot --json`` document for ``snap`` (GPU processes only)."""
-    return {
+    """The ``snapshot --json`` document for ``snap`` (GPU processes only). A ``note`` key is
+    added (once) when a process's host fields are null because /proc cannot see its PID."""
+    processes = [p for p in snap.processes if p.device_index is not None]
+    doc: dict[str, Any] = {
         "driver_version": snap.driver_version,
         "cuda_driver_version": snap.cuda_driver_version,
         "devices": [device_to_json(d) for d in snap.devices],
-        "processes": [process_to_json(p) for p in snap.processes if p.device_index is not None],
+        "processes": [process_to_json(p) for p in processes],
     }
+    note = namespace_note(processes)
+    if note:
+        doc["note"] = note
+    return doc
 
 
 def _cell(value: Any, reason: str | None, fmt) -> str:
@@ -120,8 +126,12 @@ def format_table(snap: Snapshot, width: int = 120) -> str:
         rss = _cell(p.rss_bytes, p.reason("rss_bytes"), format_bytes)
         user = printable(p.user or p.reason("user") or "?", 10)
         prefix = f"{p.device_index:>3} {p.pid:>8} {p.type.value:<8} {mem:>10} {sm:>4} {user:<10} {cpu:>6} {rss:>10}  "
-        command = p.command if p.command is not None else f"({p.reason('command') or p.status.value})"
+        reason = p.reason("command") or p.status.value
+        command = p.command if p.command is not None else (reason if reason == NOT_VISIBLE else f"({reason})")
         lines.append(prefix + printable(command, max(width - len(prefix), 24)))
+    note = namespace_note(procs)
+    if note:
+        lines.append(note)
     return "\n".join(lines)
 
 

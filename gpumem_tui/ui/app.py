@@ -19,7 +19,7 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingsMap
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Footer, Input, Static, TextArea
 from textual.worker import Worker, WorkerState
 
 from gpumem_tui.config import check_signal_keys
@@ -32,6 +32,7 @@ from gpumem_tui.telemetry.model import (
     ProcessSample,
     Snapshot,
     TelemetrySource,
+    namespace_note,
 )
 from gpumem_tui.step_peaks import detect_drift, step_peaks
 from gpumem_tui.text import printable
@@ -44,7 +45,21 @@ from gpumem_tui.ui.process_table import ProcessTable, row_key
 from gpumem_tui.ui.screens import ConfirmSignalScreen, HelpScreen, ProcessDetailScreen, signal_name
 from gpumem_tui.ui.themes import APP_VARIABLES, DEFAULT_THEME, FALLBACK_THEME, ThemeSet
 
-SIDE_PANE_MIN_WIDTH = 130  # below this the pane starts hidden (`e` shows it)
+# Size classes (issue 13 item 10): "wide" (>= 160 columns) shows the estimator pane beside
+# the table and chart; "medium" (>= 120) gives them the whole width and the status line says
+# `e` opens the pane; "narrow" (< 120) also drops the less needed columns (process_table),
+# caps the table and device panel so the chart keeps rows enough for its 0 tick, and shortens
+# the replay and key lines so that nothing is cut.
+WIDE_MIN_WIDTH = 160
+MEDIUM_MIN_WIDTH = 120
+SIDE_PANE_MIN_WIDTH = WIDE_MIN_WIDTH  # below this the pane starts hidden (`e` shows it)
+
+
+def size_class(width: int) -> str:
+    """"wide", "medium" or "narrow" for a terminal ``width`` columns wide."""
+    if width >= WIDE_MIN_WIDTH:
+        return "wide"
+    return "medium" if width >= MEDIUM_MIN_WIDTH else "narrow"
 # Down to 2 s: an H100 training step of 300 ms spans a few character cells there.
 CHART_WINDOWS = (2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 6 * 3600.0)
 MAX_MARKS_PER_PID = 4096
@@ -79,6 +94,8 @@ class GpuMemApp(App[None]):
         keymap: binding id -> keys overrides (from the config file).
         banner: extra text for the status line (e.g. "demo job PID 123").
         side_pane: mount the estimator / comparison pane (when its widgets are installed).
+        screenshot_dir: folder the command palette's Screenshot saves into (``~`` expanded);
+            None: the working directory.
     """
 
     # Absolute, so subclasses defined in other modules (tests, benchmarks) find it too.
@@ -123,8 +140,10 @@ class GpuMemApp(App[None]):
         keymap: Iterable[tuple[str, str]] = (),
         banner: str | None = None,
         side_pane: bool = True,
+        screenshot_dir: str | None = None,
     ) -> None:
         super().__init__()
+        self.screenshot_dir = screenshot_dir
         self.side_pane_enabled = side_pane
         self.source = source
         self.interval = interval
@@ -154,6 +173,7 @@ class GpuMemApp(App[None]):
         self._pane_state = pane.PaneState()
         self.poller = Poller(self, source, interval)
         self.has_side_pane = False
+        self.size_class = ""
         self._status_shown: Text | None = None
         self._charted_target: tuple[str, int] | None = None
         self._charted_time = 0.0
@@ -167,6 +187,8 @@ class GpuMemApp(App[None]):
         self.table = ProcessTable(id="processes")
         self.filter_box = Input(placeholder="filter: user:NAME gpu:N words (Enter keeps, Esc clears)", id="filter")
         self.chart = MemoryChart(id="chart")
+        self.table_empty = Static(id="table-empty")  # says why the table has no rows, or "?"
+        self._table_note = ""
         # A signal key (or the confirmation) that shares a key with another action is refused.
         safe_keymap, refused = check_signal_keys(tuple(keymap), binding_defaults())
         self._keymap_pairs = dict(safe_keymap)
@@ -207,6 +229,7 @@ class GpuMemApp(App[None]):
         with Horizontal(id="main"):
             with Vertical(id="left"):
                 yield self.table
+                yield self.table_empty
                 yield self.filter_box
                 yield self.chart
         yield Footer()
@@ -228,6 +251,7 @@ class GpuMemApp(App[None]):
         main.mount(side)
         self.has_side_pane = True
         self.refresh_bindings()
+        self._update_status()
         self.call_after_refresh(self._update_side)
 
     def on_mount(self) -> None:
@@ -236,8 +260,10 @@ class GpuMemApp(App[None]):
             self.set_keymap(self._keymap_pairs)
         for notice in self.start_notices:
             self.notify(notice, title="Config", severity="warning", timeout=10, markup=False)
+        self._apply_size_class(self.size.width)
         self.replay_bar.display = self.replay
         self.filter_box.display = False
+        self.table_empty.display = False
         self.chart.window = self.chart_window
         self.table.focus()
         self._update_status()
@@ -312,7 +338,8 @@ class GpuMemApp(App[None]):
             # The charted process exited: its row is gone and the cursor lands on another one.
             # That move is not the user's, so the ended job's curve stays until the cursor moves.
             self._highlighted_key = table.selected_key
-        if self.chart_target is None:
+        self._follow_filter()
+        if self.chart_target is None and not self.filter_hides_all:
             selected = table.selected
             if selected is not None:
                 self.chart_target = ("proc", selected.pid)
@@ -439,6 +466,8 @@ class GpuMemApp(App[None]):
                 text.append(f" ({'; '.join(table.filter.problems)})")
         if self.readonly:
             text.append(" · read-only")
+        if self.side_pane_hidden and not self._side_toggled:
+            text.append(" · e: estimator")  # the pane left with the width: say how to get it
         if self.poll_error:
             text.append(" · poll failed: ", style="bold")
             text.append(printable(self.poll_error, 300))
@@ -474,7 +503,8 @@ class GpuMemApp(App[None]):
                 text.append(f" / {dur:.1f} s")
         if isinstance(speed, (int, float)):
             text.append(f" · ×{speed:g}")
-        text.append(" · space pause · ←/→ seek 10 s · +/- speed")
+        if self.size_class != "narrow":  # narrow: the key line lists them
+            text.append(" · space pause · ←/→ seek 10 s · +/- speed")
         return text
 
     # ---- chart ----------------------------------------------------------------------------
@@ -524,9 +554,11 @@ class GpuMemApp(App[None]):
                 return
         self._charted_target = target
         self._charted_time = snap.time if snap is not None else 0.0
+        chart.set_message(None)
         if snap is None or target is None:
             chart.set_series([], None)
-            chart.set_message("no GPU or process selected")
+            chart.set_message("no process matches the filter · esc clears" if self.filter_hides_all
+                              else "no GPU or process selected")
             chart.replot()
             return
         kind, ident = target
@@ -598,9 +630,28 @@ class GpuMemApp(App[None]):
 
     def on_resize(self, event: Any) -> None:
         # Narrow terminals give the whole width to the table and chart; `e` still opens the pane.
+        self._apply_size_class(event.size.width)
         if self.has_side_pane and not self._side_toggled:
             for side in self.screen_stack[0].query("#side"):
                 side.display = event.size.width >= SIDE_PANE_MIN_WIDTH
+        self._update_status()
+
+    def _apply_size_class(self, width: int) -> None:
+        wanted = size_class(width)
+        if wanted == self.size_class:
+            return
+        self.size_class = wanted
+        for name in ("wide", "medium", "narrow"):
+            self.set_class(name == wanted, f"-size-{name}")
+        for footer in self.screen_stack[0].query(Footer) if self.screen_stack else ():
+            footer.compact = wanted != "wide"
+
+    @property
+    def side_pane_hidden(self) -> bool:
+        """True when the pane exists but is not shown (the status line then says `e`)."""
+        if not self.has_side_pane or not self.screen_stack:
+            return False
+        return not any(side.display for side in self.screen_stack[0].query("#side"))
 
     def _update_side(self) -> None:
         """Show the current selection in the side pane (no-op without it)."""
@@ -661,7 +712,9 @@ class GpuMemApp(App[None]):
     # ---- actions --------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in REPLAY_ACTIONS:
-            return self.replay
+            # The replay keys are priority bindings (the table would take the arrows), but a
+            # text field's arrows, space and +/- are the user's typing: the field gets them.
+            return self.replay and not isinstance(self.focused, (Input, TextArea))
         if action == "signal" and self.readonly:
             return False
         if action == "toggle_side":
@@ -705,7 +758,48 @@ class GpuMemApp(App[None]):
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
         self.table.set_filter(event.value)
+        if self._follow_filter():
+            self._update_chart()
+            self._update_side()
         self._update_status()
+
+    @property
+    def filter_hides_all(self) -> bool:
+        """True when a filter is set and no row matches it."""
+        table = self.table
+        return table.filter.active and not table.shown and bool(self.snapshot and self.snapshot.processes)
+
+    def _follow_filter(self) -> bool:
+        """The chart and the pane show a row the table lists, never one the filter hid: the
+        selected row's process, or nothing (the table says no row matches). Also shows or
+        hides that line. True when the chart's target changed."""
+        table = self.table
+        empty = self.filter_hides_all
+        notes = []
+        if empty:
+            query = printable(self.filter_box.value.strip(), 60)
+            notes.append(f"no process matches {query!r} · esc clears")
+        namespace = namespace_note(table.shown)
+        if namespace:  # once for the table, not in every "?" cell
+            notes.append(namespace)
+        note = " · ".join(notes)
+        self.table_empty.display = bool(note)
+        if note != self._table_note:
+            self._table_note = note
+            self.table_empty.update(note)
+        target = self.chart_target
+        if target is None and not empty and table.selected is not None:  # the filter was eased
+            self.chart_target = ("proc", table.selected.pid)
+            self._highlighted_key = table.selected_key
+            return True
+        if not table.filter.active or target is None or target[0] != "proc":
+            return False
+        if any(p.pid == target[1] for p in table.shown):
+            return False
+        selected = table.selected
+        self.chart_target = ("proc", selected.pid) if selected is not None else None
+        self._highlighted_key = table.selected_key
+        return True
 
     @on(Input.Submitted, "#filter")
     def _filter_submitted(self, event: Input.Submitted) -> None:
@@ -752,6 +846,7 @@ class GpuMemApp(App[None]):
         self._side_toggled = True
         for side in self.screen_stack[0].query("#side"):
             side.display = not side.display
+        self._update_status()
 
     # replay
     def action_replay_pause(self) -> None:
@@ -818,6 +913,34 @@ class GpuMemApp(App[None]):
         else:
             self.notify(f"{name} sent to PID {proc.pid} ({printable(proc.command or '', 80)})",
                         title="Signal", timeout=5, markup=False)
+
+    def deliver_screenshot(
+        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
+    ) -> str | None:
+        """Save an SVG screenshot and say where, or why not.
+
+        Textual's default saves into ~/Downloads and only says "Failed to save screenshot"
+        when that folder is missing (common on servers); here it goes to ``screenshot_dir``
+        or the working directory, written 0600 (it shows command lines) and never over a file.
+        Returns the path written, or None.
+        """
+        import os
+        import time as _time
+
+        folder = Path(os.path.expanduser(path or self.screenshot_dir or os.getcwd()))
+        name = filename or _time.strftime(f"{self.title}_%Y-%m-%dT%H_%M_%S.svg")
+        target = folder / name
+        try:
+            svg = self.export_screenshot()
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(svg)
+        except OSError as exc:
+            self.notify(f"screenshot not saved to {printable(str(target), 300)}: {exc.strerror or exc}",
+                        title="Screenshot", severity="error", timeout=10, markup=False)
+            return None
+        self.notify(f"saved to {printable(str(target), 300)}", title="Screenshot", timeout=10, markup=False)
+        return str(target)
 
     async def action_quit(self) -> None:
         self.poller.stop()

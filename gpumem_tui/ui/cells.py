@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from gpumem_tui.telemetry.model import DeviceSample, ProcessSample, ProcessStatus
+from gpumem_tui.telemetry.model import NOT_VISIBLE, DeviceSample, ProcessSample, ProcessStatus
 from gpumem_tui.text import printable
 from gpumem_tui.units import MiB
 
 MISSING_STYLE = "dim"
-NAMESPACE_HINT = "not visible from this PID namespace; run the container with --pid=host"
 
 
 def safe(text: str | None, limit: int = 4096) -> Text:
@@ -116,7 +115,7 @@ def status_text(proc: ProcessSample) -> str | None:
     if proc.status is ProcessStatus.OK:
         return None
     if proc.status is ProcessStatus.NOT_IN_NAMESPACE:
-        return NAMESPACE_HINT
+        return None  # "?" in each host column; the table says why once (model.namespace_note)
     return proc.status.value
 
 
@@ -131,7 +130,7 @@ def command(proc: ProcessSample, limit: int = 512) -> Text:
     if proc.command:
         text.append_text(safe(proc.command, limit=limit))
     elif state is None:
-        text.append_text(missing(proc.reason("command")))
+        text.append_text(missing(proc.reason("command") or _status_reason(proc)))
     return text
 
 
@@ -144,6 +143,8 @@ def user(proc: ProcessSample) -> Text:
 def _status_reason(proc: ProcessSample) -> str:
     if proc.status is ProcessStatus.NO_PERMISSION:
         return "no permission"
-    if proc.status in (ProcessStatus.EXITED, ProcessStatus.NOT_IN_NAMESPACE):
+    if proc.status is ProcessStatus.NOT_IN_NAMESPACE:
+        return NOT_VISIBLE
+    if proc.status is ProcessStatus.EXITED:
         return "-"
     return "N/A"

@@ -166,6 +166,7 @@ def run_dashboard(
             select_pid=select_pid,
             notices=config.notices,
             chart_window=config.chart_window,
+            screenshot_dir=config.screenshot_dir,
             keymap=config.keymap,
             banner=banner,
         )

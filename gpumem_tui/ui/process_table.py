@@ -228,11 +228,11 @@ class ProcessTable(IncrementalTable):
             self._rebuild(self.selected_key)
 
     def _header(self, col: Column) -> Text:
-        label = col.label
+        # Every header keeps two cells for the arrow: a column sized to its header when it was
+        # added (GPU, PID, SM%) would otherwise cut the arrow off, and sorting moves no column.
         column, reverse = self.effective_sort
-        if col.key == column:
-            label += " ▼" if reverse else " ▲"
-        return Text(label, style="bold")
+        arrow = (" ▼" if reverse else " ▲") if col.key == column else "  "
+        return Text(col.label + arrow, style="bold")
 
     @property
     def selected_key(self) -> str | None:
@@ -295,6 +295,10 @@ class ProcessTable(IncrementalTable):
         for col in COLUMNS:
             if col.key in self.visible_columns:
                 self.columns[self._column_key(col.key)].label = self._header(col)
+        # DataTable has no API to relabel a column: drop its render caches so that the header
+        # is drawn again even when the rows keep their order.
+        self._clear_caches()
+        self.refresh()
 
     def _column_key(self, key: str) -> Any:
         for column_key in self.columns:

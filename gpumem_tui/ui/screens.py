@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from gpumem_tui.telemetry.model import ProbeInfo, ProcessSample
+from gpumem_tui.telemetry.model import NAMESPACE_NOTE, ProbeInfo, ProcessSample, ProcessStatus
 from gpumem_tui.text import printable
 from gpumem_tui.ui import cells
 
@@ -56,7 +56,8 @@ def detail_rows(proc: ProcessSample, now: float, probe: ProbeInfo | None) -> lis
         ("PID", Text(str(proc.pid))),
         ("GPU", Text("-" if proc.device_index is None else str(proc.device_index))),
         ("type", Text(proc.type.value)),
-        ("state", Text(cells.status_text(proc) or "running")),
+        ("state", Text(NAMESPACE_NOTE if proc.status is ProcessStatus.NOT_IN_NAMESPACE
+                       else cells.status_text(proc) or "running")),
         ("user", cells.user(proc)),
         ("GPU memory (NVML used)", cells.mib(proc.used_memory_bytes, proc.reason("used_memory_bytes"))),
         ("SM %", cells.percent(proc.sm_percent, proc.reason("sm_percent"))),
