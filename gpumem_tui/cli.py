@@ -25,7 +25,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("gpumem_tui.trace_cli", "open the dashboard on a recorded trace"),
     "compare": ("gpumem_tui.trace_cli", "predicted vs measured for a recorded trace"),
     "exporter": ("gpumem_tui.exporter", "serve GPU, process and probe memory as Prometheus metrics"),
-    "fleet": ("gpumem_tui.fleet", "GPU memory of many hosts, read from Prometheus (--once)"),
+    "fleet": ("gpumem_tui.fleet_cli", "GPU memory of many hosts, read from Prometheus"),
+    "serve": ("gpumem_tui.serve", "the dashboard in a web browser (textual-serve)"),
 }
 
 

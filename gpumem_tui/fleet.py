@@ -1,5 +1,6 @@
 """The fleet seen through Prometheus: one row per host, from our exporter's metrics and
-NVIDIA dcgm-exporter's (headless; the screen and ``fleet --once`` only print what it returns).
+NVIDIA dcgm-exporter's (headless; the screen, :mod:`gpumem_tui.fleet_screen`, and ``fleet --once``,
+:mod:`gpumem_tui.fleet_cli`, only print what it returns).
 
 Prometheus is read through its HTTP API (``/api/v1/query``, ``/api/v1/query_range``; see
 https://prometheus.io/docs/prometheus/latest/querying/api/) with the standard library. A host is
@@ -23,7 +24,7 @@ from typing import Any
 
 from gpumem_tui.units import MiB
 
-__all__ = ["GpuRow", "HostRow", "PrometheusClient", "PrometheusError", "fleet_rows", "format_table", "main"]
+__all__ = ["GpuRow", "HostRow", "PrometheusClient", "PrometheusError", "fleet_rows", "format_table"]
 
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a Prometheus answer larger than this is refused
 
@@ -249,36 +250,3 @@ def format_table(rows: Sequence[HostRow]) -> str:
         biggest = f"{row.biggest[0]} {format_bytes(row.biggest[2])} {row.biggest[1][:40]}" if row.biggest else "-"
         lines.append(f"{row.host[:28]:<28} {row.source:<6} {len(row.gpus):>4} {memory:>30} {util:>5}  {biggest}")
     return "\n".join(lines)
-
-
-def main(argv: Sequence[str]) -> int:
-    """``gpumem-tui fleet --prometheus URL --once [--json]``; returns the exit code.
-
-    Exit codes: 0 printed, 1 Prometheus could not be read (one line), 2 bad input.
-    """
-    import sys
-
-    from gpumem_tui.cli_support import InputError, OneLineParser, positive_seconds
-
-    parser = OneLineParser(prog="gpumem-tui fleet", description="GPU memory of many hosts, read from Prometheus.")
-    parser.add_argument("--prometheus", required=True, metavar="URL", help="the Prometheus server, e.g. http://127.0.0.1:9090")
-    parser.add_argument("--once", action="store_true", help="print the host table once and exit")
-    parser.add_argument("--json", action="store_true", help="with --once: the table as JSON (bytes, utilization 0-1)")
-    parser.add_argument("--timeout", type=positive_seconds, default=5.0, metavar="S", help="seconds per query (default 5)")
-    try:
-        args = parser.parse_args(list(argv))
-        if not args.once:
-            raise InputError("only --once is available yet (the interactive fleet screen is not built)")
-        client = PrometheusClient(args.prometheus, timeout=args.timeout)
-    except (InputError, PrometheusError) as exc:
-        print(f"gpumem-tui fleet: {exc}", file=sys.stderr)
-        return 2
-    except SystemExit as exc:  # --help
-        return int(exc.code or 0)
-    try:
-        rows = fleet_rows(client)
-    except PrometheusError as exc:
-        print(f"gpumem-tui fleet: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps([r.to_json() for r in rows], indent=2) if args.json else format_table(rows))
-    return 0

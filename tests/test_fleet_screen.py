@@ -1,0 +1,112 @@
+"""The interactive fleet screen and its poller, against the real Prometheus of
+tests/test_fleet_prometheus.py (exporters a: 2 GPUs, b: 1 GPU, a dcgm page) and broken servers."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+
+import pytest
+from test_fleet_prometheus import prometheus  # noqa: F401 -- the module-scoped fixture
+
+from gpumem_tui.fleet import PrometheusClient
+from gpumem_tui.fleet_screen import FleetPoller
+from gpumem_tui.units import GiB, MiB
+
+
+def test_down_server_keeps_last_data_and_backs_off(prometheus):  # noqa: F811
+    poller = FleetPoller(PrometheusClient(prometheus["url"]), interval=5, max_backoff=60)
+    good = poller.refresh()
+    assert good.notice is None and {h.host for h in good.hosts} >= {prometheus["a"], prometheus["b"]}
+    poller.client = PrometheusClient("http://127.0.0.1:9", timeout=2)  # nothing listens on port 9
+    first = poller.refresh()
+    assert first.hosts == good.hosts and "refused" in first.notice.lower() and first.retry_in == 10
+    assert poller.refresh().retry_in == 20
+    for _ in range(5):
+        poller.refresh()
+    assert poller.state.retry_in == 60 and poller.state.hosts == good.hosts
+    poller.client = PrometheusClient(prometheus["url"])
+    back = poller.refresh()
+    assert back.notice is None and back.retry_in == 5 and poller.failures == 0
+
+
+def test_history_per_gpu_from_query_range(prometheus):  # noqa: F811
+    poller = FleetPoller(PrometheusClient(prometheus["url"]))
+    deadline = time.monotonic() + 20
+    while True:  # a few scrapes must be stored
+        hist = poller.history(prometheus["a"], seconds=60, points=60)
+        if len(hist) == 2 and min(len(p) for p in hist.values()) >= 3:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    assert {v for _, v in hist["0"]} == {1 * GiB}
+    dcgm = poller.history(prometheus["dcgm"], seconds=60, points=60)
+    assert {v for _, v in dcgm["0"]} == {40960 * MiB}
+
+
+def test_slow_server_times_out_with_a_notice():
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 -- http.server's name
+            time.sleep(3)
+
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        poller = FleetPoller(PrometheusClient(f"http://127.0.0.1:{server.server_address[1]}", timeout=0.5))
+        start = time.monotonic()
+        state = poller.refresh()
+        assert time.monotonic() - start < 2.5 and "no answer within 0.5 s" in state.notice and state.hosts == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def _wait(pilot, cond, seconds=20.0):
+    deadline = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < deadline
+        await pilot.pause(0.2)
+
+
+@pytest.mark.asyncio
+async def test_screen_hosts_sort_filter_and_host_detail(prometheus, tmp_path):  # noqa: F811
+    from textual.widgets import DataTable, Sparkline, Static
+
+    from gpumem_tui.fleet_screen import FleetApp, HostScreen
+
+    app = FleetApp(FleetPoller(PrometheusClient(prometheus["url"]), interval=1))
+    async with app.run_test(size=(150, 30)) as pilot:
+        table = app.query_one("#hosts", DataTable)
+        notice = app.query_one("#notice", Static)
+        await _wait(pilot, lambda: table.row_count == 3)
+        await pilot.press("s")  # memory used, largest first: the dcgm host's 40 GiB
+        assert app.sort_name == "memory used" and table.get_row_at(0)[0] == prometheus["dcgm"]
+        assert table.get_row_at(0)[1] == "dcgm"
+        await pilot.press("slash")
+        await pilot.press(*prometheus["b"])
+        await _wait(pilot, lambda: table.row_count == 1)
+        assert table.get_row_at(0)[0] == prometheus["b"] and "1 of 3 hosts" in str(notice.render())
+        await pilot.press("enter")  # leaves the filter box for the table
+        app.save_screenshot(str(tmp_path / "fleet.svg"))
+        app.query_one("#filter").value = ""
+        await _wait(pilot, lambda: table.row_count == 3)
+        table.move_cursor(row=next(i for i in range(3) if table.get_row_at(i)[0] == prometheus["a"]))
+        table.focus()
+        await pilot.press("enter")
+        await _wait(pilot, lambda: isinstance(app.screen, HostScreen))
+        screen = app.screen
+        await _wait(pilot, lambda: len(screen.query(Sparkline)) == 2)
+        assert screen.query_one("#gpus", DataTable).row_count == 2
+        assert str(prometheus["pid"]) in str(screen.query_one("#host-title", Static).render())
+        app.save_screenshot(str(tmp_path / "host.svg"))
+        await pilot.press("escape")
+        # Prometheus goes away: a notice, the rows kept
+        app.poller.client = PrometheusClient("http://127.0.0.1:9", timeout=1)
+        await pilot.press("r")
+        await _wait(pilot, lambda: "retrying" in str(notice.render()))
+        assert table.row_count == 3 and "next try in" in str(notice.render())

@@ -1,0 +1,72 @@
+"""gpumem-tui serve: readonly by default, loopback by default, one-line errors, the page served.
+
+Not covered (yet): a real browser loading the page and seeing the GPU table (issue 12 asks
+for headless Chromium); the terminal is drawn by xterm.js into a canvas, so the DOM has no text.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+from gpumem_tui.serve import dashboard_command
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_served_dashboard_is_readonly_unless_signals_are_allowed():
+    assert dashboard_command(["--interval", "2"], allow_signals=False).endswith("dashboard --interval 2 --readonly")
+    assert "--readonly" not in dashboard_command([], allow_signals=True)
+    assert dashboard_command(["--readonly"], allow_signals=False).count("--readonly") == 1
+    assert "'a b'" in dashboard_command(["--probe-dir", "a b"], allow_signals=False)  # quoted for the shell
+
+
+def _serve(*args, timeout=20):
+    return subprocess.run([sys.executable, "-m", "gpumem_tui", "serve", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_port_in_use_and_bad_port_are_one_line_exit_2():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        r = _serve("--port", str(busy.getsockname()[1]))
+    assert r.returncode == 2 and "cannot listen" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = _serve("--port", "70000")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_serves_the_page_on_loopback_and_warns_elsewhere():
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gpumem_tui", "serve", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as resp:
+                    page = resp.read().decode()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.3)
+        assert f"ws://127.0.0.1:{port}/ws" in page and "gpumem-tui" in page
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert "--readonly" in proc.stderr.read()
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gpumem_tui", "serve", "--host", "0.0.0.0", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert "warning: serving on 0.0.0.0, not loopback" in proc.stderr.read()
