@@ -111,7 +111,8 @@ def power(dev: DeviceSample) -> Text:
     draw = f"{dev.power_draw_w:.0f}" if dev.power_draw_w is not None else (dev.reason("power_draw_w") or "N/A")
     limit = f"{dev.power_limit_w:.0f}" if dev.power_limit_w is not None else (dev.reason("power_limit_w") or "N/A")
     style = MISSING_STYLE if dev.power_draw_w is None or dev.power_limit_w is None else ""
-    return Text(f"{draw} / {limit} W", style=style)
+    # The draw padded to the limit's digits: a fixed width for a given GPU (see device_memory).
+    return Text(f"{draw.rjust(len(limit))} / {limit} W", style=style)
 
 
 def status_text(proc: ProcessSample) -> str | None:
