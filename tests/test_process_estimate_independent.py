@@ -182,7 +182,7 @@ def test_a_process_shown_before_the_form_is_mounted_keeps_its_own_estimate():
     import json
 
     from textual.app import App
-    from textual.widgets import Input, Select
+    from textual.widgets import Input
 
     from gpumem_tui.estimator.architecture import CATALOGUE_DIR
     from gpumem_tui.ui.estimator_panel import EstimatorPanel

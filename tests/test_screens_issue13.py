@@ -155,7 +155,7 @@ async def test_dashboard_shows_question_marks_and_one_notice_for_invisible_pids(
     from gpumem_tui.telemetry.host import HostEnricher
     from gpumem_tui.telemetry.live import LiveSource
     from gpumem_tui.telemetry.model import NAMESPACE_NOTE
-    from gpumem_tui.ui.screens import ProcessDetailScreen, detail_rows
+    from gpumem_tui.ui.screens import detail_rows
 
     alive = spawn()
     hidden = [_dead_pid(), _dead_pid() - 1]
