@@ -387,9 +387,9 @@ class GpuMemApp(App[None]):
         self.contexts.prune(self.probe_samples)
         gpu_of = {p.pid: p.device_index for p in snap.processes if p.device_index is not None}
         for pid, info in self.probe_infos.items():  # the device may be known only after the info
-            own = self.process_estimates.update_probe(info, self.probe_devices.get(pid), self.contexts.context(pid))
-            probed = self.process_estimates.probe_estimate(pid) or own
-            measured = getattr(probed.spec, "measured_context", None)
+            self.process_estimates.update_probe(info, self.probe_devices.get(pid), self.contexts.context(pid))
+            probed = self.process_estimates.probe_estimate(pid)
+            measured = getattr(probed.spec, "measured_context", None) if probed is not None else None
             if measured is not None and gpu_of.get(pid) is not None:
                 self.gpu_contexts[gpu_of[pid]] = measured
         if snap.phase_peaks:
