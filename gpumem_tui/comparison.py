@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS
-from gpumem_tui.step_peaks import Drift, StepPeak, detect_drift, step_peaks
+from gpumem_tui.step_peaks import Drift, StepPeak, step_drift, step_peaks
 from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeInfo, ProbeSample, ProcessSample
 
 __all__ = [
@@ -241,8 +241,10 @@ class ComparisonResult:
         ``peak_phase`` (predicted), ``measured_peak_phase`` (the probe's phase at the sample
         the components come from, or null), ``components_sample_bytes`` (that sample's live
         bytes), ``samples``, ``notes``, ``steps`` [{"step", "peak_bytes", "phase_peaks":
-        {phase: bytes}}] (the probe's high-water marks; empty for traces of older probes) and
-        ``drift`` ({"bytes_per_step", "steps", "first_step", "last_step", "text"} or null).
+        {phase: bytes}, "left_bytes" (what the step left behind, when the probe said)}] (the
+        probe's high-water marks; empty for traces of older probes) and ``drift``
+        ({"bytes_per_step", "steps", "first_step", "last_step", "what", "text"} or null; "what"
+        is "per-step peak" or "memory left after each step").
         """
         predicted: dict[str, int] = dict(self.predicted_components)
         measured: dict[str, int | None] = {name: None for name in predicted}
@@ -402,9 +404,9 @@ def compare(
     steps = step_peaks(phase_peaks, pid)
     if steps:
         peak_allocated = max(peak_allocated, max(s.peak_bytes for s in steps))
-    drift = detect_drift([(s.step, s.peak_bytes) for s in steps])
+    drift = step_drift(steps)
     if drift is not None:
-        notes.append(f"the per-step peak rises steadily: {drift.text()} (a leak?)")
+        notes.append(f"the {drift.what} rises steadily: {drift.text()} (a leak?)")
     reserved_values = [p.reserved_bytes for p in samples if p.reserved_bytes is not None]
     peak_reserved = max(reserved_values) if reserved_values else None
     nvml_values = [

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpumem_tui.telemetry.model import PhasePeak
+from gpumem_tui.telemetry.model import Phase, PhasePeak
 
 # Steps left out of the drift fit: the first step creates the optimizer states and the
 # second is the first with gradients and states alive from the start, so both are lower than
@@ -28,19 +28,25 @@ MIN_RISE_FRACTION = 0.005  # ... and 0.5 % of the highest peak
 @dataclass(frozen=True, slots=True)
 class StepPeak:
     """One training step's high-water mark: ``peak_bytes`` = the highest of ``phase_peaks``
-    (phase name -> bytes). ``steps`` > 1 when the probe folded fast steps into this record."""
+    (phase name -> bytes). ``steps`` > 1 when the probe folded fast steps into this record.
+    ``left_bytes``: the memory the step left behind (the probe's figure at the end of its
+    optimizer step), None when the probe did not report it."""
 
     step: int
     peak_bytes: int
     phase_peaks: tuple[tuple[str, int], ...]
     steps: int = 1
+    left_bytes: int | None = None
 
     def to_json(self) -> dict[str, object]:
-        """``{"step", "peak_bytes", "phase_peaks": {phase: bytes}}`` (+ ``"steps"`` when folded)."""
+        """``{"step", "peak_bytes", "phase_peaks": {phase: bytes}}`` (+ ``"steps"`` when folded,
+        ``"left_bytes"`` when known)."""
         out: dict[str, object] = {"step": self.step, "peak_bytes": self.peak_bytes,
                                   "phase_peaks": dict(self.phase_peaks)}
         if self.steps > 1:
             out["steps"] = self.steps
+        if self.left_bytes is not None:
+            out["left_bytes"] = self.left_bytes
         return out
 
 
@@ -68,6 +74,7 @@ def step_peaks(peaks: Iterable[PhasePeak], pid: int | None = None) -> list[StepP
     (a re-sent record) keeps its highest value. ``pid`` filters when given."""
     by_step: dict[int, dict[str, int]] = {}
     folded: dict[int, int] = {}
+    left: dict[int, int] = {}
     for p in peaks:
         if pid is not None and p.pid != pid:
             continue
@@ -75,10 +82,24 @@ def step_peaks(peaks: Iterable[PhasePeak], pid: int | None = None) -> list[StepP
         name = p.phase.value
         phases[name] = max(phases.get(name, 0), p.peak_bytes)
         folded[p.step] = max(folded.get(p.step, 1), p.steps)
+        if p.phase is Phase.OPTIMIZER_STEP and p.end_bytes is not None:
+            left[p.step] = p.end_bytes
     return [
-        StepPeak(step, max(phases.values()), tuple(phases.items()), folded[step])
+        StepPeak(step, max(phases.values()), tuple(phases.items()), folded[step], left.get(step))
         for step, phases in sorted(by_step.items())
     ]
+
+
+def step_drift(steps: Sequence[StepPeak]) -> Drift | None:
+    """A leak's sign in ``steps``: a steady rise of the per-step peak, else of the memory left
+    after each step (:func:`detect_drift` on each). The second catches a leak that the peak
+    hides in its noise (tensors kept across steps are a larger share of what a step leaves
+    than of its peak)."""
+    drift = detect_drift([(s.step, s.peak_bytes) for s in steps])
+    if drift is None:
+        left = [(s.step, s.left_bytes) for s in steps if s.left_bytes is not None]
+        drift = detect_drift(left, what="memory left after each step")
+    return drift
 
 
 def detect_drift(series: Sequence[tuple[int, int]], what: str = "per-step peak") -> Drift | None:
@@ -112,4 +133,4 @@ def detect_drift(series: Sequence[tuple[int, int]], what: str = "per-step peak")
     return Drift(slope, n, int(xs[0]), int(xs[-1]), fit, what)
 
 
-__all__ = ["Drift", "StepPeak", "detect_drift", "step_peaks"]
+__all__ = ["Drift", "StepPeak", "detect_drift", "step_drift", "step_peaks"]

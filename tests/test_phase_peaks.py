@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpumem_tui.process_estimate import compare_trace
-from gpumem_tui.step_peaks import detect_drift, step_peaks
+from gpumem_tui.step_peaks import detect_drift, step_drift, step_peaks
 from gpumem_tui.telemetry.model import Phase, PhasePeak, ProcessSample, ProcessType, Snapshot
 from gpumem_tui.telemetry.probe_source import ProbeSource
 from gpumem_tui.telemetry.replay import ReplaySource, TraceRecorder
@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
 
 
-def _peak(step, phase, start, end, value, pid=7, steps=1):
+def _peak(step, phase, start, end, value, pid=7, steps=1, end_bytes=None):
     return PhasePeak(pid=pid, step=step, phase=Phase(phase), start=start, end=end, peak_bytes=value,
-                     device="cpu", steps=steps)
+                     device="cpu", steps=steps, end_bytes=end_bytes)
 
 
 # -- grouping and drift --------------------------------------------------------------------
@@ -66,6 +66,29 @@ def test_no_drift_without_a_steady_rise(series):
     assert detect_drift(series) is None
 
 
+def test_a_leak_the_peak_hides_is_flagged_by_the_memory_left_after_each_step():
+    """Issue 11: "(or of the memory left after each step)". 256 KiB kept per step is lost in
+    the noise of a 4 GiB peak, but is a clear line in what each step leaves behind."""
+    peaks = []
+    for s in range(1, 43):
+        noisy_peak = 4096 * MiB + (s * 7919 % 13) * MiB  # transient activations: noise, no trend
+        left = 1500 * MiB + s * 256 * 1024
+        peaks += [_peak(s, "forward", s, s + 0.3, noisy_peak // 2),
+                  _peak(s, "backward", s + 0.3, s + 0.6, noisy_peak),
+                  _peak(s, "optimizer_step", s + 0.6, s + 0.9, left + 8 * MiB, end_bytes=left)]
+    steps = step_peaks(peaks)
+    assert steps[0].left_bytes == 1500 * MiB + 256 * 1024
+    assert steps[0].to_json()["left_bytes"] == steps[0].left_bytes
+    assert detect_drift([(s.step, s.peak_bytes) for s in steps]) is None
+    drift = step_drift(steps)
+    assert drift is not None and drift.what == "memory left after each step"
+    assert drift.text() == "+0.2 MiB per step over 40 steps"
+    flat = [p if p.phase is not Phase.OPTIMIZER_STEP else _peak(p.step, "optimizer_step", p.start, p.end,
+                                                                 p.peak_bytes, end_bytes=1500 * MiB)
+            for p in peaks]
+    assert step_drift(step_peaks(flat)) is None
+
+
 # -- envelope ------------------------------------------------------------------------------
 
 
@@ -92,7 +115,8 @@ def test_envelope_merged_into_buckets_keeps_every_maximum():
 
 
 def test_phase_peaks_survive_a_trace_round_trip_and_old_traces_read():
-    snap = Snapshot(time=5.0, phase_peaks=(_peak(3, "backward", 1.0, 2.0, 123, steps=2),))
+    snap = Snapshot(time=5.0, phase_peaks=(_peak(3, "backward", 1.0, 2.0, 123, steps=2),
+                                           _peak(3, "optimizer_step", 2.0, 2.5, 120, end_bytes=100)))
     back = snapshot_from_dict(json.loads(json.dumps(snapshot_to_dict(snap))))
     assert back.phase_peaks == snap.phase_peaks
     old = snapshot_to_dict(Snapshot(time=5.0))
@@ -146,6 +170,10 @@ def test_probe_writes_each_phase_high_water_mark(tmp_path):
     assert [s.step for s in steps] == [0, 1, 2, 3]
     for s in steps[1:]:
         assert set(dict(s.phase_peaks)) == {"forward", "backward", "optimizer_step", "idle"}
+        # what the step left: parameters, their gradients (kept until zero_grad) and the
+        # momentum buffers, below the step's own peak
+        params = sum(p.numel() * 4 for p in model.parameters())
+        assert s.left_bytes is not None and 2 * params <= s.left_bytes <= s.peak_bytes
     # forward's high-water mark holds the 256 x 512 hidden activations (fp32) twice (Linear
     # output and ReLU output) on top of what was alive before: more than any phase-boundary sample
     hidden = 256 * 512 * 4

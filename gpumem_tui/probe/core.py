@@ -156,7 +156,8 @@ class Probe:
         # one), and the process-wide CUDA peak last read when the stats are not reset.
         self._reset_peak_stats = bool(reset_peak_stats)
         self._phase_start: float | None = None
-        self._pending_peaks: dict[str, tuple[float, int, int, dict[str, int] | None]] = {}
+        # phase -> (start, highest peak, phases folded, split at the peak, bytes at the end)
+        self._pending_peaks: dict[str, tuple[float, int, int, dict[str, int] | None, int | None]] = {}
         self._last_cuda_max = 0
         # CUDA: what each phase's peak is made of (probe/peak_split.py); needs the reset stats
         self._split = PeakSplit() if self.device.type == "cuda" and self._reset_peak_stats else None
@@ -455,6 +456,15 @@ class Probe:
             return self._tracker.take_phase_peak()
         return None
 
+    def _allocated_now(self) -> int | None:
+        """The probe's figure now (bytes): ``torch.cuda.memory_allocated`` on CUDA, the
+        tracker's live tensor bytes on the CPU (None without a tracker)."""
+        if self.device.type == "cuda":
+            return int(self._torch.cuda.memory_allocated(self.device))
+        if self._tracker is not None:
+            return int(self._tracker.live_bytes)
+        return None
+
     def _end_phase(self, final: bool = False) -> None:
         """Write the ending phase's high-water mark as a ``peak`` record (see
         ``gpumem_tui.telemetry.probe_source``). Phases of steps that are not recorded
@@ -469,8 +479,9 @@ class Probe:
             return
         try:
             peak = self._phase_peak_bytes()
+            end_bytes = self._allocated_now()
         except Exception:  # never break the training job over a measurement
-            peak = None
+            peak = end_bytes = None
         phase = self._phase
         split: dict[str, int] | None = None
         if self._split is not None and peak is not None:
@@ -479,16 +490,16 @@ class Probe:
                 split = self._split.split(phase, peak, now_categories)
                 self._start_split(now_categories)
         if peak is not None:
-            first, high, steps, parts = self._pending_peaks.pop(phase, (start, 0, 0, None))
+            first, high, steps, parts, _ = self._pending_peaks.pop(phase, (start, 0, 0, None, None))
             if split is not None and peak >= high:
                 parts = split
-            self._pending_peaks[phase] = (first, max(high, peak), steps + 1, parts)
+            self._pending_peaks[phase] = (first, max(high, peak), steps + 1, parts, end_bytes)
         if final or self._record_step or phase == Phase.INIT.value:
             pending = self._pending_peaks if final else {phase: self._pending_peaks.get(phase)}
             for name, entry in list(pending.items()):
                 if entry is None:
                     continue
-                first, high, steps, parts = entry
+                first, high, steps, parts, end = entry
                 self._pending_peaks.pop(name, None)
                 record: dict[str, Any] = {
                     "kind": "peak", "time": now, "start": first, "step": self.step, "phase": name,
@@ -496,6 +507,8 @@ class Probe:
                 }
                 if parts:
                     record["categories"] = parts
+                if end is not None:
+                    record["end_bytes"] = end
                 self._writer.write(record)
 
     def _start_split(self, categories: dict[str, int] | None = None) -> None:

@@ -144,6 +144,9 @@ class PhasePeak:
     ``categories`` splits ``peak_bytes`` as far as the probe could (CUDA: parameters,
     gradients, optimizer_states, logits_and_loss and the unsplit
     ``activations_and_temporaries``; see ``gpumem_tui.probe.peak_split``), or is empty.
+    ``end_bytes`` is the same figure at the phase's end (``torch.cuda.memory_allocated`` /
+    the tracker's live bytes): for the optimizer step, the memory a step leaves behind. None in
+    traces written before it existed.
     """
 
     pid: int
@@ -155,6 +158,7 @@ class PhasePeak:
     device: str = "cuda"
     steps: int = 1
     categories: tuple[tuple[str, int], ...] = ()
+    end_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

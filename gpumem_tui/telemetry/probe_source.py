@@ -197,7 +197,8 @@ def _peak_from_record(record: Mapping[str, object], pid: int, now: float) -> Pha
     return PhasePeak(pid=pid, step=_int(record, "step"), phase=phase, start=start, end=end,  # type: ignore[arg-type]
                      peak_bytes=_int(record, "peak_bytes"), device=device.split(":", 1)[0],  # type: ignore[arg-type]
                      steps=_int(record, "steps", required=False) or 1,
-                     categories=_categories(record))
+                     categories=_categories(record),
+                     end_bytes=_int(record, "end_bytes", required=False))
 
 
 def _json_safe_setup(setup: object) -> tuple[tuple[str, object], ...]:

@@ -150,7 +150,8 @@ def peak_to_dict(p: PhasePeak) -> dict[str, Any]:
     """One PhasePeak as a JSON-safe dict."""
     return {"pid": p.pid, "step": p.step, "phase": p.phase.value, "start": _num(p.start), "end": _num(p.end),
             "peak_bytes": p.peak_bytes, "device": p.device, "steps": p.steps,
-            **({"categories": {str(k): int(v) for k, v in p.categories}} if p.categories else {})}
+            **({"categories": {str(k): int(v) for k, v in p.categories}} if p.categories else {}),
+            **({"end_bytes": p.end_bytes} if p.end_bytes is not None else {})}
 
 
 def snapshot_to_dict(s: Snapshot) -> dict[str, Any]:
@@ -361,6 +362,7 @@ def peak_from_dict(d: Mapping[str, Any]) -> PhasePeak:
         device=_str(d, "device") or "cuda",
         steps=_int(d, "steps") or 1,
         categories=_byte_counts(d.get("categories")),
+        end_bytes=_int(d, "end_bytes"),
     )
 
 

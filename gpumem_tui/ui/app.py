@@ -35,7 +35,7 @@ from gpumem_tui.telemetry.model import (
     TelemetrySource,
     namespace_note,
 )
-from gpumem_tui.step_peaks import detect_drift, step_peaks
+from gpumem_tui.step_peaks import step_drift, step_peaks
 from gpumem_tui.text import printable
 from gpumem_tui.ui import side_pane as pane
 from gpumem_tui.ui.device_panel import DevicePanel
@@ -425,7 +425,7 @@ class GpuMemApp(App[None]):
             touched.add(peak.pid)
         flags = self.table.flags
         for pid in touched:
-            drift = detect_drift([(s.step, s.peak_bytes) for s in step_peaks(self.phase_peaks[pid])])
+            drift = step_drift(step_peaks(self.phase_peaks[pid]))
             if drift is None:
                 flags.pop(pid, None)
             else:
