@@ -27,7 +27,7 @@ from typing import Any
 
 from gpumem_tui.estimator import components as C
 from gpumem_tui.estimator.architecture import ModelArchitecture
-from gpumem_tui.estimator.devices import cuda_kernels
+from gpumem_tui.estimator.devices import cuda_kernels, cuda_step_events
 from gpumem_tui.estimator.spec import TrainingSpec, check_spec_for
 
 COMPONENT_KEYS = (
@@ -285,12 +285,15 @@ def estimate(arch: ModelArchitecture, spec: TrainingSpec) -> Estimate:
     peak_name = max(phases, key=lambda n: phases[n][0])
     peak_alloc, peak_label, peak_parts = phases[peak_name]
     transient = peak_parts["activations"] + peak_parts["logits_and_loss"] + peak_parts["optimizer_intermediates"]
-    reserve = C.allocator_reserve_bytes(spec, peak_alloc, transient)
+    # CUDA: the reserve of the run's allocation order replayed through the caching-allocator
+    # model (cuda_step_events); the analytic share where that order is not modelled
+    simulated = cuda_step_events.simulated_reserve_bytes(arch, spec) if spec.device == "cuda" else None
+    reserve = C.allocator_reserve_bytes(spec, peak_alloc, transient) if simulated is None else simulated
     out_phases = []
     for name, (total, _label, parts) in phases.items():
         parts = dict(parts)
         parts["cuda_context"] = ctx
-        parts["allocator_reserve"] = C.allocator_reserve_bytes(
+        parts["allocator_reserve"] = simulated if simulated is not None else C.allocator_reserve_bytes(
             spec, total, parts["activations"] + parts["logits_and_loss"] + parts["optimizer_intermediates"])
         out_phases.append(Phase(name, sum(parts.values()), parts))
     comps = dict(peak_parts)

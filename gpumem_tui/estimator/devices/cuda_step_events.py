@@ -37,6 +37,10 @@ from gpumem_tui.estimator.devices.cuda_allocator_sim import CachingAllocator
 from gpumem_tui.estimator.devices.cuda_kernels import library_workspace_bytes
 from gpumem_tui.estimator.spec import TrainingSpec
 
+#: decode steps x layers simulated at most (each appends to every layer's cache); beyond, the
+#: analytic reserve keeps ``estimate`` fast (about 10 us per event)
+MAX_DECODE_LAYER_STEPS = 16384
+
 #: measured training steps (gpu_truth.py runs three; max_reserved is over all of them)
 TRAIN_STEPS = 3
 
@@ -55,12 +59,14 @@ class SimResult:
 
 
 def supported(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
-    """Whether the generated order covers this spec (one device, a layer structure the
-    estimator knows in detail); otherwise the analytic reserve is used."""
+    """Whether the generated order covers this spec (one CUDA device without ZeRO or model
+    parallelism, dense layers, no checkpointing other than full, a bounded ``generate()``
+    length); otherwise the analytic reserve is used."""
     return (spec.device == "cuda" and not arch.coarse and spec.tp == spec.pp == spec.dp == 1 and spec.zero == 0
             and not arch.num_experts and not arch.mla and spec.grad_ckpt in ("none", "full")
-            and spec.task in ("train", "lora", "inference") and spec.grad_accum == 1 and not spec.grads_persist
-            and arch.kind in ("decoder", "encoder"))
+            and spec.task in ("train", "lora", "inference") and not spec.grads_persist and spec.quant == "none"
+            and spec.optimizer in ("adamw", "adam", "sgd", "sgd-momentum")
+            and arch.kind in ("decoder", "encoder") and arch.num_layers * max(1, spec.new_tokens) <= MAX_DECODE_LAYER_STEPS)
 
 
 class _Run:
@@ -257,11 +263,20 @@ class _Layer:
             reps = []
             if arch.num_kv_heads != arch.num_heads and arch.family.eager_qkv == "repeat_kv":
                 reps = [run.a(bs * q * e), run.a(bs * q * e)]
+            # matmul, * scaling, + mask, softmax(dtype=float32) (an fp32 copy of its input,
+            # then ``_softmax``), ``.to(dtype)``, dropout (transformers ``eager_attention_forward``;
+            # ATen ``softmax(input, dim, dtype)`` converts first)
             scores = run.a(sq * e)
-            masked = run.a(sq * e)
+            scaled = run.a(sq * e)
             run.f(scores)
-            sm = run.a(sq * 4) if arch.family.softmax_fp32 and e != 4 else None
-            probs = run.a(sq * e)
+            masked = run.a(sq * e)
+            run.f(scaled)
+            fp32 = arch.family.softmax_fp32 and e != 4
+            # the masked scores stay bound (``attn_weights``) until the assignment completes
+            up = run.a(sq * 4) if fp32 else None
+            sm = run.a(sq * 4 if fp32 else sq * e)
+            run.f(up)
+            probs = run.a(sq * e) if fp32 else None
             run.f(masked)
             drop = None
             if arch.attention_dropout > 0 and grad:
@@ -401,16 +416,27 @@ class _Layer:
             run.f(acc, go)
             release(4)
         else:
+            # matmul backward, dropout, ``.to`` and softmax backward, scaling, matmul backward
             gp, gv = run.a(sq * e), run.a(bs * q * e)
             run.f(go)
             release(2)
-            gs = run.a(sq * 4)
-            run.f(gp)
+            if arch.attention_dropout > 0:
+                gd = run.a(sq * e)
+                run.f(gp)
+                release(2)
+                gp = gd
+            fp32 = arch.family.softmax_fp32 and e != 4
+            g32 = run.a(sq * 4) if fp32 else None
+            run.f(gp if fp32 else None)
+            gs = run.a(sq * 4 if fp32 else sq * e)
+            run.f(g32, None if fp32 else gp)
             release(1)
-            gc = run.a(sq * e)
-            run.f(gs)
-            gq, gk = run.a(bs * q * e), run.a(bs * q * e)
+            gc = run.a(sq * e) if fp32 else gs
+            run.f(gs if fp32 else None)
+            gsc = run.a(sq * e)
             run.f(gc)
+            gq, gk = run.a(bs * q * e), run.a(bs * q * e)
+            run.f(gsc)
             release(2)
         grads_in = []
         for key, width, role in ((gq, q, "q"), (gk, kv, "k"), (gv, kv, "v")):
@@ -471,7 +497,9 @@ def _train(st: _Step) -> SimResult:
         lab = run.a(8 * bs)
         lp = run.a(bs * V * 4)
         run.f(up32)
-        run.f(logits)  # del out
+        kept = logits if spec.keep_outputs else None
+        if kept is None:
+            run.f(logits)  # del out
         # backward
         if ws_bwd is None:
             ws_bwd = run.a(library_workspace_bytes(True) - library_workspace_bytes(False))
@@ -527,6 +555,7 @@ def _train(st: _Step) -> SimResult:
                 run.f(t1)
                 run.f(t2)
         run.f(*grads)  # zero_grad(set_to_none=True)
+        run.f(kept)  # the loop's output reference ends with the step
     return SimResult(run.alloc.state.peak_allocated, run.alloc.state.peak_reserved)
 
 
@@ -560,7 +589,8 @@ def _infer(st: _Step) -> SimResult:
     xn = layer.norm(nrm, False, False)
     run.f(x)
     if spec.new_tokens == 0:
-        run.a(bs * V * e)  # every position's logits stay alive with the cache
+        # --logits all: every position's logits stay alive with the cache; last: one position
+        run.a(bs * V * e if spec.logits == "all" else b * V * e)
         run.f(xn)
         return SimResult(run.alloc.state.peak_allocated, run.alloc.state.peak_reserved)
     last = run.a(b * V * e)
