@@ -558,6 +558,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     # attention core
     if fused:
         par += bs * (q + 2 * kv) * e  # q, k, v (views of a fused projection: its whole output)
+        par += cuda_masked_sdpa_extra_bytes(arch, spec, b, s)
         if arch.fused_qkv and not arch.learned_positions:
             par += bs * (q + kv) * e  # rotary q, k are new tensors; v still pins the fused output
         par += bs * q * e + b * a * s * 4  # output (also the o-projection input) + log-sum-exp
@@ -667,6 +668,33 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
             # aten/src/ATen/autocast_mode.h); measured, MemTracker, CPU autocast: 3 casts
             rep += 2 * bs * h * e
     return LayerActivations(replicated=int(rep), parallel=int(par), quadratic=int(quad))
+
+
+def cuda_masked_sdpa_extra_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
+    """Saved bytes per layer that an explicit SDPA mask adds on CUDA (bytes; 0 elsewhere).
+
+    A sliding-window layer whose sequence is longer than its window gets an explicit boolean
+    ``(b, 1, s, s)`` mask from transformers (``masking_utils.sdpa_mask``; below the window it
+    passes ``is_causal`` and no mask). Then (1) transformers repeats k and v to every query
+    head (``repeat_kv``; ``use_gqa_in_sdpa`` is false with a mask): two new ``b s (q - kv)``
+    tensors saved by SDPA; (2) flash refuses the mask (``check_for_attn_mask``,
+    ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``) and the memory-efficient kernel
+    runs: ``scaled_dot_product_attention`` converts the boolean mask to a float bias in the
+    query dtype (``convert_boolean_attn_mask``, ``attention.cpp``), a new ``b s s e`` tensor per
+    layer call, which ``_scaled_dot_product_efficient_attention`` saves for backward
+    (``attn_bias``; ``preprocess_mask`` only expands it, aligned at ``s`` a multiple of 16).
+    Measured on the H100 (``dev_truth_h100.jsonl``, Mistral-7B LoRA b1 s8192, window 4096):
+    the forward peak was 7756 MiB above the estimate without this rule, 32 x 224 MiB of it
+    this rule. Only sliding-window layers are counted (full-attention layers get
+    ``is_causal``).
+    """
+    if (spec.device != "cuda" or spec.attention != "sdpa" or not arch.family.sdpa or arch.kind != "decoder"
+            or not arch.sliding_window or s <= arch.sliding_window or not arch.sliding_layers):
+        return 0
+    e = precision(spec).compute
+    share = arch.sliding_layers / max(1, arch.num_layers)
+    per = 2 * b * s * (arch.q_dim - arch.kv_dim) * e + b * s * s * e
+    return int(per * share)
 
 
 def _mla_extra(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int, lora: bool) -> int:
