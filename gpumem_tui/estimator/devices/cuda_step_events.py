@@ -501,14 +501,14 @@ def _train(st: _Step) -> SimResult:
         if kept is None:
             run.f(logits)  # del out
         # backward
-        if ws_bwd is None:
-            ws_bwd = run.a(library_workspace_bytes(True) - library_workspace_bytes(False))
         g_lp = run.a(bs * V * 4)
         g_in = run.a(bs * V * 4)
         run.f(g_lp, lp, lab)
         g_lo = run.a(bs * V * e) if e != 4 else g_in
         if e != 4:
             run.f(g_in)
+        if ws_bwd is None:  # the autograd thread's cuBLAS workspace, at its first matmul
+            ws_bwd = run.a(library_workspace_bytes(True) - library_workspace_bytes(False))
         gx = run.a(bs * h * e)
         head_g = run.a(V * arch.embed_width * st.g) if spec.task == "train" else None
         run.f(g_lo)
