@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(GPU_DIR is None, reason="../shared/validation/gp
 
 TARGETS = {"allocated": (0.5, 2.0), "reserved": (2.0, 5.0), "nvml": (2.0, 5.0)}
 # (median, worst) |error| % actually achieved where a target is not met yet (issue 9 report)
-ACHIEVED = {"allocated": (0.5, 6.6), "reserved": (2.0, 5.1)}  # worst: pythia-410m fp32 SDPA (allocated +6.5 %), llama1b fp32 single-tensor AdamW (reserved +5.06 %)
+ACHIEVED = {"allocated": (0.5, 6.6)}  # worst: pythia-410m fp32 SDPA (+6.5 %, CUDA memory-efficient kernel on a fused-qkv view)
 
 
 @pytest.fixture(scope="module")
