@@ -15,6 +15,7 @@ from gpumem_tui.telemetry.host import (
     HostEnricher,
     container_from_cgroup,
     detect_container,
+    pid_in_own_namespace,
 )
 from gpumem_tui.telemetry.model import ProcessSample, ProcessStatus, ProcessType
 
@@ -293,3 +294,40 @@ def test_process_sample_field_order_used_by_positional_construction():
     names = [f.name for f in dataclasses.fields(ProcessSample)][:13]
     assert names == ["pid", "device_index", "type", "used_memory_bytes", "sm_percent", "user", "command",
                      "cpu_percent", "rss_bytes", "start_time", "status", "container", "field_errors"]
+
+
+@pytest.mark.parametrize("status,expected", [
+    ("Name:\tpython\nNSpid:\t48213\t42\nNSpgid:\t48213\t42\n", 42),
+    ("Name:\tpython\nNSpid:\t48213\t9000\t7\n", 7),  # nested twice: the innermost
+    ("Name:\tpython\nNSpid:\t48213\n", None),  # in our own namespace
+    ("Name:\tpython\n", None),  # kernel < 4.1: no NSpid line
+    ("NSpid:\t48213\tx\n", None),
+    ("NSpid:\t48213\t99999999999\n", None),
+])
+def test_pid_in_own_namespace(status, expected):
+    assert pid_in_own_namespace(status) == expected
+
+
+def test_container_pid_read_from_proc_status(tmp_path, spawn):
+    """Run on the host, the dashboard shows the PID a containerised process has inside its
+    container (NSpid), beside the container's name, as nvidia-smi users expect from `ps`."""
+    child = spawn()
+    root = tmp_path / str(child.pid)
+    root.mkdir()
+    (root / "cgroup").write_text("0::/system.slice/docker-" + "cd" * 32 + ".scope\n")
+    (root / "status").write_text(f"Name:\tpython\nNSpid:\t{child.pid}\t42\n")
+    (row,) = HostEnricher(in_container=False, proc_root=str(tmp_path)).enrich([_gpu(child.pid)])
+    assert row.container == "docker cdcdcdcdcdcd" and row.container_pid == 42
+    (plain,) = HostEnricher(in_container=False).enrich([_gpu(child.pid)])  # the real /proc
+    assert plain.container_pid is None  # the test runs in its own namespace's view
+
+
+def test_container_pid_survives_a_trace_round_trip():
+    from gpumem_tui.telemetry.serialize import process_from_dict, process_to_dict
+
+    boxed = ProcessSample(pid=48213, device_index=0, type=ProcessType.COMPUTE, container="docker cdcdcdcdcdcd",
+                          container_pid=42)
+    assert process_from_dict(process_to_dict(boxed)) == boxed
+    old = process_to_dict(_gpu(5))
+    del old["container_pid"]  # a trace written before the field existed
+    assert process_from_dict(old).container_pid is None

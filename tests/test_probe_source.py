@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from gpumem_tui.telemetry.model import Phase
 from gpumem_tui.telemetry.probe_source import ENV_PROBE_DIR, ProbeSource, default_probe_dir

@@ -155,7 +155,7 @@ async def test_dashboard_shows_question_marks_and_one_notice_for_invisible_pids(
     from gpumem_tui.telemetry.host import HostEnricher
     from gpumem_tui.telemetry.live import LiveSource
     from gpumem_tui.telemetry.model import NAMESPACE_NOTE
-    from gpumem_tui.ui.screens import ProcessDetailScreen, detail_rows
+    from gpumem_tui.ui.screens import detail_rows
 
     alive = spawn()
     hidden = [_dead_pid(), _dead_pid() - 1]
@@ -212,3 +212,19 @@ def test_replay_with_an_unknown_theme_exits_2_with_one_line(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert err.startswith("gpumem-tui replay: unknown theme 'nosuch'; available: ") and "dark" in err
+
+
+def test_container_cell_and_filter_show_the_pid_inside_the_container():
+    """Item 6, the "better" part: run on the host, a containerised process shows its
+    container and the PID it has there (NSpid); the filter finds it by either."""
+    from gpumem_tui.telemetry.model import ProcessSample, ProcessType
+    from gpumem_tui.ui import cells
+    from gpumem_tui.ui.process_table import ProcessFilter
+
+    boxed = ProcessSample(pid=48213, device_index=0, type=ProcessType.COMPUTE, container="docker cdcdcdcdcdcd",
+                          container_pid=42, command="python train.py")
+    assert cells.container(boxed).plain == "docker cdcdcdcdcdcd pid 42"
+    assert cells.container(ProcessSample(pid=1, device_index=0, type=ProcessType.COMPUTE)).plain == "-"
+    assert ProcessFilter.parse("cdcdcd").matches(boxed)
+    assert ProcessFilter.parse("42").matches(boxed)
+    assert not ProcessFilter.parse("43").matches(boxed)

@@ -139,3 +139,15 @@ def test_real_cli_without_driver():
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("gpumem-tui snapshot: NVML is not available: ")
     assert proc.stderr.count("\n") == 1
+
+
+def test_json_names_the_container_and_the_pid_inside_it():
+    from gpumem_tui.telemetry.model import ProcessSample, ProcessType
+    from gpumem_tui.telemetry.snapshot_cli import process_to_json
+
+    boxed = ProcessSample(pid=48213, device_index=0, type=ProcessType.COMPUTE, used_memory_bytes=1 << 30,
+                          container="docker cdcdcdcdcdcd", container_pid=42)
+    doc = process_to_json(boxed)
+    assert doc["container"] == "docker cdcdcdcdcdcd" and doc["container_pid"] == 42 and doc["pid"] == 48213
+    plain = process_to_json(ProcessSample(pid=7, device_index=0, type=ProcessType.COMPUTE))
+    assert set(plain) == PROCESS_KEYS  # issue 2's shape when there is no container

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from ui_fakes import HOSTILE, FakeSource  # noqa: E402
+from ui_fakes import FakeSource  # noqa: E402
 
 from gpumem_tui.ui.app import GpuMemApp  # noqa: E402
 from gpumem_tui.ui.device_panel import DevicePanel  # noqa: E402

@@ -119,12 +119,31 @@ class _Entry:
     command: str | None
     container: str | None
     errors: list[tuple[str, str]]
+    container_pid: int | None = None
     primed: bool = False  # cpu_percent has a previous reading
     last_seen: float = 0.0
     errors_t: tuple[tuple[str, str], ...] = ()
     status: ProcessStatus = ProcessStatus.OK
     prev_ticks: int | None = None  # fast path: utime+stime (clock ticks) at prev_time
     prev_time: float = 0.0
+
+
+def pid_in_own_namespace(status_text: str) -> int | None:
+    """The PID a process has in its innermost PID namespace, from ``/proc/<pid>/status``.
+
+    The ``NSpid:`` line lists the process's PID in each PID namespace it belongs to, from the
+    namespace of the procfs we read down to its own (proc(5), Linux >= 4.1). More than one
+    value means it runs in a nested namespace (a container): the last value is what ``ps``
+    shows inside that container. Returns None when there is one value, no such line, or the
+    line is malformed.
+    """
+    for line in status_text.splitlines():
+        if line.startswith("NSpid:"):
+            fields = line[len("NSpid:"):].split()
+            if len(fields) > 1 and fields[-1].isdigit() and 0 < int(fields[-1]) <= 1 << 22:
+                return int(fields[-1])
+            return None
+    return None
 
 
 class HostEnricher:
@@ -180,7 +199,7 @@ class HostEnricher:
             out.append(ProcessSample(sample.pid, sample.device_index, sample.type, sample.used_memory_bytes,
                                      sample.sm_percent, info["user"], info["command"], info["cpu_percent"],
                                      info["rss_bytes"], info["start_time"], info["status"], info["container"],
-                                     errors))
+                                     errors, info.get("container_pid")))
         if from_nvml:  # NVML no longer lists it: forget how long it was invisible
             for pid in list(self._missing):
                 if pid not in looked_up:
@@ -257,7 +276,7 @@ class HostEnricher:
         errors = entry.errors_t
         if state == "Z":
             return {"user": entry.user, "command": entry.command, "cpu_percent": None, "rss_bytes": None,
-                    "start_time": entry.create_time, "status": ProcessStatus.ZOMBIE, "container": entry.container,
+                    "start_time": entry.create_time, "status": ProcessStatus.ZOMBIE, "container": entry.container, "container_pid": entry.container_pid,
                     "errors": errors + (("cpu_percent", ZOMBIE), ("rss_bytes", ZOMBIE))}
         status = entry.status
         cpu = None
@@ -276,7 +295,7 @@ class HostEnricher:
             rss = None
             errors = errors + (("rss_bytes", EXITED),)
         return {"user": entry.user, "command": entry.command, "cpu_percent": cpu, "rss_bytes": rss,
-                "start_time": entry.create_time, "status": status, "container": entry.container,
+                "start_time": entry.create_time, "status": status, "container": entry.container, "container_pid": entry.container_pid,
                 "errors": errors}
 
     def _lookup_psutil(self, pid: int, now: float, from_nvml: bool) -> dict:
@@ -333,7 +352,7 @@ class HostEnricher:
             "rss_bytes": rss,
             "start_time": entry.create_time,
             "status": status,
-            "container": entry.container,
+            "container": entry.container, "container_pid": entry.container_pid,
             "errors": tuple(errors),
         }
 
@@ -355,13 +374,17 @@ class HostEnricher:
             command = None
         except psutil.NoSuchProcess:
             pass
-        container = None
+        container = container_pid = None
         try:
             container = container_from_cgroup(Path(self.proc_root, str(proc.pid), "cgroup").read_text(errors="replace"))
         except OSError:
             pass
+        try:
+            container_pid = pid_in_own_namespace(Path(self.proc_root, str(proc.pid), "status").read_text(errors="replace"))
+        except OSError:
+            pass
         return _Entry(proc=proc, create_time=create_time, user=user, command=command,
-                      container=container, errors=errors, errors_t=tuple(errors),
+                      container=container, container_pid=container_pid, errors=errors, errors_t=tuple(errors),
                       status=ProcessStatus.NO_PERMISSION if errors else ProcessStatus.OK)
 
     def _vanished(self, pid: int, from_nvml: bool, now: float) -> dict:

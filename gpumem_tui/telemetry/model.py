@@ -112,6 +112,9 @@ class ProcessSample:
     status: ProcessStatus = ProcessStatus.OK
     container: str | None = None  # container or pod from /proc/<pid>/cgroup
     field_errors: FieldErrors = ()
+    # The PID inside the process's own (innermost) PID namespace, e.g. what `ps` shows inside
+    # its container; None when that is ``pid`` itself. From ``NSpid`` in /proc/<pid>/status.
+    container_pid: int | None = None
 
     def reason(self, name: str) -> str | None:
         """Why field ``name`` is None, or None."""

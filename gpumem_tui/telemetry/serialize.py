@@ -95,6 +95,7 @@ def process_to_dict(p: ProcessSample) -> dict[str, Any]:
         "status": p.status.value,
         "container": p.container,
         "field_errors": _errors(p.field_errors),
+        "container_pid": p.container_pid,
     }
 
 
@@ -287,6 +288,7 @@ def process_from_dict(d: Mapping[str, Any]) -> ProcessSample:
         status=_enum(ProcessStatus, d.get("status", ProcessStatus.OK.value), "process status"),
         container=_str(d, "container"),
         field_errors=_field_errors(d),
+        container_pid=_int(d, "container_pid", maximum=_MAX_PID),
     )
 
 

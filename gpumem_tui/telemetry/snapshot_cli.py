@@ -61,8 +61,13 @@ def device_to_json(d: DeviceSample) -> dict[str, Any]:
 
 
 def process_to_json(p: ProcessSample) -> dict[str, Any]:
-    """One process as the JSON object of issue 2 (command made valid Unicode, not shortened)."""
-    return {
+    """One process as the JSON object of issue 2 (command made valid Unicode, not shortened).
+
+    A process in a container we can name or map also gets ``container`` (e.g. "docker
+    1a2b3c4d5e6f") and ``container_pid`` (its PID inside its own PID namespace, from NSpid;
+    null when unknown); the keys are absent otherwise, so issue 2's shape is unchanged.
+    """
+    doc = {
         "pid": p.pid,
         "device_index": p.device_index,
         "type": p.type.value,
@@ -73,6 +78,10 @@ def process_to_json(p: ProcessSample) -> dict[str, Any]:
         "cpu_percent": p.cpu_percent,
         "rss_bytes": p.rss_bytes,
     }
+    if p.container is not None or p.container_pid is not None:
+        doc["container"] = json_safe(p.container)
+        doc["container_pid"] = p.container_pid
+    return doc
 
 
 def snapshot_to_json(snap: Snapshot) -> dict[str, Any]:

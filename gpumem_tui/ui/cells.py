@@ -139,6 +139,15 @@ def command(proc: ProcessSample, limit: int = 512) -> Text:
     return text
 
 
+def container(proc: ProcessSample, limit: int = 4096) -> Text:
+    """The container / pod label and the PID the process has inside it ("docker 1a2b3c4d5e6f
+    pid 42"), literal; "-" (dim) when it runs in no container we can name."""
+    label = proc.container or ""
+    if proc.container_pid is not None:
+        label = f"{label} pid {proc.container_pid}".strip()
+    return safe(label, limit=limit) if label else Text("-", style="dim")
+
+
 def user(proc: ProcessSample) -> Text:
     if proc.user is None:
         return missing(proc.reason("user") or _status_reason(proc))

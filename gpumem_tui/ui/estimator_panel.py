@@ -211,6 +211,10 @@ class EstimatorPanel(VerticalScroll):
         self._probe_label: str | None = None
         self._base_spec: Any = None
         self._shown_process: tuple[int | None, int | None] = (None, None)
+        # A process shown before the form's fields are mounted waits here: setting a Select's
+        # options before it is composed raises, and its mount would reset its value.
+        self._fields_mounted = False
+        self._pending_process: tuple[int | None, Any] | None = None
         self.process_pid: int | None = None
         self._edits_count = False  # the next new estimate is an edit of process_pid's estimate
         self._gpu_total: int | None = None
@@ -319,8 +323,14 @@ class EstimatorPanel(VerticalScroll):
         yield Static("", id="est-notes")
 
     def on_mount(self) -> None:
+        self._fields_mounted = True  # children are mounted before their parent's Mount
         self._sync_enabled()
-        self.recompute()
+        if self._pending_process is not None:
+            pid, process = self._pending_process
+            self._pending_process = None
+            self.show_process(pid, process)  # recomputes
+        else:
+            self.recompute()
         # Colours are looked up from the theme when drawn: redraw when the theme changes.
         self.watch(self.app, "theme", self._theme_changed, init=False)
 
@@ -359,10 +369,20 @@ class EstimatorPanel(VerticalScroll):
         for that process until the user changes the form). A later change of the form is
         posted with ``pid`` in :class:`EstimateChanged`.
         """
+        if not self._fields_mounted:
+            self._pending_process = (pid, process)
+            return
         shown = (pid, None if process is None else id(process))
         if shown == self._shown_process:
             return
+        try:
+            self._show_process(pid, process)
+        except Exception:
+            self._shown_process = (None, None)  # not shown: the next push tries again
+            raise
         self._shown_process = shown
+
+    def _show_process(self, pid: int | None, process: Any) -> None:
         self.process_pid = pid
         # Only a change made after this point is the user's estimate for ``pid``: the form's
         # first estimate for it (its probe's, or the what-if it already shows) is not.

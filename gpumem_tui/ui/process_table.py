@@ -54,7 +54,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("rss", "RSS", lambda p, _: p.rss_bytes, lambda p, _: cells.mib(p.rss_bytes, p.reason("rss_bytes")), True),
     Column("time", "TIME", _running, lambda p, now: Text(cells.duration(_running(p, now)), justify="right"), True),
     Column("container", "CONTAINER", lambda p, _: p.container,
-           lambda p, _: cells.safe(p.container, limit=24) if p.container else Text("-", style="dim")),
+           lambda p, _: cells.container(p, limit=32)),
     Column("command", "COMMAND", lambda p, _: p.command, lambda p, _: cells.command(p)),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
@@ -108,7 +108,8 @@ class ProcessFilter:
             return False
         if self.words:
             haystack = " ".join(
-                s for s in (p.command, p.user, str(p.pid), p.container) if s
+                s for s in (p.command, p.user, str(p.pid), p.container,
+                           None if p.container_pid is None else str(p.container_pid)) if s
             ).lower()
             return all(w in haystack for w in self.words)
         return True
@@ -206,7 +207,7 @@ class ProcessTable(IncrementalTable):
         hidden: set[str] = set()
         if self._processes and all(p.device_index is None for p in self._processes):
             hidden |= {"gpu", "mem", "sm"}
-        if not any(p.container for p in self._processes):
+        if not any(p.container or p.container_pid for p in self._processes):
             hidden.add("container")
         if self.size.width and self.size.width < NARROW_WIDTH:
             hidden |= NARROW_HIDDEN  # the command matters more; the detail view has them all

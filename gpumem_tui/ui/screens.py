@@ -64,7 +64,7 @@ def detail_rows(proc: ProcessSample, now: float, probe: ProbeInfo | None) -> lis
         ("host CPU %", cells.percent(proc.cpu_percent, proc.reason("cpu_percent"))),
         ("host RSS", cells.mib(proc.rss_bytes, proc.reason("rss_bytes"))),
         ("running time", Text(cells.duration(running))),
-        ("container / pod", cells.safe(proc.container) if proc.container else Text("-", style="dim")),
+        ("container / pod", cells.container(proc)),
         ("command", cells.safe(proc.command, limit=8192) if proc.command else cells.missing(proc.reason("command"))),
     ]
     if probe is not None:
