@@ -130,6 +130,11 @@ class CachingAllocator:
             st.peak_reserved = st.reserved
         return block.size
 
+    def block_bytes(self, key: object) -> int:
+        """Bytes of the live block of ``key`` (its counted, rounded size). ``KeyError`` if
+        not live."""
+        return self._live[key].size
+
     def free(self, key: object) -> None:
         """Free ``key``'s block and merge it with free neighbours of its segment.
 

@@ -116,6 +116,13 @@ class _Step:
         # the layer's saved bytes of the analytic estimate (the remainder tensor tops them up)
         self.layer_saved = C.layer_activations(arch, spec, self.b, self.s).total if self.train else 0
         self.linears = arch.layer_linears()
+        self.peft32 = C._peft_fp32(spec)
+
+    def saves_input(self, role: str) -> bool:
+        """Whether the Linear of ``role`` saves its (compute-dtype) input: every trained one;
+        with LoRA only adapted ones, and none with peft's fp32 adapters (the adapter saves its
+        own fp32 copy; :func:`~gpumem_tui.estimator.components.layer_activations`)."""
+        return not self.lora or (role in self.targets and not self.peft32)
 
     # ----- model tensors ----------------------------------------------------------------
     def parameter_tensors(self) -> tuple[list[int], list[list[int]], list[int], list[int]]:
@@ -225,7 +232,8 @@ class _Layer:
         st, run, arch = self.st, self.run, self.st.arch
         e, bs, h, f, q, kv = st.e, st.bs, st.h, st.f, st.q, st.kv
         sq = st.b * st.a * st.s * st.s
-        saved: list[int] = []
+        # a LayerNorm saves its input: the layer input stays alive until this layer's backward
+        saved: list[int] = [x] if grad and arch.norm == "layernorm" else []
         start = run.alloc.state.allocated
         n1 = self.norm(saved, grad, True)
         if arch.fused_qkv:
@@ -234,7 +242,7 @@ class _Layer:
         else:
             parts = [self.linear(True, h, q, "q", saved, grad), self.linear(True, h, kv, "k", saved, grad),
                      self.linear(True, h, kv, "v", saved, grad)]
-        keep_n1 = grad and (not st.lora or st.targets & {"q", "k", "v", "qkv"}) and not (st.lora and st.ab == 4 and e != 4)
+        keep_n1 = grad and any(st.saves_input(r) for r in ("q", "k", "v", "qkv"))
         if keep_n1:
             saved.append(n1)
         else:
@@ -291,7 +299,7 @@ class _Layer:
             else:
                 run.f(*attn_in, *reps, sm, probs, *(drop or ()))
         o = self.linear(True, q, h, "o", saved, grad)
-        if grad and (not st.lora or "o" in st.targets) and not st.fused:
+        if grad and st.saves_input("o") and not st.fused:
             saved.append(ao)
         elif not (grad and st.fused):
             run.f(ao)
@@ -320,13 +328,18 @@ class _Layer:
                 mlp_saved = [gate, act, up]
         else:
             up = self.linear(True, h, f, "up", saved, grad)
-            mlp_saved = [up]
+            # ReLU saves its output (the down projection's input), not its input
+            mlp_saved = [up] if arch.activation != "relu" else []
+            if arch.activation == "relu":
+                prod = run.a(bs * f * e)
+                run.f(up)
             if arch.activation == "gelu_new":
                 ts = [run.a(bs * f * e) for _ in range(3)]
                 mlp_saved += ts
-            prod = run.a(bs * f * e)
-        down_saves = not st.lora or "down" in st.targets
-        if grad and (not st.lora or st.targets & {"gate", "up", "gate_up"}) and not (st.lora and st.ab == 4 and e != 4):
+            if arch.activation != "relu":
+                prod = run.a(bs * f * e)
+        down_saves = st.saves_input("down") or arch.activation == "relu"
+        if grad and any(st.saves_input(r) for r in ("gate", "up", "gate_up")):
             saved.append(n2)
         else:
             run.f(n2)
@@ -351,6 +364,8 @@ class _Layer:
             run.f(mid)
         if grad:
             have = run.alloc.state.allocated - start - (bs * h * e)
+            if saved and saved[0] == x:
+                have += run.alloc.block_bytes(x)
             rest = st.layer_saved - have
             if rest > 0:
                 saved.append(run.a(rest))
@@ -485,7 +500,8 @@ def _train(st: _Step) -> SimResult:
             else:
                 out, sv = layer.forward(x, grad=True)
                 saved_per_layer.append(sv)
-                run.f(x)
+                if x not in sv:
+                    run.f(x)
             x = out
         # final norm, LM head, loss (transformers ForCausalLMLoss: fp32 upcast, log_softmax)
         fin: list[int] = []
@@ -525,7 +541,8 @@ def _train(st: _Step) -> SimResult:
                 out, sv = layer.forward(inp, grad=True)
                 run.f(out)
                 g_new = layer.backward(gx, sv, grads)
-                run.f(inp)
+                if inp not in sv:
+                    run.f(inp)
             else:
                 g_new = layer.backward(gx, saved_per_layer[i], grads)
             gx = g_new
