@@ -177,6 +177,16 @@ class _Layer:
 
     def __init__(self, run: _Run, st: _Step) -> None:
         self.run, self.st = run, st
+        # torch autocast's 16-bit casts of the fp32 Linear weights, made at their first use in
+        # the forward (``cached_cast``, aten/src/ATen/autocast_mode.cpp: leaf weights that
+        # require grad are cached until the autocast context exits; the matmul saves its cast
+        # for backward, so a cast outlives the context until its layer's backward)
+        self.casts: list[int] = []
+
+    def take_casts(self) -> list[int]:
+        """The weight casts made since the last call (keys), handed to the caller."""
+        out, self.casts = self.casts, []
+        return out
 
     # forward ----------------------------------------------------------------------------
     def norm(self, saved: list[int], grad: bool, feeds_saving: bool) -> int:
@@ -212,6 +222,8 @@ class _Layer:
     def linear(self, x_saved: bool, d_in: int, d_out: int, role: str, saved: list[int], grad: bool) -> int:
         """A Linear (and its peft adapter); returns the output key."""
         st, run = self.st, self.run
+        if st.prec.amp and st.train:
+            self.casts.append(run.a(d_in * d_out * st.e))
         out = run.a(st.bs * d_out * st.e)
         if st.lora and role in st.targets and grad:
             r = st.spec.lora_rank or 0
@@ -493,6 +505,7 @@ def _train(st: _Step) -> SimResult:
             ws_fwd = run.a(library_workspace_bytes(False))
         x = emb
         saved_per_layer = []
+        casts_per_layer: list[list[int]] = []
         for _i in range(arch.num_layers):
             if ckpt:
                 out, sv = layer.forward(x, grad=False)
@@ -502,6 +515,7 @@ def _train(st: _Step) -> SimResult:
                 saved_per_layer.append(sv)
                 if x not in sv:
                     run.f(x)
+            casts_per_layer.append(layer.take_casts())
             x = out
         # final norm, LM head, loss (transformers ForCausalLMLoss: fp32 upcast, log_softmax)
         fin: list[int] = []
@@ -510,11 +524,15 @@ def _train(st: _Step) -> SimResult:
         else:
             xn = run.a(bs * h * e)
         fin.append(x)
+        head_cast = run.a(V * arch.embed_width * e) if st.prec.amp and arch.head in ("lm", "mlm") else None
         logits = run.a(bs * V * e)
         up32 = run.a(bs * V * 4) if e != 4 else None
         lab = run.a(8 * bs)
         lp = run.a(bs * V * 4)
         run.f(up32)
+        if ckpt:  # the autocast context exits: casts nothing saved are released
+            for casts in casts_per_layer:
+                run.f(*casts)
         kept = logits if spec.keep_outputs else None
         if kept is None:
             run.f(logits)  # del out
@@ -529,7 +547,7 @@ def _train(st: _Step) -> SimResult:
             ws_bwd = run.a(library_workspace_bytes(True) - library_workspace_bytes(False))
         gx = run.a(bs * h * e)
         head_g = run.a(V * arch.embed_width * st.g) if spec.task == "train" else None
-        run.f(g_lo)
+        run.f(g_lo, head_cast)
         tmp = [run.a(bs * h * 4) for _ in range(2)]
         run.f(*tmp)
         gxn = run.a(bs * h * e)
@@ -538,13 +556,15 @@ def _train(st: _Step) -> SimResult:
         for i in reversed(range(arch.num_layers)):
             if ckpt:
                 inp = saved_per_layer[i]
-                out, sv = layer.forward(inp, grad=True)
+                out, sv = layer.forward(inp, grad=True)  # recomputed under the forward's autocast
                 run.f(out)
                 g_new = layer.backward(gx, sv, grads)
                 if inp not in sv:
                     run.f(inp)
+                run.f(*layer.take_casts())
             else:
                 g_new = layer.backward(gx, saved_per_layer[i], grads)
+                run.f(*casts_per_layer[i])
             gx = g_new
         run.f(gx)
         if spec.task == "train":
