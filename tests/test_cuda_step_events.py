@@ -75,19 +75,26 @@ def test_unmodelled_specs_fall_back_to_the_analytic_reserve() -> None:
                  TrainingSpec(batch=2, seq=256, device="cpu"), TrainingSpec(batch=2, seq=256, optimizer="adafactor")):
         assert E.simulate(arch, spec) is None
         est = estimate(arch, spec)
-        if spec.device == "cuda":
-            peak = {p.name: p for p in est.phases}[est.peak_phase].components
-            transient = peak["activations"] + peak["logits_and_loss"] + peak["optimizer_intermediates"]
-            assert est.components_bytes["allocator_reserve"] == C.allocator_reserve_bytes(
-                spec, est.allocated_peak_bytes, transient)
+        fig = est.to_json()["figures"]
+        assert est.simulated_reserve_bytes is None
+        assert fig["reserved"] == est.allocated_peak_bytes + est.components_bytes["allocator_reserve"]
+        assert fig["reserve_model"] == ("analytic share" if spec.device == "cuda" else None)
 
 
-def test_estimate_uses_the_simulated_reserve_on_cuda() -> None:
+def test_figures_use_the_simulated_reserve_and_peak_bytes_the_monotone_one() -> None:
+    """``figures`` (torch reserved, NVML used) carry the simulated reserve of this shape;
+    ``peak_bytes`` and the components the analytic share (monotone in batch and sequence)."""
     arch = load_architecture("gpt2")
     spec = TrainingSpec(batch=4, seq=512, dtype="fp32", grad_ckpt="full")
     est = estimate(arch, spec)
-    assert est.components_bytes["allocator_reserve"] == E.simulated_reserve_bytes(arch, spec)
-    assert est.to_json()["figures"]["reserved"] == est.allocated_peak_bytes + E.simulated_reserve_bytes(arch, spec)
+    sim = E.simulated_reserve_bytes(arch, spec)
+    fig = est.to_json()["figures"]
+    assert est.simulated_reserve_bytes == sim
+    assert fig["reserved"] == est.allocated_peak_bytes + sim
+    assert fig["nvml_used"] == fig["reserved"] + est.components_bytes["cuda_context"]
+    assert fig["reserve_model"] == "simulated caching allocator"
+    assert est.peak_bytes == sum(est.components_bytes.values())
+    assert est.peak_bytes - est.components_bytes["allocator_reserve"] + sim == fig["nvml_used"]
 
 
 def test_long_generation_is_bounded() -> None:
