@@ -317,6 +317,11 @@ def estimate(arch: ModelArchitecture, spec: TrainingSpec) -> Estimate:
     comps["cuda_context"] = ctx
     comps["allocator_reserve"] = reserve
     assumptions = _assumptions(arch, spec, peak_label) + warnings
+    if simulated is not None:
+        assumptions.append(
+            f"figures.reserved / nvml_used: caching allocator simulated for this exact shape (reserve "
+            f"{simulated >> 20} MiB); peak and bands use the analytic reserve ({reserve >> 20} MiB, monotone in "
+            "batch and sequence)")
     return Estimate(
         model=arch.name,
         total_params=arch.total_params,
