@@ -316,12 +316,9 @@ def estimate(arch: ModelArchitecture, spec: TrainingSpec) -> Estimate:
     comps = dict(peak_parts)
     comps["cuda_context"] = ctx
     comps["allocator_reserve"] = reserve
+    # (which reserve each figure uses is in to_json's figures and the CLI table, not in the
+    # assumptions the dashboard lists)
     assumptions = _assumptions(arch, spec, peak_label) + warnings
-    if simulated is not None:
-        assumptions.append(
-            f"figures.reserved / nvml_used: caching allocator simulated for this exact shape (reserve "
-            f"{simulated >> 20} MiB); peak and bands use the analytic reserve ({reserve >> 20} MiB, monotone in "
-            "batch and sequence)")
     return Estimate(
         model=arch.name,
         total_params=arch.total_params,
