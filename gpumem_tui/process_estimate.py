@@ -28,6 +28,7 @@ from functools import lru_cache
 from typing import Any
 
 from gpumem_tui.comparison import ComparisonError, ComparisonResult, compare, spec_from_probe_info
+from gpumem_tui.measured_context import ContextMeter, init_context
 from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeInfo, ProbeSample, ProcessSample, Snapshot
 from gpumem_tui.text import printable
 
@@ -87,11 +88,11 @@ def device_kind(device: object) -> str:
     return str(device).split(":", 1)[0].strip().lower()
 
 
-def _info_key(info: ProbeInfo, device: str | None) -> str:
+def _info_key(info: ProbeInfo, device: str | None, measured_context: int | None = None) -> str:
     try:
-        return json.dumps([info.model_config, list(info.setup), device], sort_keys=True, default=repr)
+        return json.dumps([info.model_config, list(info.setup), device, measured_context], sort_keys=True, default=repr)
     except (TypeError, ValueError):  # a config the probe sent that JSON cannot sort
-        return repr((info.model_config, info.setup, device))
+        return repr((info.model_config, info.setup, device, measured_context))
 
 
 @lru_cache(maxsize=1)
@@ -141,13 +142,17 @@ def model_label(info: ProbeInfo) -> str:
     return printable(str(name), limit=48)
 
 
-def from_probe_info(info: ProbeInfo, device: str | None = None) -> ProcessEstimate:
+def from_probe_info(info: ProbeInfo, device: str | None = None, measured_context: int | None = None) -> ProcessEstimate:
     """The estimate of a probed process, from its ProbeInfo only. Never raises.
 
     Args:
         info: what the probe published (model config and setup).
         device: where the probe measured (``"cpu"``, ``"cuda:0"``); it picks the kernel
             profile (and whether the CUDA context is counted), overriding the setup's device.
+        measured_context: the process's CUDA context measured on this box (bytes, NVML used
+            minus torch reserved: :class:`gpumem_tui.measured_context.ContextMeter`), or
+            None; on CUDA it replaces the profile's figure (through
+            :func:`~gpumem_tui.measured_context.init_context`).
 
     Returns:
         A ``"probe"`` ProcessEstimate; ``estimate`` is None and ``problem`` says why when the
@@ -156,10 +161,12 @@ def from_probe_info(info: ProbeInfo, device: str | None = None) -> ProcessEstima
     from gpumem_tui.estimator.estimate import estimate as run_estimate
 
     label = f"{model_label(info)} (probe, pid {info.pid})"
-    key = _info_key(info, device)
+    key = _info_key(info, device, measured_context)
     overrides = {"device": device_kind(device)} if device else {}
     try:
         arch, spec = spec_from_probe_info(info, **overrides)
+        if measured_context is not None and spec.device == "cuda":
+            spec = replace(spec, measured_context=init_context(measured_context, arch, spec))
     except ComparisonError as exc:
         return ProcessEstimate(info.pid, SOURCE_PROBE, label, problem=str(exc), info_key=key)
     except Exception as exc:  # noqa: BLE001 - data from another process must not raise here
@@ -212,6 +219,13 @@ def compare_process(
                 "the architecture read from its config differs from the model that ran"
             )
             result = replace(result, notes=(*result.notes, note))
+    spec = process.spec
+    if spec is not None and getattr(spec, "measured_context", None) is not None and process.source == SOURCE_PROBE:
+        context = process.estimate.components_bytes.get("cuda_context")
+        if isinstance(context, int):
+            note = (f"the predicted CUDA context ({context / 2**20:.0f} MiB) is the one measured for this process "
+                    "(NVML used - torch reserved while reserved held still), not the profile's figure")
+            result = replace(result, notes=(*result.notes, note))
     return result
 
 
@@ -239,7 +253,9 @@ def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None) -> 
     marks: list[PhaseMark] = []
     peaks: list[PhasePeak] = []
     infos: dict[int, ProbeInfo] = {}
+    contexts = ContextMeter()  # the same figure the dashboard measures while it runs
     for snap in snapshots:
+        contexts.add_snapshot(snap)
         probes.extend(snap.probes)
         peaks.extend(snap.phase_peaks)
         processes.extend(snap.processes)
@@ -262,7 +278,7 @@ def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None) -> 
     samples = [p for p in probes if p.pid == pid]
     if not samples:
         raise ComparisonError(f"no probe samples for pid {pid}: nothing measured to compare with")
-    process = from_probe_info(info, device=samples[-1].device)
+    process = from_probe_info(info, device=samples[-1].device, measured_context=contexts.context(pid))
     return compare_process(process, samples, processes, marks, dict(info.setup).get("total_params"), peaks)
 
 
@@ -318,12 +334,14 @@ class ProcessEstimates:
         """The estimate built from the PID's ProbeInfo, even when the user set another."""
         return self._probed.get(pid)
 
-    def update_probe(self, info: ProbeInfo, device: str | None = None) -> ProcessEstimate:
-        """Record ``info`` (see the class docstring); returns the PID's current estimate."""
-        key = _info_key(info, device)
+    def update_probe(self, info: ProbeInfo, device: str | None = None,
+                     measured_context: int | None = None) -> ProcessEstimate:
+        """Record ``info`` (see the class docstring; ``measured_context`` as in
+        :func:`from_probe_info`); returns the PID's current estimate."""
+        key = _info_key(info, device, measured_context)
         current = self._probed.get(info.pid)
         if current is None or current.info_key != key:
-            current = from_probe_info(info, device)
+            current = from_probe_info(info, device, measured_context)
             self._probed[info.pid] = current
             shown = self._by_pid.get(info.pid)
             if shown is None or shown.source != SOURCE_USER:

@@ -239,7 +239,16 @@ def test_compare_trace_on_cuda_reports_all_three_figures(tmp_path):
     assert peaks["torch reserved"]["measured_bytes"] == 600 * MiB
     assert peaks["torch reserved"]["predicted_bytes"] == est.allocated_peak_bytes + comps["allocator_reserve"]
     assert peaks["NVML used"]["measured_bytes"] == 1100 * MiB
-    assert peaks["NVML used"]["predicted_bytes"] == est.peak_bytes
+    # The prediction takes the context measured for this process: NVML used - reserved at
+    # t=10.5, bracketed by two probe samples with the same reserved (900 - 600 MiB).
+    from dataclasses import replace
+
+    from gpumem_tui.measured_context import init_context
+
+    here = estimate(arch, replace(spec, measured_context=init_context(300 * MiB, arch, spec)))
+    assert here.components_bytes["cuda_context"] == 300 * MiB
+    assert peaks["NVML used"]["predicted_bytes"] == here.peak_bytes == est.peak_bytes - comps["cuda_context"] + 300 * MiB
+    assert any("measured for this process" in n for n in data["notes"])
     assert data["measured"]["cuda_context"] == 1100 * MiB - 600 * MiB
     assert data["measured"]["allocator_reserve"] == 600 * MiB - 520 * MiB
     assert data["measured_source"]["cuda_context"].startswith("NVML used - torch reserved")

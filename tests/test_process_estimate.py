@@ -59,12 +59,15 @@ async def test_each_probed_process_keeps_its_own_estimate_whatever_the_selection
         seen = {}
         for pid in (1088, 1089, 1088):
             app.table.select_pid(pid)
+
+            def shows_its_own() -> bool:
+                # looked up each time: the estimate is rebuilt when its measured CUDA context changes
+                own = app.process_estimates.get(pid)
+                return (panel.process_pid == own.pid and panel.spec == own.spec and _model_label_shown(panel) == own.label
+                        and view.result is not None and view.result.pid == own.pid)
+
+            await wait_for(pilot, shows_its_own)
             own = app.process_estimates.get(pid)
-            await wait_for(
-                pilot,
-                lambda: panel.process_pid == own.pid and panel.spec == own.spec and _model_label_shown(panel) == own.label
-                and view.result is not None and view.result.pid == own.pid,
-            )
             # the label names the model and the PID once
             label = _model_label_shown(panel)
             assert label.count(str(pid)) == 1 and "pid pid" not in label

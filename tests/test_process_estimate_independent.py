@@ -204,3 +204,32 @@ def test_a_process_shown_before_the_form_is_mounted_keeps_its_own_estimate():
             assert panel.estimate.peak_bytes == own.estimate.peak_bytes
 
     asyncio.run(run())
+
+
+@needs_trace
+def test_the_pane_uses_the_context_measured_on_the_replayed_gpu():
+    """Issue 9: on the box, the estimator uses the CUDA context measured there. Replaying the
+    H100 trace, each probed job's context is measured (NVML used - reserved) and the what-if
+    form on that GPU takes the figure after initialisation, 610 MiB as the H100 cases say."""
+    async def run():
+        from gpumem_tui.ui.estimator_panel import EstimatorPanel
+
+        from gpumem_tui.telemetry.replay import ReplaySource
+        from gpumem_tui.ui.app import GpuMemApp
+
+        source = ReplaySource(TRACE, speed=20.0)  # played through: every sample is seen
+        app = GpuMemApp(source, interval=0.05)
+        async with app.run_test(size=(200, 50)) as pilot:
+            assert await _wait(pilot, lambda: source.finished, seconds=60)
+            assert await _wait(pilot, lambda: app.contexts.context(1088) is not None)
+            assert app.contexts.context(1088) == 758 * 2**20
+            assert set(app.gpu_contexts.values()) == {610 * 2**20}
+            gpu = next(iter(app.gpu_contexts))
+            app.chart_target = ("gpu", gpu)
+            app._update_side()
+            panel = app.query_one(EstimatorPanel)
+            assert await _wait(pilot, lambda: panel.process_pid is None and panel.spec is not None
+                               and panel.spec.measured_context == 610 * 2**20)
+            assert "measured on this box" in " ".join(panel.estimate.assumptions)
+
+    asyncio.run(run())

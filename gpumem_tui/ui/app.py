@@ -23,6 +23,7 @@ from textual.widgets import DataTable, Footer, Input, Static, TextArea
 from textual.worker import Worker, WorkerState
 
 from gpumem_tui.config import check_signal_keys
+from gpumem_tui.measured_context import ContextMeter
 from gpumem_tui.process_estimate import ProcessEstimates
 from gpumem_tui.telemetry.model import (
     PhaseMark,
@@ -170,6 +171,8 @@ class GpuMemApp(App[None]):
         self.chart_window = chart_window
         self.bands: list[Band] = []  # the predicted bands drawn now (of the charted process)
         self.process_estimates = ProcessEstimates()
+        self.contexts = ContextMeter()  # CUDA context per probed PID, measured here
+        self.gpu_contexts: dict[int, int] = {}  # GPU index -> context after init measured on it
         self._pane_state = pane.PaneState()
         self.poller = Poller(self, source, interval)
         self.has_side_pane = False
@@ -380,8 +383,15 @@ class GpuMemApp(App[None]):
             self._record_probe(probe)
         for info in snap.probe_infos:
             self.probe_infos[info.pid] = info
+        self.contexts.add_snapshot(snap)
+        self.contexts.prune(self.probe_samples)
+        gpu_of = {p.pid: p.device_index for p in snap.processes if p.device_index is not None}
         for pid, info in self.probe_infos.items():  # the device may be known only after the info
-            self.process_estimates.update_probe(info, self.probe_devices.get(pid))
+            self.process_estimates.update_probe(info, self.probe_devices.get(pid), self.contexts.context(pid))
+            probed = self.process_estimates.probe_estimate(pid)
+            measured = getattr(probed.spec, "measured_context", None) if probed is not None else None
+            if measured is not None and gpu_of.get(pid) is not None:
+                self.gpu_contexts[gpu_of[pid]] = measured
         if snap.phase_peaks:
             self._record_phase_peaks(snap.phase_peaks)
         for mark in snap.phase_marks:
@@ -673,6 +683,7 @@ class GpuMemApp(App[None]):
             processes=procs,
             marks=tuple(self.phase_marks.get(pid, ())) if pid is not None else (),
             published_params=dict(info.setup).get("total_params") if info is not None else None,
+            gpu_context=self.gpu_contexts.get(gpu) if gpu is not None else None,
         )
         error = pane.push(self.screen_stack[0], self._pane_state, selection)
         if error:

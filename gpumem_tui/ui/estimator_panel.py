@@ -219,6 +219,7 @@ class EstimatorPanel(VerticalScroll):
         self._edits_count = False  # the next new estimate is an edit of process_pid's estimate
         self._gpu_total: int | None = None
         self._gpu_label: str | None = None
+        self._gpu_context: int | None = None
         self.estimate: Any = None
         self.architecture: Any = None
         self.spec: Any = None
@@ -351,11 +352,16 @@ class EstimatorPanel(VerticalScroll):
 
     # ----- public API ------------------------------------------------------------------------
 
-    def set_gpu_total(self, total_bytes: int | None, label: str | None = None) -> None:
+    def set_gpu_total(self, total_bytes: int | None, label: str | None = None,
+                      measured_context: int | None = None) -> None:
         """The selected GPU's total memory in bytes (None: no GPU). ``label`` names it on screen
-        (e.g. "GPU 0 A100"). A budget typed in the panel takes precedence."""
+        (e.g. "GPU 0 A100"). A budget typed in the panel takes precedence.
+        ``measured_context``: the CUDA context after initialisation measured on this GPU
+        (bytes, :mod:`gpumem_tui.measured_context`), used by what-if estimates on CUDA instead
+        of the profile's figure; None: the profile's."""
         self._gpu_total = int(total_bytes) if total_bytes and total_bytes > 0 else None
         self._gpu_label = label
+        self._gpu_context = measured_context
         self.recompute()
 
     def show_process(self, pid: int | None, process: Any = None) -> None:
@@ -592,6 +598,8 @@ class EstimatorPanel(VerticalScroll):
             kwargs["mixed_precision"] = self.query_one("#est-mixed_precision", Checkbox).value
         if task in ("lora", "qlora") and self.query_one("#est-lora_rank", Input).value.strip():
             kwargs["lora_rank"] = self._read_int("lora_rank", errors)
+        if self._gpu_context is not None and kwargs["device"] == "cuda" and self._base_spec is None:
+            kwargs["measured_context"] = self._gpu_context  # a what-if on this box's GPU
         return kwargs
 
     def _read_int(self, name: str, errors: dict[str, str]) -> int:

@@ -4,7 +4,8 @@ Kept apart from app.py so the dashboard still runs (without the pane) if the est
 cannot be imported. The app describes what is selected in a :class:`PaneSelection` and calls
 :func:`push`; this module never imports the app. What is pushed:
 
-- the selected GPU's total memory -> ``EstimatorPanel.set_gpu_total`` (only when it changes);
+- the selected GPU's total memory and the CUDA context measured on it ->
+  ``EstimatorPanel.set_gpu_total`` (only when they change);
 - the selected PID and its :class:`~gpumem_tui.process_estimate.ProcessEstimate` ->
   ``EstimatorPanel.show_process`` (the form shows that process's own estimate);
 - that estimate + the process's probe samples -> ``ComparisonView``, computed by
@@ -30,7 +31,9 @@ class PaneSelection:
     ``gpu_total`` is in bytes (None: no GPU). ``samples`` are the process's probe samples,
     ``processes`` its NVML rows (NVML used), ``marks`` its phase marks, ``peaks`` its probe's
     per-phase high-water marks (part of the measured peak); ``published_params`` is
-    the ``total_params`` its probe published (or None).
+    the ``total_params`` its probe published (or None). ``gpu_context`` is the CUDA context
+    after initialisation measured on the selected GPU from a probed job there (bytes, see
+    :mod:`gpumem_tui.measured_context`), or None.
     """
 
     gpu: int | None = None
@@ -43,13 +46,14 @@ class PaneSelection:
     marks: Sequence[PhaseMark] = ()
     peaks: Sequence[PhasePeak] = ()
     published_params: object = None
+    gpu_context: int | None = None
 
 
 @dataclass
 class PaneState:
     """What was last pushed to the pane, so each push happens only on a change."""
 
-    gpu: tuple[int | None, int | None] | None = None
+    gpu: tuple[int | None, int | None, int | None] | None = None
     comparison_key: tuple[Any, ...] | None = None
     last_error: str | None = field(default=None)
 
@@ -111,10 +115,10 @@ def _push(screen: Any, state: PaneState, sel: PaneSelection) -> None:
         view = screen.query_one(ComparisonView)
     except Exception:  # noqa: BLE001 -- not mounted yet
         return
-    if state.gpu != (sel.gpu, sel.gpu_total):
-        state.gpu = (sel.gpu, sel.gpu_total)
+    if state.gpu != (sel.gpu, sel.gpu_total, sel.gpu_context):
+        state.gpu = (sel.gpu, sel.gpu_total, sel.gpu_context)
         label = f"GPU {sel.gpu}" + (f" {sel.gpu_label}" if sel.gpu_label else "") if sel.gpu is not None else None
-        panel.set_gpu_total(sel.gpu_total, label)
+        panel.set_gpu_total(sel.gpu_total, label, measured_context=sel.gpu_context)
     panel.show_process(sel.pid, sel.process)
     _update_comparison(view, state, sel)
 
