@@ -15,6 +15,7 @@ worst <= 2 %; reserved and NVML median <= 2 %, worst <= 5 %.
     .venv/bin/python benchmarks/gpu_accuracy.py                     # detailed estimator
     .venv/bin/python benchmarks/gpu_accuracy.py --method accelerate # an anchor method
     .venv/bin/python benchmarks/gpu_accuracy.py --json
+    .venv/bin/python benchmarks/gpu_accuracy.py --timing   # + time per estimate (best of 3)
 
 The shared directory is found beside the checkout (``<repo>/../shared``) or via
 ``GPUMEM_SHARED``. No torch needed.
@@ -123,11 +124,35 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+def print_timing(method: str) -> None:
+    """Time of one ``run_method`` per case (best of 3, ms): the simulated allocator order makes
+    CUDA estimates slower than the analytic path (target: under ~50 ms)."""
+    import time
+
+    from gpumem_tui.estimator.methods import run_method
+
+    times = []
+    for case, _truth in load_cases():
+        arch, spec = arch_and_spec(case)
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            run_method(method, arch, spec)
+            best = min(best, time.perf_counter() - t0)
+        times.append((1000 * best, case["name"]))
+    slowest = max(times)
+    print(f"estimate time per case: median {statistics.median(t for t, _ in times):.1f} ms, "
+          f"max {slowest[0]:.1f} ms ({slowest[1]})")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--method", default="detailed", help="estimate --method (detailed, accelerate, zero16, ...)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--timing", action="store_true", help="also print the time of one estimate per case (best of 3)")
     args = ap.parse_args(argv)
+    if args.timing:
+        print_timing(args.method)
     rows = errors(args.method)
     summ = summary(rows)
     if args.json:

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(GPU_DIR is None, reason="../shared/validation/gp
 
 TARGETS = {"allocated": (0.5, 2.0), "reserved": (2.0, 5.0), "nvml": (2.0, 5.0)}
 # (median, worst) |error| % actually achieved where a target is not met yet (issue 9 report)
-ACHIEVED = {"allocated": (0.5, 11.5), "reserved": (3.9, 25.3), "nvml": (3.75, 24.4)}
+ACHIEVED = {"allocated": (0.5, 6.6)}  # worst: pythia-410m fp32 SDPA (+6.5 %, CUDA memory-efficient kernel on a fused-qkv view)
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +64,16 @@ def test_inference_modes(rows):
     assert abs(by["dev-llama8b-prefill-b4-s1024"]) <= 0.5  # --logits all
     assert abs(by["dev-llama8b-gen-b4-p1024-n64"]) <= 0.5  # --new-tokens 64
     assert abs(by["dev-qwen05b-gen-b32-p512-n128"]) <= 1.0
+
+
+def test_sliding_window_sdpa_mask_rule_closes_mistral_s8192(rows):
+    by = {r["case"]: r["error_pct"] for r in rows}
+    assert abs(by["dev-mistral7b-lora8-qv-b1-s8192"]["allocated"]) <= 1.0  # was -11.45 %
+
+
+def test_simulated_reserve_closes_checkpointing_and_generation(rows):
+    by = {r["case"]: r["error_pct"] for r in rows}
+    for name in ("dev-llama1b-bf16-b8-s512-sdpa-ckpt", "dev-qwen05b-gen-b32-p512-n128",
+                 "dev-qwen05b-bf16-b4-s2048-eager"):  # were -25.3 %, -11.0 %, -1.3 %
+        assert abs(by[name]["reserved"]) <= 1.5, (name, by[name]["reserved"])
+        assert abs(by[name]["nvml"]) <= 1.5, (name, by[name]["nvml"])

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 
 from gpumem_tui.estimator.architecture import ModelArchitecture
-from gpumem_tui.estimator.devices import cuda_autocast, cuda_context, peft_lora, profile_for
+from gpumem_tui.estimator.devices import cuda_autocast, cuda_context, cuda_kernels, peft_lora, profile_for
 from gpumem_tui.estimator.devices.cuda import CUDA_CONTEXT_BYTES  # noqa: F401  (re-exported)
 from gpumem_tui.estimator.spec import DTYPE_BYTES, TrainingSpec
 
@@ -382,10 +382,35 @@ def _sdpa_math(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
         # (torch ``sdp_utils``: ``check_batch_size_and_num_heads_dense``); measured, MemTracker,
         # Falcon-7B shape on CPU SDPA: fp32 s x s probabilities per layer
         return True
+    if spec.device == "cuda":
+        return _cuda_sdpa_backend(arch, spec) == "math"
     profile = profile_for(spec.device)
     return profile.sdpa_always_math or (
         profile.sdpa_math_with_dropout and arch.attention_dropout > 0 and spec.task != "inference"
     )
+
+
+def _cuda_sdpa_window_mask(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
+    """Whether transformers passes an explicit (sliding-window) mask to SDPA: a sliding-window
+    layer whose sequence is longer than its window (``masking_utils.sdpa_mask``; below the
+    window it passes ``is_causal``)."""
+    return bool(arch.kind == "decoder" and arch.sliding_window and arch.sliding_layers
+                and spec.seq > arch.sliding_window)
+
+
+def _cuda_sdpa_backend(arch: ModelArchitecture, spec: TrainingSpec) -> str:
+    """The kernel CUDA's SDPA picks for this model (:func:`cuda_kernels.sdpa_backend`):
+    transformers passes k and v at the KV head count with ``enable_gqa=True`` when there is no
+    mask (``use_gqa_in_sdpa``), which the memory-efficient kernel rejects
+    (``check_batch_size_and_num_heads_dense<false /*supports_grouped_query_attention*/>``
+    in ``use_mem_efficient_attention``, ``sdp_utils.cpp``); with a mask it repeats them
+    (``repeat_kv``). So fp32 GQA models (no flash for fp32) run the math path. Measured on the
+    H100 (``dev_truth_h100.jsonl``, Llama-3.2-1B fp32 b2 s512): the forward peak was 1278 MiB
+    (80 MiB per layer) above the fused-kernel estimate; the math path's ``s x s`` fp32
+    probabilities, scaled q / k and repeated v are 76 MiB per layer."""
+    mask = _cuda_sdpa_window_mask(arch, spec)
+    gqa = cuda_kernels.uses_gqa_flag(mask, arch.num_kv_heads, arch.num_heads)
+    return cuda_kernels.sdpa_backend(precision(spec).compute, arch.head_dim, arch.attention_dropout > 0, mask, gqa)
 
 
 def _v_pins_fused_qkv(arch: ModelArchitecture, spec: TrainingSpec, b: int) -> bool:
@@ -558,6 +583,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     # attention core
     if fused:
         par += bs * (q + 2 * kv) * e  # q, k, v (views of a fused projection: its whole output)
+        par += cuda_masked_sdpa_extra_bytes(arch, spec, b, s)
         if arch.fused_qkv and not arch.learned_positions:
             par += bs * (q + kv) * e  # rotary q, k are new tensors; v still pins the fused output
         par += bs * q * e + b * a * s * 4  # output (also the o-projection input) + log-sum-exp
@@ -667,6 +693,34 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
             # aten/src/ATen/autocast_mode.h); measured, MemTracker, CPU autocast: 3 casts
             rep += 2 * bs * h * e
     return LayerActivations(replicated=int(rep), parallel=int(par), quadratic=int(quad))
+
+
+def cuda_masked_sdpa_extra_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
+    """Saved bytes per layer that an explicit SDPA mask adds on CUDA (bytes; 0 elsewhere).
+
+    A sliding-window layer whose sequence is longer than its window gets an explicit boolean
+    ``(b, 1, s, s)`` mask from transformers (``masking_utils.sdpa_mask``; below the window it
+    passes ``is_causal`` and no mask). Then (1) transformers repeats k and v to every query
+    head (``repeat_kv``; ``use_gqa_in_sdpa`` is false with a mask): two new ``b s (q - kv)``
+    tensors saved by SDPA; (2) flash refuses the mask (``check_for_attn_mask``,
+    ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``) and the memory-efficient kernel
+    runs: ``scaled_dot_product_attention`` converts the boolean mask to a float bias in the
+    query dtype (``convert_boolean_attn_mask``, ``attention.cpp``), a new ``b s s e`` tensor per
+    layer call, which ``_scaled_dot_product_efficient_attention`` saves for backward
+    (``attn_bias``; ``preprocess_mask`` only expands it, aligned at ``s`` a multiple of 16).
+    Measured on the H100 (``dev_truth_h100.jsonl``, Mistral-7B LoRA b1 s8192, window 4096):
+    the forward peak was 7756 MiB above the estimate without this rule, 32 x 224 MiB of it
+    this rule. Only sliding-window layers are counted (full-attention layers get
+    ``is_causal``).
+    """
+    if (spec.device != "cuda" or spec.attention != "sdpa" or not arch.family.sdpa or arch.kind != "decoder"
+            or not arch.sliding_window or s <= arch.sliding_window or not arch.sliding_layers
+            or _sdpa_math(arch, spec)):
+        return 0
+    e = precision(spec).compute
+    share = arch.sliding_layers / max(1, arch.num_layers)
+    per = 2 * b * s * (arch.q_dim - arch.kv_dim) * e + b * s * s * e
+    return int(per * share)
 
 
 def _mla_extra(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int, lora: bool) -> int:

@@ -27,7 +27,7 @@ from typing import Any
 
 from gpumem_tui.estimator import components as C
 from gpumem_tui.estimator.architecture import ModelArchitecture
-from gpumem_tui.estimator.devices import cuda_kernels
+from gpumem_tui.estimator.devices import cuda_kernels, cuda_step_events
 from gpumem_tui.estimator.spec import TrainingSpec, check_spec_for
 
 COMPONENT_KEYS = (
@@ -59,6 +59,11 @@ class Estimate:
 
     ``components_bytes`` is the breakdown at the peak phase (keys: :data:`COMPONENT_KEYS`),
     summing to ``peak_bytes``. ``allocated_peak_bytes`` excludes context and reserve.
+    ``simulated_reserve_bytes``: the caching allocator's reserve simulated for this exact shape
+    (:mod:`gpumem_tui.estimator.devices.cuda_step_events`; None where not modelled), used by
+    the ``figures`` of :meth:`to_json` (torch reserved, NVML used); ``peak_bytes`` and the
+    components keep the analytic reserve (monotone in batch and sequence: what the solver and
+    the planning bands use).
     """
 
     model: str
@@ -73,11 +78,15 @@ class Estimate:
     device: str
     method: str = "detailed"
     extra: dict[str, Any] = field(default_factory=dict)
+    simulated_reserve_bytes: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON shape of issue 3 (bytes as ints), plus ``model``, ``method`` and
         ``figures`` (which torch / NVML figure each total compares to)."""
-        reserved = self.allocated_peak_bytes + self.components_bytes.get("allocator_reserve", 0)
+        simulated = self.simulated_reserve_bytes
+        reserve = self.components_bytes.get("allocator_reserve", 0) if simulated is None else simulated
+        reserved = self.allocated_peak_bytes + reserve
+        nvml = reserved + self.components_bytes.get("cuda_context", 0)
         return {
             "model": self.model,
             "method": self.method,
@@ -91,8 +100,13 @@ class Estimate:
             "figures": {
                 "allocated": int(self.allocated_peak_bytes),
                 "reserved": int(reserved),
-                "nvml_used": int(self.peak_bytes) if self.device == "cuda" else None,
-                "peak_bytes_is": "nvml_used" if self.device == "cuda" else "live tensor bytes (MemTracker)",
+                "nvml_used": int(nvml) if self.device == "cuda" else None,
+                "reserve_model": ("simulated caching allocator" if simulated is not None
+                                  else "analytic share" if self.device == "cuda" else None),
+                "peak_bytes_is": (("nvml_used" if simulated is None else
+                                   "NVML used with the analytic allocator reserve (monotone in batch and sequence; "
+                                   "figures.nvml_used has the simulated reserve of this exact shape)")
+                                  if self.device == "cuda" else "live tensor bytes (MemTracker)"),
             },
         }
 
@@ -286,6 +300,12 @@ def estimate(arch: ModelArchitecture, spec: TrainingSpec) -> Estimate:
     peak_alloc, peak_label, peak_parts = phases[peak_name]
     transient = peak_parts["activations"] + peak_parts["logits_and_loss"] + peak_parts["optimizer_intermediates"]
     reserve = C.allocator_reserve_bytes(spec, peak_alloc, transient)
+    # CUDA: the reserve of this exact shape's allocation order replayed through the
+    # caching-allocator model (cuda_step_events) goes into ``figures`` (reserved, NVML used);
+    # the components and ``peak_bytes`` keep the analytic share, which is monotone in batch and
+    # sequence (the solver's and the planning figure). The simulated reserve is not: the
+    # allocator's placement changes with every size (one more token can move GiBs).
+    simulated = cuda_step_events.simulated_reserve_bytes(arch, spec) if spec.device == "cuda" else None
     out_phases = []
     for name, (total, _label, parts) in phases.items():
         parts = dict(parts)
@@ -296,6 +316,8 @@ def estimate(arch: ModelArchitecture, spec: TrainingSpec) -> Estimate:
     comps = dict(peak_parts)
     comps["cuda_context"] = ctx
     comps["allocator_reserve"] = reserve
+    # (which reserve each figure uses is in to_json's figures and the CLI table, not in the
+    # assumptions the dashboard lists)
     assumptions = _assumptions(arch, spec, peak_label) + warnings
     return Estimate(
         model=arch.name,
@@ -308,6 +330,7 @@ def estimate(arch: ModelArchitecture, spec: TrainingSpec) -> Estimate:
         assumptions=tuple(assumptions),
         allocated_peak_bytes=peak_alloc,
         device=spec.device,
+        simulated_reserve_bytes=simulated,
     )
 
 

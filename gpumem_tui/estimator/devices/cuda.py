@@ -25,9 +25,10 @@ MiB = 1 << 20
 CUDA_CONTEXT_BYTES = 500 * MiB
 
 def allocator_reserve_bytes(peak_allocated: int, transient: int) -> int:
-    """Caching-allocator reserve (reserved - allocated) at the peak, bytes: the model of
-    :mod:`gpumem_tui.estimator.devices.cuda_allocator` (``peak_allocated`` is accepted for
-    rules that scale by the total)."""
+    """Caching-allocator reserve (reserved - allocated) at the peak, bytes: the analytic
+    fallback of :mod:`gpumem_tui.estimator.devices.cuda_allocator` (``peak_allocated`` is
+    accepted for rules that scale by the total). ``estimate`` prefers the simulated reserve of
+    :mod:`gpumem_tui.estimator.devices.cuda_step_events` where the step's order is modelled."""
     return fragmentation_bytes(transient)
 
 

@@ -23,7 +23,9 @@ So reserved exceeds allocated by (a) rounding and the unused tails of segments, 
 cached blocks that the peak's requests could not use: freed earlier in the step, in sizes or
 places that did not fit (fragmentation). (a) follows exactly from the sizes
 (:func:`segment_bytes`, :func:`packed_reserved_bytes`); (b) depends on the order of every
-allocation of the step, which an analytic estimate does not have: :func:`fragmentation_bytes`
+allocation of the step: ``estimate --device cuda`` generates that order
+(:mod:`.cuda_step_events`) and replays it through :mod:`.cuda_allocator_sim`; where the order
+is not modelled (ZeRO, model parallelism, MoE, ...) the fallback :func:`fragmentation_bytes`
 uses a share of the bytes that are freed and re-requested during the step (transient tensors).
 Its share is a measurement: on the H100 cases (``dev_truth_h100.jsonl``) reserved - allocated
 over those transient bytes has a median near 0.10, with a wide spread (0.03 .. 0.85: gradient

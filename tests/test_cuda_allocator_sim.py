@@ -1,0 +1,102 @@
+"""The caching-allocator simulation (gpumem_tui.estimator.devices.cuda_allocator_sim.py): the torch source
+rules, and what the shared H100 measurements say about reserved (``dev_truth_h100.jsonl``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpumem_tui.estimator.devices import cuda_allocator_sim as allocator
+
+MIB = 1 << 20
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _gpu_dir() -> Path | None:
+    env = os.environ.get("GPUMEM_SHARED")
+    for base in ([Path(env)] if env else []) + [b.parent / "shared" for b in [ROOT, *ROOT.parents]]:
+        if (base / "validation" / "gpu" / "dev_truth_h100.jsonl").is_file():
+            return base / "validation" / "gpu"
+    return None
+
+
+GPU_DIR = _gpu_dir()
+
+
+def test_simulation_imports_no_torch() -> None:
+    code = ("import sys; import gpumem_tui.estimator.devices.cuda_allocator_sim; "
+            "print([m for m in ('torch', 'textual', 'pynvml') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_small_requests_pack_into_one_2_mib_segment() -> None:
+    alloc = allocator.CachingAllocator()
+    for i in range(4096):  # 4096 x 512 B = 2 MiB: exactly one small segment
+        alloc.malloc(i, 100)
+    assert (alloc.state.reserved, alloc.state.segments_small, alloc.state.allocated) == (2 * MIB, 1, 2 * MIB)
+    alloc.malloc("next", 100)
+    assert alloc.state.reserved == 4 * MIB
+
+
+def test_medium_requests_share_a_20_mib_segment_and_split() -> None:
+    alloc = allocator.CachingAllocator()
+    for i in range(3):
+        alloc.malloc(i, 5 * MIB)  # 3 x 5 MiB fit in one 20 MiB segment (5 MiB rest > 1 MiB: split)
+    assert alloc.state.reserved == 20 * MIB and alloc.state.allocated == 15 * MIB
+    alloc.malloc(3, 4 * MIB)  # the last 5 MiB block: rest 1 MiB is not > 1 MiB, no split
+    assert alloc.state.allocated == 20 * MIB  # the whole 5 MiB block counts as allocated
+    assert alloc.state.reserved == 20 * MIB
+
+
+def test_freed_blocks_merge_and_are_reused_best_fit() -> None:
+    alloc = allocator.CachingAllocator()
+    alloc.malloc("a", 100 * MIB)
+    alloc.malloc("b", 40 * MIB)
+    alloc.free("a")
+    alloc.malloc("c", 60 * MIB)  # reuses a's 100 MiB block, split (40 MiB rest)
+    assert alloc.state.reserved == 140 * MIB
+    alloc.malloc("d", 30 * MIB)  # best fit: a's 40 MiB remainder, not a new segment
+    assert alloc.state.reserved == 140 * MIB
+    alloc.free("c")
+    alloc.free("d")  # c + d merge back to 100 MiB
+    alloc.malloc("e", 100 * MIB)
+    assert alloc.state.reserved == 140 * MIB and alloc.state.peak_reserved == 140 * MIB
+
+
+def test_fragmentation_grows_reserved_beyond_allocated() -> None:
+    """Frees in a different order than allocations (as recomputation does) leave holes that
+    a larger request cannot use: a new segment although enough bytes are free."""
+    state = allocator.replay([("alloc", 1, 30 * MIB), ("alloc", 2, 30 * MIB), ("alloc", 3, 30 * MIB),
+                              ("free", 1, 0), ("free", 3, 0), ("alloc", 4, 50 * MIB)])
+    assert state.allocated == 80 * MIB
+    assert state.reserved == 140 * MIB  # 60 MiB free in two 30 MiB holes, 50 MiB needed whole
+
+
+def test_replay_rejects_bad_events() -> None:
+    with pytest.raises(ValueError, match="alloc or free"):
+        allocator.replay([("realloc", 1, 10)])
+    with pytest.raises(KeyError):
+        allocator.replay([("free", 1, 0)])
+    with pytest.raises(ValueError, match="already allocated"):
+        allocator.replay([("alloc", 1, 10), ("alloc", 1, 10)])
+
+
+@pytest.mark.skipif(GPU_DIR is None, reason="../shared/validation/gpu not present")
+def test_measured_reserved_is_made_of_whole_segments() -> None:
+    """Every segment is a multiple of 2 MiB (rule 3), so reserved is; and reserved >= allocated."""
+    truths = [json.loads(x) for x in (GPU_DIR / "dev_truth_h100.jsonl").read_text().splitlines() if x.strip()]
+    truths = [t for t in truths if "error" not in t]
+    assert len(truths) >= 20
+    for truth in truths:
+        case = {"name": truth["case"]}
+        assert truth["max_reserved"] % (2 * MIB) == 0, case["name"]
+        assert truth["max_reserved"] >= truth["peak_allocated"], case["name"]
+        stats = truth["allocator_stats"]
+        # the small pool's segments are 2 MiB each and all of them are part of reserved
+        assert stats["segment.small_pool.peak"] * 2 * MIB <= truth["max_reserved"], case["name"]
