@@ -80,6 +80,13 @@ def until_the_end(app: GpuMemApp, source: ReplaySource):
         source.pause()
         app.poller.stop()  # freeze: nothing changes after this point
         app._update_status()  # the replay line says "paused" whether or not a poll came since
+        app._update_chart()  # whatever the throttle skipped on the way, the curve reaches the end
+        from textual.widgets import Tabs
+
+        for tabs in app.query(Tabs):
+            # the underline is placed after a refresh; one placed before the pane's layout
+            # settled sat at column 0 in some runs: place it now that the layout is final
+            tabs._highlight_active(animate=False)
         await pilot.pause(0.3)
         app.clear_notifications()  # "replay finished" and friends: toasts, not the layout
         await pilot.wait_for_scheduled_animations()  # none are left with animation_level "none"; kept for safety

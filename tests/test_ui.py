@@ -616,3 +616,25 @@ async def test_chart_stays_on_a_selected_process_that_exits():
         assert app.query_one(MemoryChart).title.startswith("PID 1001")
         await pilot.press("down")
         assert app.chart_target != ("proc", 1001)
+
+
+async def test_the_chart_draws_the_samples_its_throttle_skipped_once_they_stop_coming():
+    """Samples closer than one chart cell are not redrawn one by one; when they stop (a
+    finished or paused replay repeats its last record), the curve still reaches the last one."""
+    from dataclasses import replace
+
+    from ui_fakes import T0
+
+    class Dense(FakeSource):
+        def poll(self):  # noqa: ANN202
+            snap = super().poll()
+            return replace(snap, time=T0 + (snap.time - T0) * 0.01, probes=())  # 10 ms apart
+
+    source = Dense(steps=25)
+    app = make_app(source, interval=0.05)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(pilot, lambda: source.polls > 30)
+        await pilot.pause(0.1)
+        assert app.chart.seconds_per_cell() > 0.24  # the samples span less than one cell
+        assert app.snapshot.time - T0 == pytest.approx(0.24)
+        assert app.chart.now - T0 == pytest.approx(0.24)

@@ -180,6 +180,7 @@ class GpuMemApp(App[None]):
         self._status_shown: Text | None = None
         self._charted_target: tuple[str, int] | None = None
         self._charted_time = 0.0
+        self._previous_snapshot_time: float | None = None  # of the snapshot before the current one
         self._proc_start: dict[int, float] = {}
         self._highlighted_key: str | None = None
         # Widgets are kept as attributes: handlers also run while a modal screen is on top,
@@ -312,6 +313,7 @@ class GpuMemApp(App[None]):
 
     def apply_snapshot(self, snap: Snapshot) -> None:
         """Take one Snapshot: record history, update every widget."""
+        self._previous_snapshot_time = self.snapshot.time if self.snapshot is not None else None
         self.snapshot = snap
         self.poll_error = None
         self._record(snap)
@@ -560,7 +562,10 @@ class GpuMemApp(App[None]):
         if throttle and snap is not None and target == self._charted_target:
             # A new sample moves the curve by less than one character cell until
             # seconds_per_cell have passed: redrawing sooner costs CPU and shows nothing new.
-            if snap.time - self._charted_time < chart.seconds_per_cell():
+            # Once samples stop coming (a finished or paused replay repeats its last one) the
+            # skipped ones are drawn, so the curve does not end short of the newest sample.
+            settled = snap.time == self._previous_snapshot_time and self._charted_time < snap.time
+            if snap.time - self._charted_time < chart.seconds_per_cell() and not settled:
                 return
         self._charted_target = target
         self._charted_time = snap.time if snap is not None else 0.0
