@@ -188,10 +188,12 @@ def test_max_batch_is_the_boundary(gpt2) -> None:
     assert estimate(gpt2, spec.replace(batch=b + 1)).peak_bytes > budget
     assert max_batch(gpt2, spec, 10 * MiB) == 0
     assert max_seq(gpt2, spec, 6 * GiB) == 1024  # bounded by max_position_embeddings
-    s = max_seq(gpt2, spec, 2 * GiB)
+    s = max_seq(gpt2, spec, 5 * GiB // 2)
     assert 1 <= s < 1024  # here memory is the bound
-    assert estimate(gpt2, spec.replace(seq=s)).peak_bytes <= 2 * GiB
-    assert estimate(gpt2, spec.replace(seq=s + 1)).peak_bytes > 2 * GiB
+    # (on CUDA the simulated allocator reserve makes the peak not strictly monotone; the
+    # bisection still ends on a value that fits next to one that does not)
+    assert estimate(gpt2, spec.replace(seq=s)).peak_bytes <= 5 * GiB // 2
+    assert estimate(gpt2, spec.replace(seq=s + 1)).peak_bytes > 5 * GiB // 2
 
 
 def test_seed_methods(gpt2) -> None:

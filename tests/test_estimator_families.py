@@ -247,3 +247,23 @@ def test_meta_profile_matches_measure_on_meta_with_sdpa(config: str, dtype: str,
     arch = load_architecture(str(ROOT / "benchmarks" / "data" / "configs" / f"{config}.json"))
     est = estimate(arch, TrainingSpec(device="meta", attention="sdpa", batch=2, seq=512, dtype=dtype))
     assert abs(est.peak_bytes - measured) / measured < 0.005
+
+
+def test_partial_rotary_is_read_where_transformers_5_keeps_it() -> None:
+    """transformers 5 moved ``partial_rotary_factor`` into ``rope_parameters`` (the H100
+    Pythia config has it there); older configs keep it (or GPT-NeoX's ``rotary_pct``) on top."""
+    base = json.loads((ROOT.parent / "shared" / "validation" / "gpu" / "configs" / "pythia-410m.json").read_text()) \
+        if (ROOT.parent / "shared").is_dir() else None
+    neox = {"model_type": "gpt_neox", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+            "intermediate_size": 2048, "vocab_size": 1000, "max_position_embeddings": 2048}
+    nested = architecture_from_config({**neox, "rope_parameters": {"rope_type": "default",
+                                                                   "partial_rotary_factor": 0.25}}, "a")
+    top = architecture_from_config({**neox, "rotary_pct": 0.25}, "b")
+    per_kind = architecture_from_config({**neox, "rope_parameters": {"full_attention": {
+        "rope_type": "default", "partial_rotary_factor": 0.5}}}, "c")
+    full = architecture_from_config(neox, "d")
+    assert (nested.rotary_dims, top.rotary_dims, per_kind.rotary_dims, full.rotary_dims) == (16, 16, 32, 64)
+    if base is not None:
+        assert architecture_from_config(base, "pythia-410m").rotary_dims == 16
+    with pytest.raises(ArchitectureError, match="partial_rotary_factor"):
+        architecture_from_config({**neox, "rope_parameters": {"partial_rotary_factor": "quarter"}}, "e")

@@ -136,8 +136,24 @@ def test_estimates_are_valid_and_monotone(name: str, kwargs: dict) -> None:
     bigger_s = estimate(arch, spec.replace(seq=spec.seq + 1))
     _check(bigger_b)
     _check(bigger_s)
-    assert bigger_b.peak_bytes >= est.peak_bytes
-    assert bigger_s.peak_bytes >= est.peak_bytes
+    _assert_grows(arch, est, spec, bigger_b, spec.replace(batch=spec.batch + 1))
+    _assert_grows(arch, est, spec, bigger_s, spec.replace(seq=spec.seq + 1))
+
+
+def _assert_grows(arch, est, spec, bigger, bigger_spec) -> None:  # noqa: ANN001
+    """Monotone in batch and sequence: exactly off CUDA. On CUDA the simulated allocator reserve
+    (where blocks land) may shrink by up to its own size, and the tensors themselves may shrink
+    only where SDPA's kernel changes with the shape (a sliding-window mask past the window)."""
+    if spec.device != "cuda":
+        assert bigger.peak_bytes >= est.peak_bytes
+        return
+    from gpumem_tui.estimator import components as C
+
+    assert bigger.peak_bytes >= est.peak_bytes - est.components_bytes["allocator_reserve"]
+    same_kernel = (arch.kind != "decoder" or spec.attention != "sdpa"
+                   or C._cuda_sdpa_backend(arch, spec) == C._cuda_sdpa_backend(arch, bigger_spec))
+    if same_kernel:
+        assert bigger.allocated_peak_bytes >= est.allocated_peak_bytes
 
 
 @SETTINGS
@@ -156,4 +172,5 @@ def test_arbitrary_configs_raise_only_documented_errors(config: dict, kwargs: di
     except SpecError:
         return
     _check(est)
-    assert estimate(arch, spec.replace(batch=spec.batch + 1)).peak_bytes >= est.peak_bytes
+    bigger_spec = spec.replace(batch=spec.batch + 1)
+    _assert_grows(arch, est, spec, estimate(arch, bigger_spec), bigger_spec)

@@ -48,7 +48,9 @@ def test_keep_outputs_and_other_spec_fields_come_from_the_probe():
     pe = from_probe_info(ProbeInfo(pid=3, model_config=config, setup=setup), device="cuda:0")
     assert pe.spec.keep_outputs is True and pe.spec.grad_accum == 2 and pe.spec.device == "cuda"
     plain = from_probe_info(ProbeInfo(pid=3, model_config=config, setup=setup[:2]), device="cuda:0")
-    assert pe.estimate.peak_bytes > plain.estimate.peak_bytes
+    # the tensors kept alive (allocated); the reserve is simulated for the plain step only (the
+    # allocation order with kept outputs and accumulation is not modelled)
+    assert pe.estimate.allocated_peak_bytes > plain.estimate.allocated_peak_bytes
 
 
 def _model_label_shown(panel):

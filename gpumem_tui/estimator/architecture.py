@@ -383,6 +383,26 @@ def _float(cfg: dict[str, Any], model_type: str, *names: str, default: float = 0
     return float(value)
 
 
+def _rotary_fraction(cfg: dict[str, Any], model_type: str) -> float:
+    """The share of each head's dims that rotary embeddings rotate (1.0 = all).
+
+    transformers 5 keeps it in ``rope_parameters`` (``partial_rotary_factor``; per attention
+    kind, e.g. ``{"full_attention": {...}}``, in some families); older configs have it at the
+    top level (``partial_rotary_factor``, GPT-NeoX's ``rotary_pct``). It sizes the rotary
+    ``inv_freq`` buffer and the cos / sin tables (Pythia: 0.25 of each head).
+
+    Raises:
+        ArchitectureError: the factor is not a non-negative number.
+    """
+    rope = cfg.get("rope_parameters")
+    if isinstance(rope, dict):
+        kinds = [rope] + [v for v in rope.values() if isinstance(v, dict)]
+        for params in kinds:
+            if params.get("partial_rotary_factor") is not None:
+                return _float(params, model_type, "partial_rotary_factor")
+    return _float(cfg, model_type, "partial_rotary_factor", "rotary_pct", default=1.0)
+
+
 def _bool(cfg: dict[str, Any], model_type: str, name: str, default: bool) -> bool:
     value = cfg.get(name, default)
     if value is None:
@@ -514,7 +534,7 @@ def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchi
     drop = [_float(cfg, mt, *fields, default=d) if fields else d for fields, d in family.dropout_fields]
     head, labels = _head_from_config(cfg, family.kind)
     post_norm = family.post_norm or bool(family.pre_norm_field) and not _bool(cfg, mt, family.pre_norm_field, True)
-    rotary_fraction = _float(cfg, mt, "partial_rotary_factor", "rotary_pct", default=1.0)
+    rotary_fraction = _rotary_fraction(cfg, mt)
     if rotary_fraction > 1:
         raise ArchitectureError(f"{mt}: partial_rotary_factor must be <= 1, got {rotary_fraction}")
     return ModelArchitecture(

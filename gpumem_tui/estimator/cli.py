@@ -166,10 +166,8 @@ def _table(est: Estimate) -> str:
         lines.append("  phases: " + ", ".join(f"{p.name} {_fmt(p.live_bytes)}" for p in est.phases))
     if est.device == "cuda" and est.method == "detailed":
         lines.append(f"  torch allocated peak: {_fmt(est.allocated_peak_bytes)} (peak above is NVML-used-like)")
-        if est.simulated_reserve_bytes is not None:
-            fig = est.to_json()["figures"]
-            lines.append(f"  this exact shape, caching allocator simulated: torch reserved {_fmt(fig['reserved'])}, "
-                         f"NVML used {_fmt(fig['nvml_used'])}")
+        fig = est.to_json()["figures"]
+        lines.append(f"  torch reserved peak: {_fmt(fig['reserved'])} (allocator reserve: {fig['reserve_model']})")
     for note in est.assumptions:
         lines.append(f"  - {note}")
     return "\n".join(lines)

@@ -60,10 +60,12 @@ class Estimate:
     ``components_bytes`` is the breakdown at the peak phase (keys: :data:`COMPONENT_KEYS`),
     summing to ``peak_bytes``. ``allocated_peak_bytes`` excludes context and reserve.
     ``simulated_reserve_bytes``: the caching allocator's reserve simulated for this exact shape
-    (:mod:`gpumem_tui.estimator.devices.cuda_step_events`; None where not modelled), used by
-    the ``figures`` of :meth:`to_json` (torch reserved, NVML used); ``peak_bytes`` and the
-    components keep the analytic reserve (monotone in batch and sequence: what the solver and
-    the planning bands use).
+    (:mod:`gpumem_tui.estimator.devices.cuda_step_events`; None where not modelled, and then
+    ``components_bytes["allocator_reserve"]`` is the analytic share). It is the
+    ``allocator_reserve`` component, so ``peak_bytes`` (NVML used on CUDA) and ``figures``
+    agree. The simulated reserve is not monotone in batch and sequence (where blocks land
+    changes with every size; tens of MiB on the catalogue models), nor is the CUDA peak where
+    the SDPA kernel changes with the shape (see :mod:`gpumem_tui.estimator.solve`).
     """
 
     model: str
@@ -83,10 +85,7 @@ class Estimate:
     def to_json(self) -> dict[str, Any]:
         """The JSON shape of issue 3 (bytes as ints), plus ``model``, ``method`` and
         ``figures`` (which torch / NVML figure each total compares to)."""
-        simulated = self.simulated_reserve_bytes
-        reserve = self.components_bytes.get("allocator_reserve", 0) if simulated is None else simulated
-        reserved = self.allocated_peak_bytes + reserve
-        nvml = reserved + self.components_bytes.get("cuda_context", 0)
+        reserved = self.allocated_peak_bytes + self.components_bytes.get("allocator_reserve", 0)
         return {
             "model": self.model,
             "method": self.method,
@@ -100,13 +99,10 @@ class Estimate:
             "figures": {
                 "allocated": int(self.allocated_peak_bytes),
                 "reserved": int(reserved),
-                "nvml_used": int(nvml) if self.device == "cuda" else None,
-                "reserve_model": ("simulated caching allocator" if simulated is not None
+                "nvml_used": int(self.peak_bytes) if self.device == "cuda" else None,
+                "reserve_model": ("simulated caching allocator" if self.simulated_reserve_bytes is not None
                                   else "analytic share" if self.device == "cuda" else None),
-                "peak_bytes_is": (("nvml_used" if simulated is None else
-                                   "NVML used with the analytic allocator reserve (monotone in batch and sequence; "
-                                   "figures.nvml_used has the simulated reserve of this exact shape)")
-                                  if self.device == "cuda" else "live tensor bytes (MemTracker)"),
+                "peak_bytes_is": "nvml_used" if self.device == "cuda" else "live tensor bytes (MemTracker)",
             },
         }
 
@@ -299,25 +295,29 @@ def estimate(arch: ModelArchitecture, spec: TrainingSpec) -> Estimate:
     peak_name = max(phases, key=lambda n: phases[n][0])
     peak_alloc, peak_label, peak_parts = phases[peak_name]
     transient = peak_parts["activations"] + peak_parts["logits_and_loss"] + peak_parts["optimizer_intermediates"]
-    reserve = C.allocator_reserve_bytes(spec, peak_alloc, transient)
     # CUDA: the reserve of this exact shape's allocation order replayed through the
-    # caching-allocator model (cuda_step_events) goes into ``figures`` (reserved, NVML used);
-    # the components and ``peak_bytes`` keep the analytic share, which is monotone in batch and
-    # sequence (the solver's and the planning figure). The simulated reserve is not: the
-    # allocator's placement changes with every size (one more token can move GiBs).
+    # caching-allocator model (cuda_step_events); the analytic share where the order is not
+    # modelled. Either way it is the one reserve of ``peak_bytes``, its components and
+    # ``figures`` (torch reserved, NVML used): no figure carries another reserve.
     simulated = cuda_step_events.simulated_reserve_bytes(arch, spec) if spec.device == "cuda" else None
+    reserve = C.allocator_reserve_bytes(spec, peak_alloc, transient) if simulated is None else simulated
     out_phases = []
     for name, (total, _label, parts) in phases.items():
         parts = dict(parts)
         parts["cuda_context"] = ctx
-        parts["allocator_reserve"] = C.allocator_reserve_bytes(
-            spec, total, parts["activations"] + parts["logits_and_loss"] + parts["optimizer_intermediates"])
+        if name == peak_name:
+            parts["allocator_reserve"] = reserve
+        else:
+            # the analytic share of the phase's own transients, never above the peak phase's
+            # reserved total (torch's reserved memory only grows within a step)
+            parts["allocator_reserve"] = max(0, min(
+                C.allocator_reserve_bytes(spec, total, parts["activations"] + parts["logits_and_loss"]
+                                          + parts["optimizer_intermediates"]),
+                peak_alloc + reserve - total))
         out_phases.append(Phase(name, sum(parts.values()), parts))
     comps = dict(peak_parts)
     comps["cuda_context"] = ctx
     comps["allocator_reserve"] = reserve
-    # (which reserve each figure uses is in to_json's figures and the CLI table, not in the
-    # assumptions the dashboard lists)
     assumptions = _assumptions(arch, spec, peak_label) + warnings
     return Estimate(
         model=arch.name,

@@ -1,8 +1,13 @@
 """Largest micro-batch (or sequence length) that fits a memory budget, by bisection.
 
-The detailed estimate is monotone non-decreasing in ``batch`` and ``seq`` (every term is a
-sum of non-negative products of them; a property test checks it), so the largest fitting
-value is found by doubling to an upper bound and bisecting: ``O(log n)`` estimates.
+Off CUDA the detailed estimate is monotone non-decreasing in ``batch`` and ``seq`` (every term
+is a sum of non-negative products of them; a property test checks it), so doubling to an upper
+bound and bisecting finds the largest fitting value in ``O(log n)`` estimates. On CUDA it is
+not strictly monotone: the simulated caching-allocator reserve depends on where blocks land
+(it can fall by tens of MiB from one size to the next), and SDPA changes kernel past a
+sliding window. The bisection keeps its invariant (``lo`` fits, ``hi`` does not), so the
+answer always fits by the estimate and the next value does not; a larger value beyond such a
+dip may fit too.
 """
 
 from __future__ import annotations
