@@ -288,3 +288,27 @@ def test_layer_backward_regime_matches_measurements(name, overrides, kwargs, mea
     spec = TrainingSpec(attention="eager", device="cpu", **{"dtype": "bf16", **kwargs})
     est = estimate(arch, spec)
     assert abs(est.peak_bytes - measured) / measured < tol
+
+
+@pytest.mark.parametrize("analytic,exact", [(10, 12), (10, 7), (10, 30), (0, 2), (5, 0), (0, 0), (10, 10)])
+def test_the_solver_checks_the_analytic_answer_with_the_exact_figure(analytic: int, exact: int) -> None:
+    """Bisection on the analytic reserve, then moved to where the simulated one says the
+    boundary is (walking a few values, bisecting when far apart)."""
+    from gpumem_tui.estimator.solve import _largest_checked
+
+    calls = []
+
+    def fits(v: int, precise: bool) -> bool:
+        calls.append(precise)
+        return v <= (exact if precise else analytic)
+
+    assert _largest_checked(fits, 1 << 24) == exact
+    assert calls.count(True) <= 2 * 24 + 9
+
+
+def test_max_batch_on_cuda_fits_by_the_simulated_reserve(gpt2) -> None:
+    spec = TrainingSpec(batch=1, seq=1024, dtype="bf16", device="cuda")
+    b = max_batch(gpt2, spec, 24 * GiB)
+    fit, over = (estimate(gpt2, spec.replace(batch=v)) for v in (b, b + 1))
+    assert fit.simulated_reserve_bytes is not None  # the figure the user sees, not the analytic one
+    assert fit.peak_bytes <= 24 * GiB < over.peak_bytes

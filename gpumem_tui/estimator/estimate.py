@@ -273,8 +273,13 @@ def _inference_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tupl
     ]
 
 
-def estimate(arch: ModelArchitecture, spec: TrainingSpec) -> Estimate:
+def estimate(arch: ModelArchitecture, spec: TrainingSpec, *, simulate_allocator: bool = True) -> Estimate:
     """Estimate the peak memory of one step of ``spec`` on ``arch`` (bytes).
+
+    ``simulate_allocator=False`` keeps the analytic allocator reserve on CUDA: fast (no
+    allocation replay) and monotone in batch and sequence while the kernels stay the same,
+    which :mod:`gpumem_tui.estimator.solve` uses to bracket its answer before checking it
+    with the simulated reserve.
 
     Raises:
         SpecError: the spec contradicts the architecture (see ``check_spec_for``).
@@ -299,7 +304,8 @@ def estimate(arch: ModelArchitecture, spec: TrainingSpec) -> Estimate:
     # caching-allocator model (cuda_step_events); the analytic share where the order is not
     # modelled. Either way it is the one reserve of ``peak_bytes``, its components and
     # ``figures`` (torch reserved, NVML used): no figure carries another reserve.
-    simulated = cuda_step_events.simulated_reserve_bytes(arch, spec) if spec.device == "cuda" else None
+    simulated = (cuda_step_events.simulated_reserve_bytes(arch, spec)
+                 if spec.device == "cuda" and simulate_allocator else None)
     reserve = C.allocator_reserve_bytes(spec, peak_alloc, transient) if simulated is None else simulated
     out_phases = []
     for name, (total, _label, parts) in phases.items():
