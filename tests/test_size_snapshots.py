@@ -61,8 +61,13 @@ def until_the_end(app: GpuMemApp, source: ReplaySource):
     async def run_before(pilot) -> None:
         from gpumem_tui.ui.estimator_panel import EstimatorPanel
 
+        last_time = source.snapshots()[-1].time
+
         def done() -> bool:
-            if not (source.finished and app.snapshot is not None and app.has_side_pane):
+            # the app has taken the last record (the source reaching the end is not enough: the
+            # poll's message may still be queued and would land after the freeze below)
+            if not (source.finished and app.snapshot is not None and app.snapshot.time == last_time
+                    and app.has_side_pane):
                 return False
             return all(not panel.solving for panel in app.query(EstimatorPanel))
 
@@ -80,7 +85,11 @@ def until_the_end(app: GpuMemApp, source: ReplaySource):
         source.pause()
         app.poller.stop()  # freeze: nothing changes after this point
         app._update_status()  # the replay line says "paused" whether or not a poll came since
-        app._update_chart()  # whatever the throttle skipped on the way, the curve reaches the end
+        # Draw the final chart from scratch: the throttle and the "nothing visible changed"
+        # check (positions compared in braille dots) depend on which frames were drawn on the
+        # way, which under load differs from run to run by a column.
+        app.chart._drawn_key = None
+        app._update_chart()
         from textual.widgets import Tabs
 
         for tabs in app.query(Tabs):
