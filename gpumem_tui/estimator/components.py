@@ -502,7 +502,7 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     prec = precision(spec)
     e = prec.compute
     h, f = arch.hidden_size, arch.intermediate_size
-    a, d = arch.num_heads, arch.head_dim
+    a = arch.num_heads
     q, kv = arch.q_dim, arch.kv_dim
     bs = b * s
     if arch.coarse:

@@ -492,7 +492,7 @@ def _train(st: _Step) -> SimResult:
     for layer in adapters:
         for n in layer:
             run.a(n * st.ab)
-    ids = run.a(8 * st.bs)
+    run.a(8 * st.bs)  # the input ids, alive for the whole run
     layer = _Layer(run, st)
     e, bs, h, V = st.e, st.bs, st.h, st.V
     states: list[int] = []
