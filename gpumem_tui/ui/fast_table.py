@@ -16,13 +16,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from rich.padding import Padding
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
 from textual.geometry import Region
 from textual.widgets import DataTable
+from textual.widgets._data_table import default_cell_formatter
 from textual.widgets.data_table import CellDoesNotExist, CellKey, ColumnKey, RowKey
 
+_EMPTY = Text(no_wrap=True, end="")
 _INTERNALS = ("_update_count", "_data", "_row_locations", "_column_locations", "_cell_render_cache",
               "_updated_cells", "_require_update_dimensions", "_show_hover_cursor", "_refresh_region",
-              "_row_label_column_width")
+              "_row_label_column_width", "_get_styles_to_render_cell", "cell_padding")
 
 
 def content_width(column: Any) -> int:
@@ -46,6 +52,9 @@ class IncrementalTable(DataTable):
         self._batching = 0
         self._cell_versions: dict[tuple[RowKey, ColumnKey], int] = {}
         self._cell_bumps = 0  # how many _update_count increments came from update_cell
+        # (row, column) -> (value, width, lines): the cell's text laid out by Rich, before the
+        # row/cursor styles. Survives sorts and other rows' changes: a reorder only restyles.
+        self._layouts: dict[tuple[RowKey, ColumnKey], tuple[Any, int, list[list[Segment]]]] = {}
         self._incremental = all(hasattr(self, name) for name in _INTERNALS)
 
     def update_cell(
@@ -71,6 +80,7 @@ class IncrementalTable(DataTable):
         self._cell_bumps += 1
         cell = (row_key, column_key)
         self._cell_versions[cell] = self._cell_versions.get(cell, 0) + 1
+        self._layouts.pop(cell, None)  # the value may be the same object, changed in place
         if update_width:
             self._updated_cells.add(CellKey(row_key, column_key))
             self._require_update_dimensions = True
@@ -110,11 +120,13 @@ class IncrementalTable(DataTable):
 
     def clear(self, columns: bool = False) -> Any:
         self._cell_versions = {}
+        self._layouts = {}
         return super().clear(columns)
 
     def remove_row(self, row_key: RowKey | str) -> None:
         key = RowKey(row_key) if isinstance(row_key, str) else row_key
         self._cell_versions = {k: v for k, v in self._cell_versions.items() if k[0] != key}
+        self._layouts = {k: v for k, v in self._layouts.items() if k[0] != key}
         super().remove_row(row_key)
 
     def _render_cell(
@@ -148,6 +160,47 @@ class IncrementalTable(DataTable):
         cache = self._cell_render_cache
         lines = cache.get(key)
         if lines is None:
-            lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+            lines = self._render_data_cell(row_key, column_key, row_index, column_index, base_style, width,
+                                           cursor, hover)
             cache[key] = lines
         return lines
+
+    def _render_data_cell(
+        self,
+        row_key: RowKey,
+        column_key: ColumnKey,
+        row_index: int,
+        column_index: int,
+        base_style: Style,
+        width: int,
+        cursor: bool,
+        hover: bool,
+    ) -> list[list[Segment]]:
+        """What DataTable._render_cell draws for a one-line data cell, with the Rich layout
+        of its value reused while the value (the same object) and the width stay.
+
+        Same result as the stock renderer (tests compare them): the stock one renders
+        ``Styled(Padding(cell), pre, post)``, and Styled only maps each segment's style,
+        so laying out ``Padding(cell)`` once and mapping the styles after is equal.
+        """
+        row = self.rows.get(row_key)
+        if row is None or row.height != 1 or row_index < self.fixed_rows or column_index < self.fixed_columns:
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        value = self._data[row_key].get(column_key)
+        cell = (row_key, column_key)
+        layout = self._layouts.get(cell)
+        if layout is not None and layout[0] is value and layout[1] == width:
+            plain = layout[2]
+        else:
+            options = self.app.console_options.update_dimensions(width, 1).update(no_wrap=True)
+            # as DataTable._get_row_renderables formats a cell (None and "" draw nothing)
+            content = _EMPTY if value is None else default_cell_formatter(value, wrap=False, height=1) or _EMPTY
+            renderable = Padding(content, (0, self.cell_padding))
+            plain = self.app.console.render_lines(renderable, options)
+            self._layouts[cell] = (value, width, plain)
+        component_style, post_style = self._get_styles_to_render_cell(
+            False, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor,
+            self.cursor_foreground_priority == "css", self.cursor_background_priority == "css",
+        )
+        pre_style = base_style + Style.from_meta({"row": row_index, "column": column_index}) + component_style
+        return [list(Segment.apply_style(line, pre_style, post_style)) for line in plain]
