@@ -150,3 +150,30 @@ async def test_reused_layouts_draw_exactly_what_datatable_draws():
                             assert ours == stock, (row, column, cursor, hover)
                             compared += 1
         assert compared == len(HOSTILE) * 2 * 8
+
+
+class TwinApp(App[None]):
+    """The same rows in a stock DataTable and an IncrementalTable."""
+
+    def compose(self) -> ComposeResult:
+        yield DataTable(id="stock")
+        yield IncrementalTable(id="ours")
+
+    def on_mount(self) -> None:
+        for table in self.query(DataTable):
+            table.add_column("A", key="a")
+            table.add_column("B", key="b")
+            for index, value in enumerate(HOSTILE):
+                text = value if isinstance(value, Text) else Text(str(value))
+                table.add_row(text, Text("界" * index), key=str(index))
+            table.add_row("[b]markup[/b] str", None, key="mixed")  # not all Text: the stock way
+
+
+async def test_new_rows_widen_columns_as_datatable_does():
+    app = TwinApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        stock, ours = app.query_one("#stock", DataTable), app.query_one("#ours", IncrementalTable)
+        widths = [[c.content_width for c in t.ordered_columns] for t in (stock, ours)]
+        assert widths[0] == widths[1] and widths[1][1] == 2 * (len(HOSTILE) - 1)
+        assert stock.virtual_size == ours.virtual_size

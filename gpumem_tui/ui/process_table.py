@@ -44,7 +44,8 @@ COLUMNS: tuple[Column, ...] = (
            lambda p, _: Text("-" if p.device_index is None else str(p.device_index), justify="right")),
     Column("pid", "PID", lambda p, _: p.pid, lambda p, _: Text(str(p.pid), justify="right"), True),
     Column("user", "USER", lambda p, _: p.user, lambda p, _: cells.user(p)),
-    Column("type", "TYPE", lambda p, _: p.type.value, lambda p, _: p.type.value),
+    # a Text, not a str: DataTable parses str cells as markup, at every layout and measure
+    Column("type", "TYPE", lambda p, _: p.type.value, lambda p, _: Text(p.type.value)),
     Column("mem", "GPU MEM", lambda p, _: p.used_memory_bytes,
            lambda p, _: cells.mib(p.used_memory_bytes, p.reason("used_memory_bytes")), True),
     Column("sm", "SM%", lambda p, _: p.sm_percent,
