@@ -170,6 +170,7 @@ def run_dashboard(
             keymap=config.keymap,
             banner=banner,
         )
+        app.freeze_gc_after_start = True  # one app per process: see GpuMemApp
         app.run()
         if app.crash_line:
             raise DashboardCrashed(app.crash_line)

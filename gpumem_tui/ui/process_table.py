@@ -33,6 +33,9 @@ class Column:
     sort_key: Callable[[ProcessSample, float], Any]
     render: Callable[[ProcessSample, float], Text | str]
     numeric: bool = False  # first sort is descending for numbers
+    #: the sample fields the cell shows (besides ``status`` and ``field_errors``, which any
+    #: cell may show): while they are equal the rendered cell is kept. Empty: always render.
+    fields: tuple[str, ...] = ()
 
 
 def _running(p: ProcessSample, now: float) -> float | None:
@@ -41,21 +44,26 @@ def _running(p: ProcessSample, now: float) -> float | None:
 
 COLUMNS: tuple[Column, ...] = (
     Column("gpu", "GPU", lambda p, _: p.device_index,
-           lambda p, _: Text("-" if p.device_index is None else str(p.device_index), justify="right")),
-    Column("pid", "PID", lambda p, _: p.pid, lambda p, _: Text(str(p.pid), justify="right"), True),
-    Column("user", "USER", lambda p, _: p.user, lambda p, _: cells.user(p)),
-    Column("type", "TYPE", lambda p, _: p.type.value, lambda p, _: p.type.value),
+           lambda p, _: Text("-" if p.device_index is None else str(p.device_index), justify="right"),
+           fields=("device_index",)),
+    Column("pid", "PID", lambda p, _: p.pid, lambda p, _: Text(str(p.pid), justify="right"), True,
+           fields=("pid",)),
+    Column("user", "USER", lambda p, _: p.user, lambda p, _: cells.user(p), fields=("user",)),
+    # a Text, not a str: DataTable parses str cells as markup, at every layout and measure
+    Column("type", "TYPE", lambda p, _: p.type.value, lambda p, _: Text(p.type.value), fields=("type",)),
     Column("mem", "GPU MEM", lambda p, _: p.used_memory_bytes,
-           lambda p, _: cells.mib(p.used_memory_bytes, p.reason("used_memory_bytes")), True),
+           lambda p, _: cells.mib(p.used_memory_bytes, p.reason("used_memory_bytes")), True,
+           fields=("used_memory_bytes",)),
     Column("sm", "SM%", lambda p, _: p.sm_percent,
-           lambda p, _: cells.percent(p.sm_percent, p.reason("sm_percent")), True),
+           lambda p, _: cells.percent(p.sm_percent, p.reason("sm_percent")), True, fields=("sm_percent",)),
     Column("cpu", "CPU%", lambda p, _: p.cpu_percent,
-           lambda p, _: cells.percent(p.cpu_percent, p.reason("cpu_percent")), True),
-    Column("rss", "RSS", lambda p, _: p.rss_bytes, lambda p, _: cells.mib(p.rss_bytes, p.reason("rss_bytes")), True),
+           lambda p, _: cells.percent(p.cpu_percent, p.reason("cpu_percent")), True, fields=("cpu_percent",)),
+    Column("rss", "RSS", lambda p, _: p.rss_bytes, lambda p, _: cells.mib(p.rss_bytes, p.reason("rss_bytes")), True,
+           fields=("rss_bytes",)),
     Column("time", "TIME", _running, lambda p, now: Text(cells.duration(_running(p, now)), justify="right"), True),
     Column("container", "CONTAINER", lambda p, _: p.container,
-           lambda p, _: cells.container(p, limit=32)),
-    Column("command", "COMMAND", lambda p, _: p.command, lambda p, _: cells.command(p)),
+           lambda p, _: cells.container(p, limit=32), fields=("container", "container_pid")),
+    Column("command", "COMMAND", lambda p, _: p.command, lambda p, _: cells.command(p), fields=("command",)),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 NARROW_WIDTH = 110
@@ -332,14 +340,19 @@ class ProcessTable(IncrementalTable):
             key = row_key(p)
             new_sources[key] = p
             flag = self.flags.get(p.pid)
-            unchanged = sources.get(key) == p and self._flags_shown.get(key) == flag
-            cached = self._cells.get(key) if unchanged else None
+            old = sources.get(key)
+            same_flag = self._flags_shown.get(key) == flag
+            cached = self._cells.get(key) if same_flag and old == p else None
             self._flags_shown[key] = flag
             if cached is None:
-                new_rows[key] = [col.render(p, now) for col in visible]
-                if flag and "command" in self.visible_columns:
-                    at = self.visible_columns.index("command")
-                    new_rows[key][at] = Text(f"[{flag}] ", style="bold") + new_rows[key][at]
+                previous = self._cells.get(key) if old is not None and same_flag else None
+                if previous is not None and old.status == p.status and old.field_errors == p.field_errors:
+                    # the same process with some figures changed: only their cells are new
+                    new_rows[key] = [
+                        previous[i] if col.fields and all(getattr(old, f) == getattr(p, f) for f in col.fields)
+                        else self._render(col, p, now, flag) for i, col in enumerate(visible)]
+                else:
+                    new_rows[key] = [self._render(col, p, now, flag) for col in visible]
             elif time_index is not None and p.start_time is not None:
                 cached = list(cached)
                 cached[time_index] = visible[time_index].render(p, now)
@@ -367,6 +380,13 @@ class ProcessTable(IncrementalTable):
         self._cells = new_rows
         self._sources = new_sources
         self._sources_columns = self.visible_columns
+
+    @staticmethod
+    def _render(col: Column, p: ProcessSample, now: float, flag: str | None) -> Text | str:
+        cell = col.render(p, now)
+        if flag and col.key == "command":  # a warning about the process (e.g. a leak)
+            cell = Text(f"[{flag}] ", style="bold") + cell
+        return cell
 
     def _replace_rows(self, new_rows: dict[str, list[Text | str]], keep: str | None) -> None:
         scroll_y = self.scroll_y

@@ -1,0 +1,63 @@
+"""ProcessTable keeps the rendered cells whose figures did not change between polls (the
+dashboard's CPU at 1 Hz with 64 000 processes), and still shows every change."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from textual.app import App, ComposeResult
+
+from gpumem_tui.telemetry.model import ProcessSample, ProcessType
+from gpumem_tui.ui.process_table import ProcessTable
+
+GiB = 1 << 30
+
+
+class TableApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield ProcessTable(id="processes")
+
+
+def procs(mem_gib: int = 1, command: str = "python train.py") -> tuple[ProcessSample, ...]:
+    return (
+        ProcessSample(100, 0, ProcessType.COMPUTE, mem_gib * GiB, 50.0, "alice", command, 10.0, GiB, None),
+        ProcessSample(200, 1, ProcessType.COMPUTE, 3 * GiB, 20.0, "bob", "[red]x[/red]", 5.0, GiB, None),
+    )
+
+
+async def test_a_changed_figure_renders_only_its_cell_and_shows_it():
+    app = TableApp()
+    async with app.run_test(size=(160, 10)) as pilot:
+        table = app.query_one(ProcessTable)
+        table.show(procs(1), now=1000.0)
+        await pilot.pause()
+        before = list(table._cells["100:0"])  # what the table rendered for the row
+        table.show(procs(2), now=1001.0)
+        await pilot.pause()
+        after = list(table._cells["100:0"])
+        assert [str(c) for c in table.get_row("100:0")] == [str(c) for c in after]
+        columns = table.visible_columns
+        mem = columns.index("mem")
+        assert after[mem].plain == "2,048 MiB" and before[mem].plain == "1,024 MiB"
+        kept = [columns[i] for i in range(len(columns)) if after[i] is before[i]]
+        assert kept == [c for c in columns if c not in ("mem", "time")]
+        # a changed command is drawn anew, literally
+        table.show(procs(2, command="[b]new[/b]"), now=1002.0)
+        await pilot.pause()
+        assert table.get_row("100:0")[columns.index("command")].plain == "[b]new[/b]"
+        assert table.get_row("200:1")[columns.index("command")].plain == "[red]x[/red]"
+
+
+async def test_a_new_status_renders_the_whole_row_again():
+    app = TableApp()
+    async with app.run_test(size=(160, 10)) as pilot:
+        table = app.query_one(ProcessTable)
+        table.show(procs(1), now=1000.0)
+        await pilot.pause()
+        from gpumem_tui.telemetry.model import ProcessStatus
+
+        gone = tuple(dataclasses.replace(p, status=ProcessStatus.EXITED) if p.pid == 100 else p for p in procs(1))
+        table.show(gone, now=1001.0)
+        await pilot.pause()
+        command = table.get_row("100:0")[table.visible_columns.index("command")].plain
+        assert command.startswith(f"[{ProcessStatus.EXITED.value}]")
