@@ -61,6 +61,8 @@ def main(argv: list[str]) -> int:
         args = _parser().parse_args(argv)
         if not 0 < args.port < 65536:
             raise InputError(f"--port must be 1-65535, got {args.port}")
+        if not args.host.strip():
+            raise InputError("--host must not be empty (0.0.0.0 listens on every IPv4 interface)")
     except InputError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2

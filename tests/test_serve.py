@@ -1,7 +1,7 @@
 """gpumem-tui serve: readonly by default, loopback by default, one-line errors, the page served.
 
-Not covered (yet): a real browser loading the page and seeing the GPU table (issue 12 asks
-for headless Chromium); the terminal is drawn by xterm.js into a canvas, so the DOM has no text.
+The page in a real browser (headless Chromium, the GPU table read from xterm.js, keys sent):
+tests/test_serve_browser.py.
 """
 
 from __future__ import annotations
@@ -40,6 +40,14 @@ def test_port_in_use_and_bad_port_are_one_line_exit_2():
     assert r.returncode == 2 and "cannot listen" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = _serve("--port", "70000")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_a_host_that_cannot_be_bound_is_one_line_exit_2():
+    # 203.0.113.7 is TEST-NET-3 (RFC 5737): no interface here has it, and binding needs no DNS
+    for host, says in (("203.0.113.7", "cannot listen on 203.0.113.7:"), ("", "--host must not be empty")):
+        r = _serve("--host", host, "--port", str(_free_port()))
+        assert r.returncode == 2 and says in r.stderr, (host, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
 
 def test_serves_the_page_on_loopback_and_warns_elsewhere():
