@@ -6,6 +6,7 @@ tests/test_serve_browser.py.
 
 from __future__ import annotations
 
+import http.client
 import socket
 import subprocess
 import sys
@@ -78,3 +79,40 @@ def test_serves_the_page_on_loopback_and_warns_elsewhere():
         proc.terminate()
         proc.wait(timeout=10)
     assert "warning: serving on 0.0.0.0, not loopback" in proc.stderr.read()
+
+
+def _page(port: int, host_header: str | None) -> str:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.putrequest("GET", "/", skip_host=True)
+        if host_header is not None:
+            conn.putheader("Host", host_header)
+        conn.endheaders()
+        return conn.getresponse().read().decode()
+    finally:
+        conn.close()
+
+
+def test_the_page_points_the_browser_back_at_the_address_it_used():
+    # served on every interface, a remote browser must not be told to open ws://0.0.0.0/...
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gpumem_tui", "serve", "--host", "0.0.0.0", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                page = _page(port, f"gpubox.example:{port}")
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None
+                time.sleep(0.3)
+        assert f"ws://gpubox.example:{port}/ws" in page and f"http://gpubox.example:{port}/static/js/textual.js" in page
+        assert "0.0.0.0" not in page
+        assert f"ws://[::1]:{port}/ws" in _page(port, f"[::1]:{port}")
+        # a Host header that is not a host name goes nowhere near the page: --host is used
+        page = _page(port, '"><script>alert(1)</script>')
+        assert "alert(1)" not in page and f"ws://0.0.0.0:{port}/ws" in page
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
