@@ -27,6 +27,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import sync_playwright
 
 TESTS = Path(__file__).resolve().parent
@@ -119,18 +120,24 @@ def served_dashboard():
 
 def _wait_for_screen(page, *contains: str, timeout_ms: int = 30_000) -> str:
     """Waits until the terminal's visible text holds every string of ``contains``; returns that text."""
-    page.wait_for_function(
-        f"(want) => {{ const text = ({SCREEN_TEXT})(); return text !== null && want.every((w) => text.includes(w)); }}",
-        arg=list(contains), timeout=timeout_ms)
+    try:
+        page.wait_for_function(
+            f"(want) => {{ const text = ({SCREEN_TEXT})(); return text !== null && want.every((w) => text.includes(w)); }}",
+            arg=list(contains), timeout=timeout_ms)
+    except PlaywrightTimeoutError:
+        screen = page.evaluate(SCREEN_TEXT)
+        if screen is None:  # textual.js no longer stores its Terminal as `this.terminal`
+            raise AssertionError("the page's xterm.js Terminal was never caught (see CATCH_TERMINAL)") from None
+        raise AssertionError(f"{list(contains)} not all on the browser's screen in {timeout_ms} ms:\n{screen}") from None
     return page.evaluate(SCREEN_TEXT)
 
 
-def test_the_dashboard_runs_in_headless_chromium_and_takes_keys(chromium, served_dashboard):
+def test_the_dashboard_runs_in_headless_chromium_and_takes_keys(chromium, served_dashboard, tmp_path):
     url, pid = served_dashboard
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.add_init_script(CATCH_TERMINAL)
             page.goto(url)
 
@@ -154,5 +161,11 @@ def test_the_dashboard_runs_in_headless_chromium_and_takes_keys(chromium, served
             page.keyboard.press("Escape")
             page.wait_for_function(f"() => !({SCREEN_TEXT})().includes('Filter syntax')", timeout=10_000)
             assert "NVIDIA A100-SXM4-80GB" in page.evaluate(SCREEN_TEXT)
+        except BaseException:
+            # what the browser showed, to look at when this fails (pytest prints tmp_path)
+            page.screenshot(path=tmp_path / "page.png")
+            (tmp_path / "screen.txt").write_text(page.evaluate(SCREEN_TEXT) or "(no terminal)")
+            print(f"browser screenshot and screen text: {tmp_path}")
+            raise
         finally:
             browser.close()
