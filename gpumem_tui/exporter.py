@@ -10,7 +10,7 @@ never makes a scrape wait. Metrics (bytes, watts, degrees Celsius, ratios 0-1):
 
 - ``gpumem_gpu_memory_used_bytes`` / ``_total_bytes``, ``gpumem_gpu_utilization_ratio``,
   ``gpumem_gpu_temperature_celsius``, ``gpumem_gpu_power_watts``: labels ``gpu``, ``uuid``,
-  ``name``; a figure NVML could not read is left out (never a made-up 0);
+  ``name``; a figure NVML could not read (None, NaN or infinite) is left out (never a made-up 0);
 - ``gpumem_process_memory_used_bytes`` (NVML used): labels ``gpu``, ``pid``, ``user``,
   ``command`` (cut to :data:`COMMAND_LIMIT` characters); only the processes of the last poll,
   so ended processes drop out and the label set stays bounded;
@@ -19,8 +19,10 @@ never makes a scrape wait. Metrics (bytes, watts, degrees Celsius, ratios 0-1):
   ``gpumem_probe_predicted_peak_bytes`` (the estimator's peak for the probe's own setup, the
   same :class:`~gpumem_tui.process_estimate.ProcessEstimate` the dashboard draws: NVML-used
   scope on CUDA), ``gpumem_probe_step``, and ``gpumem_probe_phase{phase="backward"} 1``;
-- ``gpumem_exporter_nvml_up`` (0 without a driver: the exporter still serves) and
-  ``gpumem_exporter_poll_duration_seconds`` (its own last poll).
+- ``gpumem_exporter_nvml_up`` (0 without a driver: the exporter still serves),
+  ``gpumem_exporter_poll_duration_seconds`` (its own last good poll) and
+  ``gpumem_exporter_poll_errors_total`` (polls that raised: the series above keep the last good
+  poll's data, and the exporter goes on polling).
 
 Binding to anything but loopback needs ``--allow-remote``: the metrics name users and commands.
 Exit codes: 0 on Ctrl-C / SIGTERM, 2 bad input or a port that cannot be bound (one line).
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 import signal
 import sys
 import threading
@@ -47,7 +50,7 @@ PROG = "gpumem-tui exporter"
 DEFAULT_LISTEN = "127.0.0.1:9835"
 COMMAND_LIMIT = 80  # label values are kept short: a long command line would bloat every scrape
 
-__all__ = ["COMMAND_LIMIT", "ExporterState", "build_registry", "main", "parse_listen"]
+__all__ = ["COMMAND_LIMIT", "ExporterState", "build_registry", "main", "parse_listen", "poll_into"]
 
 
 @dataclass
@@ -70,6 +73,8 @@ class ExporterState:
 
     snapshot: Snapshot | None = None
     poll_seconds: float | None = None
+    poll_errors: int = 0
+    last_poll_error: str | None = None
     probed: dict[int, _Probed] = field(default_factory=dict)
     estimates: ProcessEstimates = field(default_factory=ProcessEstimates)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -102,12 +107,40 @@ class ExporterState:
             self.snapshot = snap
             self.poll_seconds = poll_seconds
 
+    def poll_failed(self, error: str) -> None:
+        """Count a poll that raised (``error``: its one-line text); the last good data stays."""
+        with self.lock:
+            self.poll_errors += 1
+            self.last_poll_error = error
+
+
+def poll_into(source, state: ExporterState) -> str | None:  # noqa: ANN001 - anything with .poll() -> Snapshot
+    """One poll of ``source`` (a :class:`~gpumem_tui.telemetry.live.LiveSource`) into ``state``.
+
+    Returns None, or the one-line error of a poll that raised: then ``state`` keeps the last
+    good poll's data and counts the error, so one bad reading never stops the exporter.
+    """
+    started = time.monotonic()
+    try:
+        snap = source.poll()
+        state.update(snap, time.monotonic() - started)
+    except Exception as exc:  # noqa: BLE001 - any failure of one poll; the next one may succeed
+        error = " ".join(f"{type(exc).__name__}: {exc}".split())
+        state.poll_failed(error)
+        return error
+    return None
+
+
+def _finite(value: float | None) -> float | None:
+    """``value`` as a float, or None when it is None, NaN or infinite (not a reading)."""
+    return None if value is None or not math.isfinite(value) else float(value)
+
 
 def _families(state: ExporterState) -> Iterator[object]:
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     with state.lock:
-        snap, poll_seconds = state.snapshot, state.poll_seconds
+        snap, poll_seconds, poll_errors = state.snapshot, state.poll_seconds, state.poll_errors
         probed = {pid: (kept.measured_peak_bytes, kept.last_mark, state.estimates.get(pid))
                   for pid, kept in state.probed.items()}
     up = GaugeMetricFamily("gpumem_exporter_nvml_up", "1 when NVML answered the last poll, else 0")
@@ -117,6 +150,9 @@ def _families(state: ExporterState) -> Iterator[object]:
     if poll_seconds is not None:
         duration.add_metric([], poll_seconds)
     yield duration
+    errors = CounterMetricFamily("gpumem_exporter_poll_errors", "Polls that raised (the last good data is served)")
+    errors.add_metric([], float(poll_errors))
+    yield errors
     if snap is None:
         return
     gpu_labels = ["gpu", "uuid", "name"]
@@ -131,9 +167,9 @@ def _families(state: ExporterState) -> Iterator[object]:
     for suffix, (doc, value_of) in per_gpu.items():
         family = GaugeMetricFamily(f"gpumem_gpu_{suffix}", doc, labels=gpu_labels)
         for dev in snap.devices:
-            value = value_of(dev)
+            value = _finite(value_of(dev))
             if value is not None:
-                family.add_metric([str(dev.index), dev.uuid or "", printable(dev.name or "", 64)], float(value))
+                family.add_metric([str(dev.index), dev.uuid or "", printable(dev.name or "", 64)], value)
         yield family
     processes = GaugeMetricFamily("gpumem_process_memory_used_bytes", "NVML used memory of a process on a GPU",
                                   labels=["gpu", "pid", "user", "command"])
@@ -237,10 +273,14 @@ def main(argv: Sequence[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     source = LiveSource(args.probe_dir)
     print(f"{PROG}: serving http://{host}:{port}/metrics every {args.interval:g} s", file=sys.stderr, flush=True)
+    reported: str | None = None
     try:
         while not stop.is_set():
             started = time.monotonic()
-            state.update(source.poll(), time.monotonic() - started)
+            error = poll_into(source, state)
+            if error is not None and error != reported:  # one line per new kind of failure, not per poll
+                print(f"{PROG}: poll failed (serving the last good data): {error}", file=sys.stderr, flush=True)
+            reported = error
             stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
     except KeyboardInterrupt:
         pass

@@ -3,15 +3,19 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
-# The fleet tests run a real Prometheus server (Debian's package); CI machines run as root.
-if ! command -v prometheus >/dev/null 2>&1; then
+# Debian packages the tests run for real; CI machines run as root. The fleet tests run a
+# Prometheus server, the browser test of `gpumem-tui serve` a headless Chromium.
+apt_install_missing() {  # COMMAND PACKAGE WHY
+    command -v "$1" >/dev/null 2>&1 && return 0
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-        apt-get install -y -q prometheus >/dev/null 2>&1 \
-            || { apt-get update -q >/dev/null && apt-get install -y -q prometheus >/dev/null; }
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null 2>&1 \
+            || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null; }
     else
-        echo "setup: 'prometheus' is missing (the fleet tests need it): apt-get install prometheus" >&2
+        echo "setup: '$1' is missing ($3): apt-get install $2" >&2
     fi
-fi
+}
+apt_install_missing prometheus prometheus "the fleet tests need it"
+apt_install_missing chromium chromium "the browser test of gpumem-tui serve needs it"
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi

@@ -24,14 +24,19 @@ from gpumem_tui.exporter import (
     COMMAND_LIMIT,
     ExporterState,
     build_registry,
+    main,
     parse_listen,
+    poll_into,
 )
 from gpumem_tui.telemetry.live import LiveSource
 from gpumem_tui.telemetry.model import (
+    DeviceSample,
     Phase,
     PhaseMark,
     ProbeInfo,
     ProbeSample,
+    ProcessSample,
+    ProcessType,
     Snapshot,
 )
 from gpumem_tui.units import GiB, MiB
@@ -101,6 +106,91 @@ def test_probed_process_measured_predicted_step_and_phase():
     state.update(Snapshot(time=12.0), 0.01)
     got = _samples(build_registry(state))
     assert "gpumem_probe_step" not in got and "gpumem_probe_measured_peak_bytes" not in got
+
+
+def _device(index: int, **figures) -> DeviceSample:
+    values = dict(memory_total_bytes=80 * GiB, memory_used_bytes=30 * GiB, utilization_gpu_percent=40.0,
+                  temperature_c=55.0, power_draw_w=300.0, power_limit_w=700.0)
+    values.update(figures)
+    return DeviceSample(index=index, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-{index}", **values)
+
+
+def test_a_figure_nvml_could_not_read_is_left_out_not_exported_as_garbage():
+    odd = _device(0, temperature_c=None, power_draw_w=float("nan"), utilization_gpu_percent=float("inf"),
+                  memory_used_bytes=None)
+    state = ExporterState()
+    state.update(Snapshot(time=1.0, devices=(odd, _device(1))), 0.01)
+    text = generate_latest(build_registry(state)).decode()
+    assert "NaN" not in text and "Inf" not in text
+    got = _samples(build_registry(state))
+    for name in ("temperature_celsius", "power_watts", "utilization_ratio", "memory_used_bytes"):
+        assert [labels["gpu"] for labels, _ in got[f"gpumem_gpu_{name}"]] == ["1"], name  # GPU 0's is missing
+    assert got["gpumem_gpu_temperature_celsius"][0][1] == 55.0 and got["gpumem_gpu_power_watts"][0][1] == 300.0
+    assert sorted(labels["gpu"] for labels, _ in got["gpumem_gpu_memory_total_bytes"]) == ["0", "1"]
+
+
+def test_ended_processes_drop_out_and_commands_are_bounded():
+    long = "python train.py " + "x" * 500
+    procs = tuple(ProcessSample(pid=100 + i, device_index=0, type=ProcessType.COMPUTE, used_memory_bytes=MiB,
+                                command=long, user="u") for i in range(3))
+    state = ExporterState()
+    state.update(Snapshot(time=1.0, devices=(_device(0),), processes=procs), 0.01)
+    assert len(_samples(build_registry(state))["gpumem_process_memory_used_bytes"]) == 3
+    state.update(Snapshot(time=2.0, devices=(_device(0),), processes=procs[:1]), 0.01)
+    (labels, value), = _samples(build_registry(state))["gpumem_process_memory_used_bytes"]
+    assert labels["pid"] == "100" and value == MiB
+    assert len(labels["command"]) <= COMMAND_LIMIT and labels["command"].startswith("python train.py x")
+
+
+class _ScriptedSource:
+    """Answers each poll with the next Snapshot, or raises the next exception."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+
+    def poll(self) -> Snapshot:
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+def test_a_poll_that_raises_keeps_the_last_good_data_and_counts_the_error():
+    good = Snapshot(time=1.0, devices=(_device(0, memory_used_bytes=30 * GiB),))
+    later = Snapshot(time=3.0, devices=(_device(0, memory_used_bytes=31 * GiB),))
+    source = _ScriptedSource(good, OSError("proc vanished\nmid-read"), RuntimeError("NVML gave up"), later)
+    state = ExporterState()
+    assert poll_into(source, state) is None
+    duration = _samples(build_registry(state))["gpumem_exporter_poll_duration_seconds"]
+    assert poll_into(source, state) == "OSError: proc vanished mid-read"  # one line
+    got = _samples(build_registry(state))
+    assert got["gpumem_exporter_poll_errors_total"] == [({}, 1.0)]
+    assert got["gpumem_gpu_memory_used_bytes"][0][1] == 30 * GiB  # the last good poll, still served
+    assert got["gpumem_exporter_nvml_up"] == [({}, 1.0)] and got["gpumem_exporter_poll_duration_seconds"] == duration
+    assert poll_into(source, state) == "RuntimeError: NVML gave up"
+    assert poll_into(source, state) is None
+    got = _samples(build_registry(state))
+    assert got["gpumem_exporter_poll_errors_total"] == [({}, 2.0)]
+    assert got["gpumem_gpu_memory_used_bytes"][0][1] == 31 * GiB
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--interval", "0"], "--interval"),
+        (["--interval", "-1"], "--interval"),
+        (["--interval", "abc"], "--interval"),
+        (["--interval", "nan"], "--interval"),
+        (["--listen"], "--listen"),
+        (["--listen", "9835"], "HOST:PORT"),
+        (["--probe-dir"], "--probe-dir"),
+        (["--no-such-flag"], "--no-such-flag"),
+    ],
+)
+def test_bad_flag_values_are_one_line_exit_2(argv, says, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpumem-tui exporter: ") and says in err and len(err.strip().splitlines()) == 1, err
 
 
 @pytest.mark.parametrize(
