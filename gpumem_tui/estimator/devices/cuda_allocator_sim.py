@@ -41,19 +41,23 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from dataclasses import dataclass
 
-from gpumem_tui.estimator.devices.cuda_allocator import MIN_BLOCK, SMALL_SIZE, round_size, segment_bytes
+from gpumem_tui.estimator.devices.cuda_allocator import MIN_BLOCK, SMALL_SIZE, segment_bytes
 
 
 class _Block:
-    __slots__ = ("addr", "size", "free", "prev", "next", "small")
+    """A block of a segment: ``addr`` / ``size`` in bytes, free or handed out, its neighbours
+    in the segment, and the pool list (of its pool) it goes back to when free."""
 
-    def __init__(self, addr: int, size: int, small: bool) -> None:
+    __slots__ = ("addr", "size", "free", "prev", "next", "pool")
+
+    def __init__(self, addr: int, size: int, pool: list[tuple[int, int, _Block]], prev: _Block | None,
+                 nxt: _Block | None) -> None:
         self.addr = addr
         self.size = size
         self.free = True
-        self.prev: _Block | None = None
-        self.next: _Block | None = None
-        self.small = small
+        self.prev = prev
+        self.next = nxt
+        self.pool = pool
 
 
 @dataclass
@@ -75,15 +79,101 @@ class CachingAllocator:
     """The simulated allocator (one device, one stream); see the module docstring.
 
     ``malloc(key, nbytes)`` / ``free(key)`` replay a program's tensor storages in order;
-    :attr:`state` holds the figures torch would report.
+    :attr:`state` holds the figures torch would report. :meth:`take` / :meth:`release` are the
+    same operations without keys: ``take`` returns the block itself as the handle to release
+    (what :mod:`.cuda_step_events` uses, sparing a dictionary per event).
     """
 
     def __init__(self) -> None:
-        self.state = AllocatorState()
-        self._pools: dict[bool, list[tuple[int, int]]] = {True: [], False: []}  # (size, addr), sorted
-        self._by_addr: dict[int, _Block] = {}
+        # free blocks per pool as (size, addr, block), sorted: best fit is one bisect
+        self._small: list[tuple[int, int, _Block]] = []
+        self._large: list[tuple[int, int, _Block]] = []
         self._live: dict[object, _Block] = {}
         self._top = 0  # next segment's address
+        self.allocated = 0  # bytes now (torch allocated)
+        self.reserved = 0  # bytes of all segments; never decreases, so it is also the peak
+        self.peak_allocated = 0
+        self.segments_small = 0
+        self.segments_large = 0
+
+    @property
+    def state(self) -> AllocatorState:
+        """The figures now (a copy)."""
+        return AllocatorState(self.allocated, self.reserved, self.peak_allocated, self.reserved,
+                              self.segments_small, self.segments_large)
+
+    def take(self, nbytes: int) -> _Block:
+        """Allocate ``nbytes`` (an int); returns the handed-out block (its ``size`` is the
+        bytes counted as allocated).
+
+        Raises:
+            ValueError: ``nbytes`` negative.
+        """
+        if nbytes <= MIN_BLOCK:  # round_size
+            if nbytes < 0:
+                raise ValueError(f"negative request {nbytes}")
+            rounded = MIN_BLOCK
+        else:
+            rounded = -(-nbytes // MIN_BLOCK) * MIN_BLOCK
+        small = rounded <= SMALL_SIZE
+        pool = self._small if small else self._large
+        i = bisect_left(pool, (rounded, -1))  # get_free_block: smallest fit, lowest address
+        if i < len(pool):
+            block = pool.pop(i)[2]
+        else:
+            size = segment_bytes(rounded)
+            block = _Block(self._top, size, pool, None, None)
+            self._top += size
+            self.reserved += size
+            if small:
+                self.segments_small += 1
+            else:
+                self.segments_large += 1
+        rest = block.size - rounded
+        if (rest >= MIN_BLOCK) if small else (rest > SMALL_SIZE):  # should_split
+            nxt = block.next
+            tail = _Block(block.addr + rounded, rest, pool, block, nxt)
+            if nxt is not None:
+                nxt.prev = tail
+            block.next = tail
+            block.size = rounded
+            insort(pool, (rest, tail.addr, tail))
+        block.free = False
+        self.allocated += block.size
+        if self.allocated > self.peak_allocated:
+            self.peak_allocated = self.allocated
+        return block
+
+    def release(self, block: _Block) -> None:
+        """Free a block from :meth:`take` and merge it with free neighbours of its segment
+        (``free_block`` / ``try_merge_blocks``)."""
+        self.allocated -= block.size
+        pool = block.pool
+        prev = block.prev
+        if prev is not None and prev.free:  # prev absorbs the block
+            del pool[bisect_left(pool, (prev.size, prev.addr))]
+            prev.size += block.size
+            nxt = prev.next = block.next
+            if nxt is not None:
+                nxt.prev = prev
+            block = prev
+        else:
+            block.free = True
+        nxt = block.next
+        if nxt is not None and nxt.free:  # the block absorbs next
+            del pool[bisect_left(pool, (nxt.size, nxt.addr))]
+            block.size += nxt.size
+            after = block.next = nxt.next
+            if after is not None:
+                after.prev = block
+        insort(pool, (block.size, block.addr, block))
+
+    def release_all(self, *blocks: _Block | None) -> None:
+        """:meth:`release` each block given, in order, skipping ``None``."""
+        release = self.release
+        for block in blocks:
+            if block is not None:
+                release(block)
 
     def malloc(self, key: object, nbytes: int) -> int:
         """Allocate ``nbytes`` under ``key``; returns the bytes counted as allocated.
@@ -93,41 +183,7 @@ class CachingAllocator:
         """
         if key in self._live:
             raise ValueError(f"storage {key!r} is already allocated")
-        rounded = round_size(nbytes)
-        small = rounded <= SMALL_SIZE
-        pool = self._pools[small]
-        i = bisect_left(pool, (rounded, -1))
-        st = self.state
-        if i < len(pool):
-            _size, addr = pool.pop(i)
-            block = self._by_addr[addr]
-        else:
-            size = segment_bytes(rounded)
-            block = _Block(self._top, size, small)
-            self._by_addr[block.addr] = block
-            self._top += size
-            st.reserved += size
-            if small:
-                st.segments_small += 1
-            else:
-                st.segments_large += 1
-        rest = block.size - rounded
-        if (rest >= MIN_BLOCK) if small else (rest > SMALL_SIZE):  # should_split
-            tail = _Block(block.addr + rounded, rest, small)
-            tail.prev, tail.next = block, block.next
-            if block.next is not None:
-                block.next.prev = tail
-            block.next = tail
-            block.size = rounded
-            self._by_addr[tail.addr] = tail
-            insort(pool, (rest, tail.addr))
-        block.free = False
-        self._live[key] = block
-        st.allocated += block.size
-        if st.allocated > st.peak_allocated:
-            st.peak_allocated = st.allocated
-        if st.reserved > st.peak_reserved:
-            st.peak_reserved = st.reserved
+        block = self._live[key] = self.take(nbytes)
         return block.size
 
     def block_bytes(self, key: object) -> int:
@@ -141,26 +197,7 @@ class CachingAllocator:
         Raises:
             KeyError: ``key`` is not live.
         """
-        block = self._live.pop(key)
-        self.state.allocated -= block.size
-        block.free = True
-        pool = self._pools[block.small]
-        for nb in (block.prev, block.next):
-            if nb is not None and nb.free:
-                pool.pop(bisect_left(pool, (nb.size, nb.addr)))
-                del self._by_addr[nb.addr if nb is block.next else block.addr]
-                if nb is block.next:
-                    block.size += nb.size
-                    block.next = nb.next
-                    if nb.next is not None:
-                        nb.next.prev = block
-                else:
-                    nb.size += block.size
-                    nb.next = block.next
-                    if block.next is not None:
-                        block.next.prev = nb
-                    block = nb
-        insort(pool, (block.size, block.addr))
+        self.release(self._live.pop(key))
 
 
 def replay(events: list[tuple[str, object, int]]) -> AllocatorState:

@@ -73,22 +73,14 @@ def supported(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
 
 
 class _Run:
-    """The allocator plus key bookkeeping: ``a(n)`` allocates, ``f(*keys)`` frees."""
+    """The allocator of one simulated run: ``a(nbytes)`` allocates (an int; returns the block
+    as the tensor's handle), ``f(*handles)`` frees them in order (``None`` skipped). Handles of
+    freed tensors must not be used again: the allocator reuses the block objects."""
 
     def __init__(self) -> None:
         self.alloc = CachingAllocator()
-        self._next = 0
-
-    def a(self, nbytes: float) -> int:
-        key = self._next
-        self._next += 1
-        self.alloc.malloc(key, int(nbytes))
-        return key
-
-    def f(self, *keys: int | None) -> None:
-        for k in keys:
-            if k is not None:
-                self.alloc.free(k)
+        self.a = self.alloc.take
+        self.f = self.alloc.release_all
 
 
 class _Step:
@@ -247,7 +239,7 @@ class _Layer:
         sq = st.b * st.a * st.s * st.s
         # a LayerNorm saves its input: the layer input stays alive until this layer's backward
         saved: list[int] = [x] if grad and arch.norm == "layernorm" else []
-        start = run.alloc.state.allocated
+        start = run.alloc.allocated
         n1 = self.norm(saved, grad, True)
         if arch.fused_qkv:
             qkv = self.linear(True, h, q + 2 * kv, "qkv", saved, grad)
@@ -376,12 +368,12 @@ class _Layer:
         else:
             run.f(mid)
         if grad:
-            have = run.alloc.state.allocated - start - (bs * h * e)
+            have = run.alloc.allocated - start - (bs * h * e)
             if saved and saved[0] == x:
-                have += run.alloc.block_bytes(x)
+                have += x.size
             rest = st.layer_saved - have
             if rest > 0:
-                saved.append(run.a(rest))
+                saved.append(run.a(int(rest)))
         return out_key, saved
 
     # backward ---------------------------------------------------------------------------
@@ -596,7 +588,7 @@ def _train(st: _Step) -> SimResult:
                 run.f(t2)
         run.f(*grads)  # zero_grad(set_to_none=True)
         run.f(kept)  # the loop's output reference ends with the step
-    return SimResult(run.alloc.state.peak_allocated, run.alloc.state.peak_reserved)
+    return SimResult(run.alloc.peak_allocated, run.alloc.reserved)
 
 
 def _all_param_sizes(st: _Step) -> list[int]:
@@ -632,7 +624,7 @@ def _infer(st: _Step) -> SimResult:
         # --logits all: every position's logits stay alive with the cache; last: one position
         run.a(bs * V * e if spec.logits == "all" else b * V * e)
         run.f(xn)
-        return SimResult(run.alloc.state.peak_allocated, run.alloc.state.peak_reserved)
+        return SimResult(run.alloc.peak_allocated, run.alloc.reserved)
     last = run.a(b * V * e)
     run.f(xn)
     seq_ids = ids
@@ -662,7 +654,7 @@ def _infer(st: _Step) -> SimResult:
             x = out
         last = run.a(b * V * e)
         run.f(x)
-    return SimResult(run.alloc.state.peak_allocated, run.alloc.state.peak_reserved)
+    return SimResult(run.alloc.peak_allocated, run.alloc.reserved)
 
 
 @lru_cache(maxsize=1024)
