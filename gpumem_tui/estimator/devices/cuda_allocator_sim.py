@@ -44,14 +44,16 @@ from dataclasses import dataclass
 from gpumem_tui.estimator.devices.cuda_allocator import MIN_BLOCK, SMALL_SIZE, segment_bytes
 
 
-class _Block:
+class Block:
     """A block of a segment: ``addr`` / ``size`` in bytes, free or handed out, its neighbours
-    in the segment, and the pool list (of its pool) it goes back to when free."""
+    in the segment, and the free list of its pool. :meth:`CachingAllocator.take` returns one
+    as the handle of an allocation; after :meth:`CachingAllocator.release` the object belongs
+    to the allocator again (merged away, or handed out anew)."""
 
     __slots__ = ("addr", "size", "free", "prev", "next", "pool")
 
-    def __init__(self, addr: int, size: int, pool: list[tuple[int, int, _Block]], prev: _Block | None,
-                 nxt: _Block | None) -> None:
+    def __init__(self, addr: int, size: int, pool: list[tuple[int, int, Block]], prev: Block | None,
+                 nxt: Block | None) -> None:
         self.addr = addr
         self.size = size
         self.free = True
@@ -86,9 +88,9 @@ class CachingAllocator:
 
     def __init__(self) -> None:
         # free blocks per pool as (size, addr, block), sorted: best fit is one bisect
-        self._small: list[tuple[int, int, _Block]] = []
-        self._large: list[tuple[int, int, _Block]] = []
-        self._live: dict[object, _Block] = {}
+        self._small: list[tuple[int, int, Block]] = []
+        self._large: list[tuple[int, int, Block]] = []
+        self._live: dict[object, Block] = {}
         self._top = 0  # next segment's address
         self.allocated = 0  # bytes now (torch allocated)
         self.reserved = 0  # bytes of all segments; never decreases, so it is also the peak
@@ -102,7 +104,7 @@ class CachingAllocator:
         return AllocatorState(self.allocated, self.reserved, self.peak_allocated, self.reserved,
                               self.segments_small, self.segments_large)
 
-    def take(self, nbytes: int) -> _Block:
+    def take(self, nbytes: int) -> Block:
         """Allocate ``nbytes`` (an int); returns the handed-out block (its ``size`` is the
         bytes counted as allocated).
 
@@ -122,7 +124,7 @@ class CachingAllocator:
             block = pool.pop(i)[2]
         else:
             size = segment_bytes(rounded)
-            block = _Block(self._top, size, pool, None, None)
+            block = Block(self._top, size, pool, None, None)
             self._top += size
             self.reserved += size
             if small:
@@ -132,7 +134,7 @@ class CachingAllocator:
         rest = block.size - rounded
         if (rest >= MIN_BLOCK) if small else (rest > SMALL_SIZE):  # should_split
             nxt = block.next
-            tail = _Block(block.addr + rounded, rest, pool, block, nxt)
+            tail = Block(block.addr + rounded, rest, pool, block, nxt)
             if nxt is not None:
                 nxt.prev = tail
             block.next = tail
@@ -144,7 +146,7 @@ class CachingAllocator:
             self.peak_allocated = self.allocated
         return block
 
-    def release(self, block: _Block) -> None:
+    def release(self, block: Block) -> None:
         """Free a block from :meth:`take` and merge it with free neighbours of its segment
         (``free_block`` / ``try_merge_blocks``)."""
         self.allocated -= block.size
@@ -168,7 +170,7 @@ class CachingAllocator:
                 after.prev = block
         insort(pool, (block.size, block.addr, block))
 
-    def release_all(self, *blocks: _Block | None) -> None:
+    def release_all(self, *blocks: Block | None) -> None:
         """:meth:`release` each block given, in order, skipping ``None``."""
         release = self.release
         for block in blocks:

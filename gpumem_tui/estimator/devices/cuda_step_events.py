@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gpumem_tui.estimator.architecture import ModelArchitecture
-from gpumem_tui.estimator.devices.cuda_allocator_sim import CachingAllocator
+from gpumem_tui.estimator.devices.cuda_allocator_sim import Block, CachingAllocator
 from gpumem_tui.estimator.devices.cuda_kernels import library_workspace_bytes
 from gpumem_tui.estimator.spec import TrainingSpec
 
@@ -144,8 +144,8 @@ class _Step:
         return emb, [layer] * arch.num_layers, tail, layer
 
 
-def _build_model(run: _Run, st: _Step) -> tuple[list[int], list[tuple[int, int]]]:
-    """Allocate the parameters (and peft's adapters); returns the parameter keys and the
+def _build_model(run: _Run, st: _Step) -> tuple[list[Block], list[tuple[int, int]]]:
+    """Allocate the parameters (and peft's adapters); returns the parameter handles and the
     trainable tensors as (elements, grad-order index)."""
     emb, layers, tail, _ = st.parameter_tensors()
     keys = [run.a(n * st.p) for n in emb]
@@ -174,16 +174,16 @@ class _Layer:
         # the forward (``cached_cast``, aten/src/ATen/autocast_mode.cpp: leaf weights that
         # require grad are cached until the autocast context exits; the matmul saves its cast
         # for backward, so a cast outlives the context until its layer's backward)
-        self.casts: list[int] = []
+        self.casts: list[Block] = []
 
-    def take_casts(self) -> list[int]:
-        """The weight casts made since the last call (keys), handed to the caller."""
+    def take_casts(self) -> list[Block]:
+        """The weight casts made since the last call (handles), handed to the caller."""
         out, self.casts = self.casts, []
         return out
 
     # forward ----------------------------------------------------------------------------
-    def norm(self, saved: list[int], grad: bool, feeds_saving: bool) -> int:
-        """A norm: returns its output key; saved tensors appended to ``saved``."""
+    def norm(self, saved: list[Block], grad: bool, feeds_saving: bool) -> Block:
+        """A norm: returns its output handle; saved tensors appended to ``saved``."""
         st, run = self.st, self.run
         bsh, bs = st.bs * st.h, st.bs
         if st.arch.norm == "layernorm":
@@ -212,8 +212,8 @@ class _Layer:
             run.f(up, rs, nrm, cast)
         return out
 
-    def linear(self, x_saved: bool, d_in: int, d_out: int, role: str, saved: list[int], grad: bool) -> int:
-        """A Linear (and its peft adapter); returns the output key."""
+    def linear(self, x_saved: bool, d_in: int, d_out: int, role: str, saved: list[Block], grad: bool) -> Block:
+        """A Linear (and its peft adapter); returns the output handle."""
         st, run = self.st, self.run
         if st.prec.amp and st.train:
             self.casts.append(run.a(d_in * d_out * st.e))
@@ -232,13 +232,13 @@ class _Layer:
             saved += [k for k in (xin, aout) if k is not None]
         return out
 
-    def forward(self, x: int, grad: bool) -> tuple[int, list[int]]:
-        """Run the layer on ``x`` (freed by the caller); returns (output key, saved keys)."""
+    def forward(self, x: Block, grad: bool) -> tuple[Block, list[Block]]:
+        """Run the layer on ``x`` (freed by the caller); returns (output handle, saved handles)."""
         st, run, arch = self.st, self.run, self.st.arch
         e, bs, h, f, q, kv = st.e, st.bs, st.h, st.f, st.q, st.kv
         sq = st.b * st.a * st.s * st.s
         # a LayerNorm saves its input: the layer input stays alive until this layer's backward
-        saved: list[int] = [x] if grad and arch.norm == "layernorm" else []
+        saved: list[Block] = [x] if grad and arch.norm == "layernorm" else []
         start = run.alloc.allocated
         n1 = self.norm(saved, grad, True)
         if arch.fused_qkv:
@@ -377,9 +377,9 @@ class _Layer:
         return out_key, saved
 
     # backward ---------------------------------------------------------------------------
-    def backward(self, gx: int, saved: list[int], grads: list[int]) -> int:
+    def backward(self, gx: Block, saved: list[Block], grads: list[Block]) -> Block:
         """The layer's backward from the output gradient ``gx`` (freed here); weight
-        gradients appended to ``grads``; returns the input gradient's key."""
+        gradients appended to ``grads``; returns the input gradient's handle."""
         st, run, arch = self.st, self.run, self.st.arch
         e, bs, h, f, q, kv = st.e, st.bs, st.h, st.f, st.q, st.kv
         sq = st.b * st.a * st.s * st.s
@@ -487,18 +487,18 @@ def _train(st: _Step) -> SimResult:
     run.a(8 * st.bs)  # the input ids, alive for the whole run
     layer = _Layer(run, st)
     e, bs, h, V = st.e, st.bs, st.h, st.V
-    states: list[int] = []
+    states: list[Block] = []
     ws_fwd = ws_bwd = None
     ckpt = spec.grad_ckpt == "full"
     trainable = ([n for layer_ in adapters for n in layer_] if st.lora else None)
     for _step in range(TRAIN_STEPS):
-        grads: list[int] = []
+        grads: list[Block] = []
         emb = run.a(bs * h * (4 if st.prec.amp else e))
         if ws_fwd is None:
             ws_fwd = run.a(library_workspace_bytes(False))
         x = emb
         saved_per_layer = []
-        casts_per_layer: list[list[int]] = []
+        casts_per_layer: list[list[Block]] = []
         for _i in range(arch.num_layers):
             if ckpt:
                 out, sv = layer.forward(x, grad=False)
@@ -511,7 +511,7 @@ def _train(st: _Step) -> SimResult:
             casts_per_layer.append(layer.take_casts())
             x = out
         # final norm, LM head, loss (transformers ForCausalLMLoss: fp32 upcast, log_softmax)
-        fin: list[int] = []
+        fin: list[Block] = []
         if arch.final_norm:
             xn = layer.norm(fin, True, True)
         else:
@@ -610,14 +610,14 @@ def _infer(st: _Step) -> SimResult:
     d = arch.head_dim
     kvh = arch.num_kv_heads
     x = run.a(bs * h * e)
-    cache: list[list[int]] = []
+    cache: list[list[Block]] = []
     for _i in range(arch.num_layers):
         out, _sv = layer.forward(x, grad=False)
         if arch.kind == "decoder":
             cache.append([run.a(b * kvh * st.s * d * spec.kv_bytes), run.a(b * kvh * st.s * d * spec.kv_bytes)])
         run.f(x)
         x = out
-    nrm: list[int] = []
+    nrm: list[Block] = []
     xn = layer.norm(nrm, False, False)
     run.f(x)
     if spec.new_tokens == 0:
