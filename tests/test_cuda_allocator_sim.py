@@ -100,3 +100,92 @@ def test_measured_reserved_is_made_of_whole_segments() -> None:
         stats = truth["allocator_stats"]
         # the small pool's segments are 2 MiB each and all of them are part of reserved
         assert stats["segment.small_pool.peak"] * 2 * MIB <= truth["max_reserved"], case["name"]
+
+
+class _PlainAllocator:
+    """The module docstring's rules written as plainly as possible (linear scans, no sorted
+    pools, no handles): the reference the optimised allocator must match event by event."""
+
+    def __init__(self) -> None:
+        self.segments: list[list[list]] = []  # per segment: blocks [size, key or None], address order
+        self.small: list[bool] = []  # the pool of each segment
+        self.allocated = self.reserved = self.peak_allocated = 0
+
+    def malloc(self, key: object, nbytes: int) -> None:
+        rounded = max(512, -(-nbytes // 512) * 512)
+        small = rounded <= MIB
+        best = None  # (size, segment, index): smallest fit, then lowest address (segment order)
+        for s, blocks in enumerate(self.segments):
+            if self.small[s] != small:
+                continue
+            for i, (size, owner) in enumerate(blocks):
+                if owner is None and size >= rounded and (best is None or size < best[0]):
+                    best = (size, s, i)
+        if best is None:
+            seg = 2 * MIB if small else 20 * MIB if rounded < 10 * MIB else -(-rounded // (2 * MIB)) * 2 * MIB
+            self.segments.append([[seg, None]])
+            self.small.append(small)
+            self.reserved += seg
+            best = (seg, len(self.segments) - 1, 0)
+        size, s, i = best
+        blocks = self.segments[s]
+        rest = size - rounded
+        if (rest >= 512) if small else (rest > MIB):
+            blocks[i:i + 1] = [[rounded, key], [rest, None]]
+        else:
+            blocks[i][1] = key
+        self.allocated += blocks[i][0]
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+
+    def free(self, key: object) -> None:
+        for blocks in self.segments:
+            for i, block in enumerate(blocks):
+                if block[1] == key:
+                    self.allocated -= block[0]
+                    block[1] = None
+                    if i + 1 < len(blocks) and blocks[i + 1][1] is None:
+                        block[0] += blocks.pop(i + 1)[0]
+                    if i > 0 and blocks[i - 1][1] is None:
+                        blocks[i - 1][0] += blocks.pop(i)[0]
+                    return
+        raise KeyError(key)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_allocator_matches_the_plain_rules_on_random_sequences(seed: int) -> None:
+    """Random allocations around every threshold (512 B, 1 MiB, 10 MiB, the 2 MiB rounding),
+    freed in random order: allocated, reserved and the peak equal the plain reference's after
+    every event, through both the keyed API and the handle API (take / release)."""
+    import random
+
+    rng = random.Random(seed)
+    sizes = [1, 511, 513, 4000, MIB - 1, MIB, MIB + 1, 3 * MIB, 9 * MIB, 10 * MIB, 10 * MIB + 1, 21 * MIB, 64 * MIB]
+    plain, keyed, handled = _PlainAllocator(), allocator.CachingAllocator(), allocator.CachingAllocator()
+    live: dict[int, allocator.Block] = {}
+    for key in range(600):
+        if live and rng.random() < 0.45:
+            victim = rng.choice(sorted(live))
+            plain.free(victim)
+            keyed.free(victim)
+            handled.release(live.pop(victim))
+        else:
+            n = rng.choice(sizes) * rng.choice((1, 1, 2, 3)) + rng.randrange(0, 4096)
+            plain.malloc(key, n)
+            counted = keyed.malloc(key, n)
+            live[key] = handled.take(n)
+            assert counted == live[key].size == keyed.block_bytes(key)
+        want = (plain.allocated, plain.reserved, plain.peak_allocated)
+        assert (keyed.state.allocated, keyed.state.reserved, keyed.state.peak_allocated) == want
+        assert (handled.allocated, handled.reserved, handled.peak_allocated) == want
+    assert keyed.state.peak_reserved == plain.reserved  # segments are never returned
+
+
+def test_release_all_skips_none_and_state_is_a_copy() -> None:
+    alloc = allocator.CachingAllocator()
+    a, b = alloc.take(5 * MIB), alloc.take(5 * MIB)
+    before = alloc.state
+    alloc.release_all(a, None, b)
+    assert alloc.allocated == 0 and before.allocated == 10 * MIB
+    assert alloc.state == allocator.AllocatorState(0, 20 * MIB, 10 * MIB, 20 * MIB, 0, 1)
+    with pytest.raises(ValueError, match="negative"):
+        alloc.take(-1)

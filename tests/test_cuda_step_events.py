@@ -120,3 +120,26 @@ def test_masked_sdpa_rule_only_above_the_window_on_cuda() -> None:
     e = 2
     expected = 2 * 2 * w * (arch.q_dim - arch.kv_dim) * e + (2 * w) ** 2 * e
     assert C.cuda_masked_sdpa_extra_bytes(arch, above, 1, 2 * w) == expected
+
+
+#: simulated (peak allocated, peak reserved) bytes computed before the allocator's speed-up
+#: (commit 2436a13): the simulation's figures must not move when only its speed changes
+_PINNED = [
+    ("gpt2", {"batch": 8, "seq": 1024}, 10490832896, 12473860096),
+    ("llama-3.2-1b", {"batch": 2, "seq": 2048, "attention": "flash", "grad_ckpt": "full"}, 14140534784, 19792920576),
+    ("qwen2.5-0.5b", {"task": "inference", "batch": 16, "seq": 4096}, 4704610304, 5838471168),
+    ("qwen2.5-0.5b", {"task": "inference", "batch": 4, "seq": 512, "new_tokens": 16}, 1148905472, 1235222528),
+    ("opt-125m", {"task": "lora", "batch": 4, "seq": 1024, "lora_rank": 16, "attention": "eager", "dtype": "bf16",
+                  "mixed_precision": True}, 8101505024, 8698986496),
+    ("bert-base-uncased", {"batch": 16, "seq": 512, "dtype": "fp32", "attention": "eager",
+                           "optimizer": "sgd-momentum"}, 14416854016, 15000928256),
+    ("gemma-2-2b", {"batch": 1, "seq": 1024, "dtype": "bf16", "attention": "eager", "optimizer_impl": "single"},
+     25284232704, 28187820032),
+]
+
+
+@pytest.mark.parametrize(("name", "kw", "peak_allocated", "peak_reserved"), _PINNED)
+def test_simulated_peaks_are_pinned(name: str, kw: dict, peak_allocated: int, peak_reserved: int) -> None:
+    E.simulate.cache_clear()
+    sim = E.simulate(load_architecture(name), TrainingSpec(**kw))
+    assert (sim.peak_allocated, sim.peak_reserved) == (peak_allocated, peak_reserved)
