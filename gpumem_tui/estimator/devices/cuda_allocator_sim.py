@@ -32,8 +32,13 @@ The model, rule by rule:
    neighbours of its segment. Segments go back to the driver only on ``empty_cache()`` or a
    failed ``cudaMalloc`` (not modelled: the step is assumed to fit), so reserved only grows.
 
-Cost: O(log n) search plus a list insert per event (``bisect``); a training step of a
-32-layer model is a few thousand events.
+Cost: each pool keeps its free blocks in one list sorted by (size, address), so best fit is
+one ``bisect`` and a split or merge a list insert; the block object itself is the handle of an
+allocation (:meth:`CachingAllocator.take` / :meth:`~CachingAllocator.release`), no key lookup.
+About 0.7 us per event in CPython 3.11; a training step of a 32-layer model is a few thousand
+events (two checkpointed steps of Llama-3.1-8B: 14 thousand, about 10 ms). The allocator state
+does not repeat from layer to layer (free blocks accumulate and are reused in varying places),
+so no layer is skipped: every event is replayed.
 """
 
 from __future__ import annotations

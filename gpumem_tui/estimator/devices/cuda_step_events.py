@@ -39,7 +39,7 @@ from gpumem_tui.estimator.devices.cuda_kernels import library_workspace_bytes
 from gpumem_tui.estimator.spec import TrainingSpec
 
 #: decode steps x layers simulated at most (each appends to every layer's cache); beyond, the
-#: analytic reserve keeps ``estimate`` fast (about 10 us per event)
+#: analytic reserve keeps ``estimate`` fast (under 1 us per event, about a dozen per layer and decode step)
 MAX_DECODE_LAYER_STEPS = 4096
 
 #: training steps simulated: the first (optimizer states created lazily) and one steady step.
@@ -662,7 +662,7 @@ def simulate(arch: ModelArchitecture, spec: TrainingSpec) -> SimResult | None:
     """Replay the generated order of ``spec``'s run through the allocator model; ``None`` when
     :func:`supported` says the order is not modelled.
 
-    It replays thousands of allocations (about 2-17 ms on the catalogue models), so results are
+    It replays thousands of allocations (about 1.5-12 ms on the catalogue models), so results are
     kept per (architecture, spec), both frozen: the dashboard re-estimates a probed process's
     unchanged spec at every poll, and the what-if form revisits the same values.
     """
