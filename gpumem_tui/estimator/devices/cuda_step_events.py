@@ -39,7 +39,8 @@ from gpumem_tui.estimator.devices.cuda_kernels import library_workspace_bytes
 from gpumem_tui.estimator.spec import TrainingSpec
 
 #: decode steps x layers simulated at most (each appends to every layer's cache); beyond, the
-#: analytic reserve keeps ``estimate`` fast (under 1 us per event, about a dozen per layer and decode step)
+#: analytic reserve keeps ``estimate`` fast (under 1 us per event, about a dozen events per
+#: layer and decode step)
 MAX_DECODE_LAYER_STEPS = 4096
 
 #: training steps simulated: the first (optimizer states created lazily) and one steady step.
