@@ -35,8 +35,9 @@ The model, rule by rule:
 Cost: each pool keeps its free blocks in one list sorted by (size, address), so best fit is
 one ``bisect`` and a split or merge a list insert; the block object itself is the handle of an
 allocation (:meth:`CachingAllocator.take` / :meth:`~CachingAllocator.release`), no key lookup.
-About 0.7 us per event in CPython 3.11; a training step of a 32-layer model is a few thousand
-events (two checkpointed steps of Llama-3.1-8B: 14 thousand, about 10 ms). The allocator state
+About 0.8 us per event in CPython 3.11 (generation included); a training step of a 32-layer
+model is a few thousand events (two checkpointed steps of Llama-3.1-8B: 14 thousand, about
+12 ms). The allocator state
 does not repeat from layer to layer (free blocks accumulate and are reused in varying places),
 so no layer is skipped: every event is replayed.
 """
