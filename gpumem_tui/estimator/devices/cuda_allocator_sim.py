@@ -37,9 +37,8 @@ one ``bisect`` and a split or merge a list insert; the block object itself is th
 allocation (:meth:`CachingAllocator.take` / :meth:`~CachingAllocator.release`), no key lookup.
 About 0.8 us per event in CPython 3.11 (generation included); a training step of a 32-layer
 model is a few thousand events (two checkpointed steps of Llama-3.1-8B: 14 thousand, about
-12 ms). The allocator state
-does not repeat from layer to layer (free blocks accumulate and are reused in varying places),
-so no layer is skipped: every event is replayed.
+12 ms). The allocator state does not repeat from layer to layer (free blocks accumulate and
+are reused in varying places), so no layer is skipped: every event is replayed.
 """
 
 from __future__ import annotations
