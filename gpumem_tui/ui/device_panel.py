@@ -27,6 +27,7 @@ class DevicePanel(LineTable):
     DEFAULT_CSS = """
     DevicePanel { height: auto; max-height: 10; }
     """
+    defer_repaint = True  # full width: repaint in a frame of its own (see LineTable)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(show_cursor=False, **kwargs)

@@ -79,6 +79,13 @@ class LineTable(ScrollView, can_focus=True):
 
     COMPONENT_CLASSES = {"line-table--header", "line-table--cursor", "line-table--hover"}
 
+    #: Repaint new rows after the next screen refresh instead of in it. For a full-width
+    #: table above narrower widgets: a frame re-renders every widget inside the box that
+    #: bounds all its dirty regions (``Compositor.render_partial_update``), so a full-width
+    #: row repainted in the same frame as the process table and the chart would drag the
+    #: whole side pane into that frame (measured: 88 widgets a frame instead of 10).
+    defer_repaint = False
+
     # DataTable's look (textual/widgets/_data_table.py DEFAULT_CSS), so themes style it alike
     DEFAULT_CSS = """
     LineTable {
@@ -232,13 +239,22 @@ class LineTable(ScrollView, can_focus=True):
             else self._lines
         self.virtual_size = Size(sum(self.column_widths), len(self._keys) + 1)
         if layout_changed or self._keys != old_keys:
-            self.refresh()
+            self._repaint()
         else:
+            # one region from the first to the last changed line on screen (the compositor
+            # handles one region more cheaply than many)
             top = round(self.scroll_y)
-            for index, key in enumerate(self._keys[top:top + self.size.height], top):
-                if rows[key] is not old_cells.get(key):
-                    self._refresh_row(index)
+            changed = [y for y, key in enumerate(self._keys[top:top + self.size.height], 1)
+                       if rows[key] is not old_cells.get(key)]
+            if changed:
+                self._repaint(Region(0, changed[0], self.size.width, changed[-1] - changed[0] + 1))
         self._scroll_cursor_into_view()
+
+    def _repaint(self, *regions: Region) -> None:
+        if self.defer_repaint:
+            self.call_after_refresh(self.refresh, *regions)
+        else:
+            self.refresh(*regions)
 
     def _measure(self, headers: list[Text], grow_only: bool) -> bool:
         """Set the headers and column widths; True if either changed."""
