@@ -168,6 +168,7 @@ class LineTable(ScrollView, can_focus=True):
         self._layout_generation = 0  # bumped when the header or a column width changes
         self._looks: dict[str, tuple[Style, Style]] = {}
         self._looks_key: tuple[Any, ...] = ()
+        self._looks_state: tuple[Any, ...] = ()
 
     # ---- state --------------------------------------------------------------------------
     @property
@@ -229,7 +230,7 @@ class LineTable(ScrollView, can_focus=True):
         self._keys = list(rows)
         self._index = {key: i for i, key in enumerate(self._keys)}
         self._cells = rows
-        layout_changed = self._measure(headers, grow_only)
+        layout_changed = self._measure(headers, grow_only, old_cells)
         if keep in self._index:
             self._cursor_index = self._index[keep]
         else:
@@ -256,18 +257,22 @@ class LineTable(ScrollView, can_focus=True):
         else:
             self.refresh(*regions)
 
-    def _measure(self, headers: list[Text], grow_only: bool) -> bool:
-        """Set the headers and column widths; True if either changed."""
-        widths = [h.cell_len for h in headers]
-        for cells in self._cells.values():
-            for i, cell in enumerate(cells):
-                if cell.cell_len > widths[i]:
-                    widths[i] = cell.cell_len
+    def _measure(self, headers: list[Text], grow_only: bool, old_cells: dict[str, list[Text]]) -> bool:
+        """Set the headers and column widths; True if either changed. Growing only, just
+        the changed rows are measured (the others fit the current widths already)."""
         same_headers = [h.plain for h in headers] == [h.plain for h in self._headers]
         if same_headers:
             headers = self._headers  # the same list: the header line's cache stays valid
-            if grow_only:
-                widths = [max(a, b) for a, b in zip(widths, self._widths)]
+        if same_headers and grow_only:
+            widths = list(self._widths)
+            measured = [cells for key, cells in self._cells.items() if cells is not old_cells.get(key)]
+        else:
+            widths = [h.cell_len for h in headers]
+            measured = list(self._cells.values())
+        for cells in measured:
+            for i, cell in enumerate(cells):
+                if cell.cell_len > widths[i]:
+                    widths[i] = cell.cell_len
         changed = widths != self._widths or not same_headers
         self._widths, self._headers = widths, headers
         if changed:
@@ -276,7 +281,16 @@ class LineTable(ScrollView, can_focus=True):
 
     # ---- drawing ------------------------------------------------------------------------
     def render_lines(self, crop: Region) -> list[Strip]:
-        # the row looks, once per paint (they follow focus and the theme)
+        # The row looks follow the theme and the pseudo-classes (focus, dark, ansi); working
+        # them out (a CSS style lookup each) at every paint cost more than drawing the lines.
+        state = (self.app.theme, self.app.ansi_color, self.get_pseudo_class_state(), self.styles.background,
+                 self.styles.color)
+        if state != self._looks_state:
+            self._looks_state = state
+            self._set_looks()
+        return super().render_lines(crop)
+
+    def _set_looks(self) -> None:
         base = self.rich_style
         looks = {"row": (base, Style()),
                  "header": (self.get_component_styles("line-table--header").rich_style, Style())}
@@ -287,7 +301,6 @@ class LineTable(ScrollView, can_focus=True):
             looks[kind] = (base + component, Style.from_color(color=component.color))
         self._looks = looks
         self._looks_key = tuple(looks.values())
-        return super().render_lines(crop)
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
@@ -306,36 +319,48 @@ class LineTable(ScrollView, can_focus=True):
                 look = "cursor" if index == self._cursor_index else "hover" if index == self._hover_index else "row"
         state = (self._layout_generation, look, self._looks_key, width, scroll_x)
         cached = self._header_line if key is None else self._lines.get(key)
-        if cached is not None and cached[0] is cells and cached[1] == state:
-            return cached[2]
-        strip = self._draw(cells, look, width, scroll_x)
-        if key is None:
-            self._header_line = (cells, state, strip)
+        if cached is not None and cached[1] == state:
+            if cached[0] is cells:
+                return cached[2]
+            strip, styled = self._draw(cells, look, width, scroll_x, cached[0], cached[3])
         else:
-            self._lines[key] = (cells, state, strip)
+            strip, styled = self._draw(cells, look, width, scroll_x)
+        entry = (cells, state, strip, styled)
+        if key is None:
+            self._header_line = entry
+        else:
+            self._lines[key] = entry
         return strip
 
-    def _draw(self, cells: list[Text], look: str, width: int, scroll_x: int) -> Strip:
+    def _draw(self, cells: list[Text], look: str, width: int, scroll_x: int,
+              drawn_cells: list[Text] | None = None,
+              drawn: list[list[Segment]] | None = None) -> tuple[Strip, list[list[Segment]]]:
         """One line: the cells laid out and styled, filled to the widget's width in the
-        row's style, cut at the horizontal scroll."""
+        row's style, cut at the horizontal scroll. Returns the strip and each cell's styled
+        segments; ``drawn_cells`` / ``drawn``: the row's last draw in the same look, whose
+        segments are reused for the cells that are the same objects."""
         pre, post = self._looks[look]
         console = self.app.console
         layouts = self._layouts
-        segments: list[Segment] = []
-        for cell, column_width in zip(cells, self._widths):
+        styled: list[list[Segment]] = []
+        for index, (cell, column_width) in enumerate(zip(cells, self._widths)):
+            if drawn is not None and drawn_cells is not None and drawn_cells[index] is cell:
+                styled.append(drawn[index])
+                continue
             layout_key = (cell.plain, cell.style, tuple(cell.spans), cell.justify, cell.overflow, column_width)
             laid = layouts.get(layout_key)
             if laid is None:
                 laid = cell_segments(cell, column_width, console)
                 layouts[layout_key] = laid
-            segments.extend(laid)
+            styled.append([Segment(text, pre + style + post if style else pre + post) for text, style, _ in laid])
+        segments = [segment for cell_segments_ in styled for segment in cell_segments_]
         total = sum(self._widths) + 2 * CELL_PADDING * len(self._widths)
         if total < width + scroll_x:
-            segments.append(Segment(" " * (width + scroll_x - total)))
-        strip = Strip([Segment(text, pre + style + post if style else pre + post) for text, style, _ in segments])
+            segments.append(Segment(" " * (width + scroll_x - total), pre + post))
+        strip = Strip(segments)
         if scroll_x:
             strip = strip.crop(scroll_x, scroll_x + width)
-        return strip.adjust_cell_length(width, self.rich_style).simplify()
+        return strip.adjust_cell_length(width, self.rich_style).simplify(), styled
 
     # ---- cursor -------------------------------------------------------------------------
     def move_cursor(self, row: int, *, scroll: bool = True) -> None:
