@@ -27,7 +27,10 @@ class DevicePanel(LineTable):
     DEFAULT_CSS = """
     DevicePanel { height: auto; max-height: 10; }
     """
-    defer_repaint = True  # full width: repaint in a frame of its own (see LineTable)
+    #: Wider than the column under it (the process table and the chart, beside the side
+    #: pane): repainted in the same frame as they are, the frame's dirty box would take in
+    #: the side pane's widgets (see LineTable.set_rows), so it repaints in a frame of its own.
+    defer_repaint = True
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(show_cursor=False, **kwargs)

@@ -79,11 +79,8 @@ class LineTable(ScrollView, can_focus=True):
 
     COMPONENT_CLASSES = {"line-table--header", "line-table--cursor", "line-table--hover"}
 
-    #: Repaint new rows after the next screen refresh instead of in it. For a full-width
-    #: table above narrower widgets: a frame re-renders every widget inside the box that
-    #: bounds all its dirty regions (``Compositor.render_partial_update``), so a full-width
-    #: row repainted in the same frame as the process table and the chart would drag the
-    #: whole side pane into that frame (measured: 88 widgets a frame instead of 10).
+    #: Repaint new rows after the next screen refresh instead of in it (a frame of their
+    #: own; see :meth:`set_rows` on why the size of a frame's dirty box matters).
     defer_repaint = False
 
     # DataTable's look (textual/widgets/_data_table.py DEFAULT_CSS), so themes style it alike
@@ -219,37 +216,44 @@ class LineTable(ScrollView, can_focus=True):
                  grow_only: bool = False) -> None:
         """Show ``rows`` (key -> one Text per header, in display order) under ``headers``.
 
-        The cursor stays on row ``keep`` (default: its current row) when listed, else on the
-        same position. Column widths fit the widest header or cell; with ``grow_only`` (and
-        the same headers) a column only widens, so figures that flicker between two widths
-        do not shake the table. Repaints the whole table when the layout or the order
-        changed, else only the lines of rows whose cells list is a new one.
+        ``keep``: put the cursor on this row and scroll it into view. Without it the cursor
+        stays on its row, wherever the order moved it, and the view stays where it is (a
+        re-sort every second must not scroll the table under the user's eyes); a cursor row
+        that left puts the cursor on the same position. Column widths fit the widest header
+        or cell; with ``grow_only`` (and the same headers) a column only widens, so figures
+        that flicker between two widths do not shake the table.
+
+        Repaints only the lines on screen that show another row or changed cells (a row's
+        cells list is a new one), as one region as wide as the columns: a frame re-renders
+        every widget inside the box that bounds all its dirty regions
+        (``Compositor.render_partial_update``), so a full-width region would drag the side
+        pane's widgets into every frame (measured: 88 widgets a frame instead of 10).
         """
-        keep = keep if keep is not None else self._cursor_key
         old_keys, old_cells = self._keys, self._cells
+        target = keep if keep is not None else self._cursor_key
         self._keys = list(rows)
         self._index = {key: i for i, key in enumerate(self._keys)}
         self._cells = rows
         layout_changed = self._measure(headers, grow_only, old_cells)
-        if keep in self._index:
-            self._cursor_index = self._index[keep]
+        if target in self._index:
+            self._cursor_index = self._index[target]
         else:
             self._cursor_index = min(self._cursor_index, max(len(self._keys) - 1, 0))
         self._set_cursor_key()
-        self._lines = {k: v for k, v in self._lines.items() if k in rows} if len(self._lines) > 2 * len(rows) + 64 \
-            else self._lines
+        if len(self._lines) > 2 * len(rows) + 64:
+            self._lines = {k: v for k, v in self._lines.items() if k in rows}
         self.virtual_size = Size(sum(self.column_widths), len(self._keys) + 1)
-        if layout_changed or self._keys != old_keys:
+        if layout_changed or len(self._keys) != len(old_keys):
             self._repaint()
         else:
-            # one region from the first to the last changed line on screen (the compositor
-            # handles one region more cheaply than many)
             top = round(self.scroll_y)
-            changed = [y for y, key in enumerate(self._keys[top:top + self.size.height], 1)
-                       if rows[key] is not old_cells.get(key)]
+            changed = [y for y, key in enumerate(self._keys[top:top + self.size.height - 1], 1)
+                       if key != old_keys[top + y - 1] or rows[key] is not old_cells.get(key)]
             if changed:
-                self._repaint(Region(0, changed[0], self.size.width, changed[-1] - changed[0] + 1))
-        self._scroll_cursor_into_view()
+                width = min(self.size.width, sum(self.column_widths) - round(self.scroll_x))
+                self._repaint(Region(0, changed[0], width, changed[-1] - changed[0] + 1))
+        if keep is not None:
+            self._scroll_cursor_into_view()
 
     def _repaint(self, *regions: Region) -> None:
         if self.defer_repaint:

@@ -228,7 +228,8 @@ class ProcessTable(LineTable):
         return self.sort_column, self.sort_reverse
 
     def show(self, processes: tuple[ProcessSample, ...], now: float, keep: str | None = None) -> None:
-        """Replace the rows; keep the cursor on row ``keep`` (or the current row) if present."""
+        """Replace the rows. The cursor goes to row ``keep`` (scrolled into view) if given and
+        listed, else stays on its row without scrolling (see :meth:`LineTable.set_rows`)."""
         # The same rows again (a quiet box) change nothing on screen: skip filtering, sorting
         # and rendering. Time matters only through the TIME column of timed processes.
         timed = "time" in self.visible_columns and any(p.start_time is not None for p in processes)
@@ -252,7 +253,7 @@ class ProcessTable(LineTable):
     def set_filter(self, query: str) -> ProcessFilter:
         """Show only the processes ``query`` matches (see the module doc); returns it parsed."""
         self.filter = ProcessFilter.parse(query)
-        self._rebuild(None)
+        self._rebuild(self.cursor_key)  # the user acted: show where the selection went
         return self.filter
 
     def set_sort(self, column: str, reverse: bool | None = None) -> None:
@@ -264,7 +265,7 @@ class ProcessTable(LineTable):
             current, current_reverse = self.effective_sort
             reverse = (not current_reverse) if column == current else _BY_KEY[column].numeric
         self.sort_column, self.sort_reverse = column, reverse
-        self._rebuild(None)
+        self._rebuild(self.cursor_key)  # the user acted: show where the selection went
 
     def on_header_click(self, column: int) -> None:
         self.set_sort(self.visible_columns[column])
@@ -287,15 +288,15 @@ class ProcessTable(LineTable):
 
     def _rebuild(self, keep: str | None) -> None:
         """Filter, sort and render the rows, and hand them to the table."""
-        keep = keep if keep is not None else self.cursor_key
         self.visible_columns = self._wanted_columns()
         matches = self.filter.matches
         rows = [p for p in self._processes if matches(p)] if self.filter.active else list(self._processes)
         column, reverse = self.effective_sort
         ordered = sort_processes(rows, column, reverse, self._now, limit=MAX_ROWS)
         self.hidden_rows = max(0, len(rows) - MAX_ROWS)
-        if self.hidden_rows and keep and all(row_key(p) != keep for p in ordered):
-            ordered += [p for p in rows if row_key(p) == keep][:1]  # the selection stays listed
+        selection = keep if keep is not None else self.cursor_key
+        if self.hidden_rows and selection and all(row_key(p) != selection for p in ordered):
+            ordered += [p for p in rows if row_key(p) == selection][:1]  # the selection stays listed
         old_keys = set(self._cells)
         self.shown = ordered
         cells_by_key = self._render_rows()
