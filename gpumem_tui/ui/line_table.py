@@ -158,8 +158,9 @@ class LineTable(ScrollView, can_focus=True):
         self._cursor_key: str | None = None
         self._cursor_index = 0
         self._hover_index: int | None = None
-        # cell layout by content and width; a row's line by its cells, widths and look
-        self._layouts: LRUCache[tuple[Any, ...], tuple[Segment, ...]] = LRUCache(4096)
+        # a cell's styled segments by content, width and look; a row's line by its cells,
+        # widths and look
+        self._styled_cells: LRUCache[tuple[Any, ...], list[Segment]] = LRUCache(4096)
         self._lines: dict[str, tuple[Any, ...]] = {}
         self._header_line: tuple[Any, ...] | None = None
         self._layout_generation = 0  # bumped when the header or a column width changes
@@ -305,6 +306,7 @@ class LineTable(ScrollView, can_focus=True):
             looks[kind] = (base + component, Style.from_color(color=component.color))
         self._looks = looks
         self._looks_key = tuple(looks.values())
+        self._styled_cells.clear()
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
@@ -323,48 +325,41 @@ class LineTable(ScrollView, can_focus=True):
                 look = "cursor" if index == self._cursor_index else "hover" if index == self._hover_index else "row"
         state = (self._layout_generation, look, self._looks_key, width, scroll_x)
         cached = self._header_line if key is None else self._lines.get(key)
-        if cached is not None and cached[1] == state:
-            if cached[0] is cells:
-                return cached[2]
-            strip, styled = self._draw(cells, look, width, scroll_x, cached[0], cached[3])
-        else:
-            strip, styled = self._draw(cells, look, width, scroll_x)
-        entry = (cells, state, strip, styled)
+        if cached is not None and cached[0] is cells and cached[1] == state:
+            return cached[2]
+        strip = self._draw(cells, look, width, scroll_x)
+        entry = (cells, state, strip)
         if key is None:
             self._header_line = entry
         else:
             self._lines[key] = entry
         return strip
 
-    def _draw(self, cells: list[Text], look: str, width: int, scroll_x: int,
-              drawn_cells: list[Text] | None = None,
-              drawn: list[list[Segment]] | None = None) -> tuple[Strip, list[list[Segment]]]:
+    def _draw(self, cells: list[Text], look: str, width: int, scroll_x: int) -> Strip:
         """One line: the cells laid out and styled, filled to the widget's width in the
-        row's style, cut at the horizontal scroll. Returns the strip and each cell's styled
-        segments; ``drawn_cells`` / ``drawn``: the row's last draw in the same look, whose
-        segments are reused for the cells that are the same objects."""
+        row's style, cut at the horizontal scroll. A cell's styled segments are cached by
+        what it shows, its width and the row's look ("55%" is drawn once, not per row)."""
         pre, post = self._looks[look]
         console = self.app.console
-        layouts = self._layouts
-        styled: list[list[Segment]] = []
-        for index, (cell, column_width) in enumerate(zip(cells, self._widths)):
-            if drawn is not None and drawn_cells is not None and drawn_cells[index] is cell:
-                styled.append(drawn[index])
-                continue
-            layout_key = (cell.plain, cell.style, tuple(cell.spans), cell.justify, cell.overflow, column_width)
-            laid = layouts.get(layout_key)
-            if laid is None:
+        cache = self._styled_cells
+        segments: list[Segment] = []
+        for cell, column_width in zip(cells, self._widths):
+            key = (cell.plain, cell.style, tuple(cell.spans), cell.justify, cell.overflow, column_width, look)
+            styled = cache.get(key)
+            if styled is None:
                 laid = cell_segments(cell, column_width, console)
-                layouts[layout_key] = laid
-            styled.append([Segment(text, pre + style + post if style else pre + post) for text, style, _ in laid])
-        segments = [segment for cell_segments_ in styled for segment in cell_segments_]
+                styled = list(Segment.simplify(
+                    Segment(text, pre + style + post if style else pre + post) for text, style, _ in laid))
+                cache[key] = styled
+            segments.extend(styled)
         total = sum(self._widths) + 2 * CELL_PADDING * len(self._widths)
         if total < width + scroll_x:
             segments.append(Segment(" " * (width + scroll_x - total), pre + post))
-        strip = Strip(segments)
-        if scroll_x:
+            total = width + scroll_x
+        strip = Strip(segments, total)  # the length is known: Strip need not measure it
+        if scroll_x or total > width:
             strip = strip.crop(scroll_x, scroll_x + width)
-        return strip.adjust_cell_length(width, self.rich_style).simplify(), styled
+        return strip
 
     # ---- cursor -------------------------------------------------------------------------
     def move_cursor(self, row: int, *, scroll: bool = True) -> None:
