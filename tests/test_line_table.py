@@ -138,3 +138,21 @@ async def test_a_click_moves_the_cursor_and_a_second_click_selects():
         await pilot.click(LineTable, offset=(2, 3))
         await pilot.pause()
         assert app.selected == ["c"]
+
+
+async def test_a_reorder_moves_the_cursor_with_its_row_but_not_the_view():
+    app = TableApp()
+    async with app.run_test(size=(40, 6)) as pilot:  # header + 5 rows on screen
+        await pilot.pause()
+        table = app.query_one(LineTable)
+        many = rows(*((f"r{i}", f"row{i}", str(i)) for i in range(30)))
+        table.set_rows(HEADERS, many, keep="r2")
+        await pilot.pause()
+        assert table.scroll_y == 0 and table.cursor_key == "r2"
+        reordered = dict(reversed(list(many.items())))  # r2 is now 28th: off screen
+        table.set_rows(HEADERS, reordered)
+        await pilot.pause()
+        assert table.cursor_key == "r2" and table.cursor_row == 27 and table.scroll_y == 0
+        table.set_rows(HEADERS, reordered, keep="r2")  # asked for: scrolled into view
+        await pilot.pause()
+        assert table.scroll_y > 0 and table.scroll_y <= 27 < table.scroll_y + table.size.height - 1
