@@ -142,7 +142,6 @@ async def test_the_table_lists_a_bounded_number_of_rows_and_says_how_many_are_no
 async def test_rows_entering_and_leaving_the_listed_rows_keep_table_and_order_in_step():
     from gpumem_tui.telemetry.model import DeviceSample, ProcessSample, ProcessType, Snapshot
     from gpumem_tui.ui.app import GpuMemApp
-    from gpumem_tui.ui.process_table import row_key
 
     devices = (DeviceSample(0, "H100", "GPU-0", 80 * GiB, GiB, 1.0, 40.0, 100.0, 700.0),)
     state = {"poll": 0}
@@ -165,8 +164,8 @@ async def test_rows_entering_and_leaving_the_listed_rows_keep_table_and_order_in
         await pilot.pause(0.1)
         table = app.table
         assert table.row_count == len(table.shown) in (500, 501)  # + the selected row if it fell out
-        listed = [row.key.value for row in table.ordered_rows]
-        assert listed == [row_key(p) for p in table.shown]
+        pid_column = table.visible_columns.index("pid")
+        listed = [table.get_row_at(i)[pid_column].plain for i in range(table.row_count)]
+        assert listed == [str(p.pid) for p in table.shown]  # the rows drawn are the rows sorted
         memory = [p.used_memory_bytes for p in table.shown[:500]]
         assert memory == sorted(memory, reverse=True) and memory[0] == 600 << 20
-        assert table.get_row(listed[0])[table.visible_columns.index("pid")].plain == str(table.shown[0].pid)

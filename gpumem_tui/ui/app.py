@@ -19,7 +19,7 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingsMap
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Footer, Input, Static, TextArea
+from textual.widgets import Footer, Input, Static, TextArea
 from textual.worker import Worker, WorkerState
 
 from gpumem_tui.config import check_signal_keys
@@ -720,8 +720,8 @@ class GpuMemApp(App[None]):
             self.notify(error, title="Estimator", severity="error", markup=False)
 
     # ---- selection ------------------------------------------------------------------------
-    @on(DataTable.RowHighlighted, "#processes")
-    def _process_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    @on(ProcessTable.RowHighlighted, "#processes")
+    def _process_highlighted(self, event: ProcessTable.RowHighlighted) -> None:
         # Rebuilding the table re-highlights the same row each poll: only a move counts.
         # The event may be stale (posted mid-rebuild), so the table's current row decides.
         key = self.table.selected_key
@@ -736,8 +736,8 @@ class GpuMemApp(App[None]):
             self._update_chart()
             self._update_side()
 
-    @on(DataTable.RowHighlighted, "#devices")
-    def _device_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    @on(DevicePanel.RowHighlighted, "#devices")
+    def _device_highlighted(self, event: DevicePanel.RowHighlighted) -> None:
         if not self.device_panel.has_focus:
             return
         index = self.device_panel.selected_index
@@ -746,8 +746,8 @@ class GpuMemApp(App[None]):
             self._update_chart()
             self._update_side()
 
-    @on(DataTable.RowSelected, "#processes")
-    def _process_selected(self, event: DataTable.RowSelected) -> None:
+    @on(ProcessTable.RowSelected, "#processes")
+    def _process_selected(self, event: ProcessTable.RowSelected) -> None:
         self.action_detail()
 
     # ---- actions --------------------------------------------------------------------------
@@ -766,7 +766,7 @@ class GpuMemApp(App[None]):
         """(keys, description, id) for every binding that is active here."""
         rows: list[tuple[str, str, str]] = []
         seen: set[object] = set()
-        bindings = [b for _, b in self._bindings] + list(ProcessTable.BINDINGS)  # type: ignore[arg-type]
+        bindings = [b for _, b in self._bindings] + list(ProcessTable.SORT_BINDINGS)  # type: ignore[arg-type]
         for binding in bindings:
             ident = binding.id or (binding.key, binding.action)
             if not isinstance(binding, Binding) or ident in seen or binding.system:

@@ -12,49 +12,35 @@ from rich.text import Text
 
 from gpumem_tui.telemetry.model import DeviceSample
 from gpumem_tui.ui import cells
-from gpumem_tui.ui.fast_table import IncrementalTable, content_width
+from gpumem_tui.ui.line_table import LineTable
 
 BAR_WIDTH = 20
 NARROW_BAR_WIDTH = 8
 NARROW_WIDTH = 110  # below this many columns the bar and the name shrink to fit 80 columns
 
 
-class DevicePanel(IncrementalTable):
-    """DataTable of GPUs; the app feeds it with :meth:`show`. Row keys are ``str(index)``."""
+class DevicePanel(LineTable):
+    """One row per GPU, in index order; the app feeds it with :meth:`show`. Row keys are
+    ``str(index)``. The cursor shows only while the panel has focus: otherwise the process
+    table's selection is what the chart follows, and a second highlight would mislead."""
 
     DEFAULT_CSS = """
     DevicePanel { height: auto; max-height: 10; }
     """
-    defer_repaint = True  # full width: repaint in a frame of its own (see IncrementalTable)
+    #: Wider than the column under it (the process table and the chart, beside the side
+    #: pane): repainted in the same frame as they are, the frame's dirty box would take in
+    #: the side pane's widgets (see LineTable.set_rows), so it repaints in a frame of its own.
+    defer_repaint = True
 
     def __init__(self, **kwargs: Any) -> None:
-        # The cursor shows only while the panel has focus: otherwise the process table's
-        # selection is what the chart follows, and a second highlight would mislead.
-        super().__init__(cursor_type="row", show_cursor=False, **kwargs)
+        super().__init__(show_cursor=False, **kwargs)
         self.devices: tuple[DeviceSample, ...] = ()
-        self._last: dict[str, list[Text]] = {}
-        self._narrow: bool | None = None
         self._shown_key: tuple[Any, ...] | None = None
 
-    def on_mount(self) -> None:
-        self._add_columns(False)
-
-    def _add_columns(self, narrow: bool) -> None:
-        self.clear(columns=True)
-        for key, label in (
-            ("index", "GPU"), ("name", "NAME"), ("memory", "MEMORY" if narrow else "MEMORY USED / TOTAL"),
-            ("bar", "USAGE"), ("util", "UTIL"), ("temp", "TEMP"), ("power", "POWER"),
-        ):
-            self.add_column(Text(label, style="bold"), key=key)
-
     def on_resize(self) -> None:
-        narrow = self.size.width < NARROW_WIDTH
-        if narrow != self._narrow:
-            self._narrow = narrow
-            self._add_columns(narrow)
-            devices, self.devices = self.devices, ()
-            if devices:
-                self.show(devices)  # column widths change: rebuild the rows
+        if self.devices and self._shown_key and self._narrow() != self._shown_key[2]:
+            self.show(self.devices)  # the bar, names and headers change with the width
+        super().on_resize()
 
     def on_focus(self) -> None:
         self.show_cursor = True
@@ -69,52 +55,35 @@ class DevicePanel(IncrementalTable):
             return None
         return self.devices[self.cursor_row].index
 
+    def _narrow(self) -> bool:
+        return bool(self.size.width) and self.size.width < NARROW_WIDTH
+
     def _bar_styles(self) -> tuple[str, str]:
         variables = self.app.theme_variables
         return variables.get("bar-used", "blue"), variables.get("bar-free", "")
 
     def show(self, devices: tuple[DeviceSample, ...]) -> None:
-        """Replace the rows, keeping the cursor on the same GPU index.
-
-        When the same GPUs are listed as before, only changed cells are updated (no
-        clear()/add_row(), which would re-measure and re-layout every second).
-        """
-        keep = self.selected_index
+        """Replace the rows, keeping the cursor on the same GPU. A GPU whose sample is
+        unchanged keeps its cells (and its line is not drawn again)."""
         devices = tuple(sorted(devices, key=lambda d: d.index))
         used_style, free_style = self._bar_styles()
-        key = (used_style, free_style, self.size.width)
-        if devices == self.devices and key == self._shown_key and self.row_count == len(devices):
+        narrow = self._narrow()
+        key = (used_style, free_style, narrow)
+        if devices == self.devices and key == self._shown_key:
             return  # nothing on screen would change
+        same_look = key == self._shown_key
+        old = {str(d.index): d for d in self.devices} if same_look else {}
         self._shown_key = key
-        rows = {str(dev.index): self._cells(dev, used_style, free_style) for dev in devices}
-        same = [str(d.index) for d in self.devices] == list(rows) and self.row_count == len(rows)
+        rows = {}
+        for dev in devices:
+            row = str(dev.index)
+            rows[row] = self._cells[row] if old.get(row) == dev else self._row(dev, used_style, free_style, narrow)
         self.devices = devices
-        if same:
-            with self.batch():
-                self._update_rows(rows)
-            self._last = rows
-            return
-        self._last = rows
-        self.clear()
-        target = 0
-        for row, (key, cells_) in enumerate(rows.items()):
-            if devices[row].index == keep:
-                target = row
-            self.add_row(*cells_, key=key)
-        if self.devices:
-            self.move_cursor(row=target, animate=False)
+        headers = [Text(label, style="bold") for label in (
+            "GPU", "NAME", "MEMORY" if narrow else "MEMORY USED / TOTAL", "USAGE", "UTIL", "TEMP", "POWER")]
+        self.set_rows(headers, rows, grow_only=same_look and rows.keys() == old.keys())
 
-    def _update_rows(self, rows: dict[str, list[Text]]) -> None:
-        """Update only the cells that differ from the ones shown."""
-        for key, cells_ in rows.items():
-            old = self._last.get(key)
-            for index, cell in enumerate(cells_):
-                if old is None or old[index] != cell:
-                    column = self.ordered_columns[index]
-                    self.update_cell(key, column.key, cell, update_width=cell.cell_len > content_width(column))
-
-    def _cells(self, dev: DeviceSample, used_style: str, free_style: str) -> list[Text]:
-        narrow = self.size.width and self.size.width < NARROW_WIDTH
+    def _row(self, dev: DeviceSample, used_style: str, free_style: str, narrow: bool) -> list[Text]:
         name_limit = 16 if narrow else 40
         name = cells.safe(dev.name.removeprefix("NVIDIA "), limit=name_limit) if dev.name and narrow else (
             cells.safe(dev.name, limit=name_limit) if dev.name else None)

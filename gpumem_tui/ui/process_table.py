@@ -9,19 +9,17 @@ appear (case-insensitive) in the command, user, PID or container.
 
 from __future__ import annotations
 
-from itertools import repeat
-
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 from rich.text import Text
 from textual.binding import Binding
-from textual.widgets import DataTable
 
 from gpumem_tui.telemetry.model import ProcessSample
 from gpumem_tui.ui import cells
-from gpumem_tui.ui.fast_table import IncrementalTable, content_width
+from gpumem_tui.ui.line_table import LineTable
 
 
 @dataclass(frozen=True)
@@ -49,7 +47,6 @@ COLUMNS: tuple[Column, ...] = (
     Column("pid", "PID", lambda p, _: p.pid, lambda p, _: Text(str(p.pid), justify="right"), True,
            fields=("pid",)),
     Column("user", "USER", lambda p, _: p.user, lambda p, _: cells.user(p), fields=("user",)),
-    # a Text, not a str: DataTable parses str cells as markup, at every layout and measure
     Column("type", "TYPE", lambda p, _: p.type.value, lambda p, _: Text(p.type.value), fields=("type",)),
     Column("mem", "GPU MEM", lambda p, _: p.used_memory_bytes,
            lambda p, _: cells.mib(p.used_memory_bytes, p.reason("used_memory_bytes")), True,
@@ -157,33 +154,36 @@ def sort_processes(
     return ordered if limit is None else ordered[:limit]
 
 
-#: Most rows the table holds (issue 13, item 20): a DataTable re-measures every row it holds,
-#: so 64 GPUs x 1000 processes took 15 s to show and 26 s to filter. Past this many, the
-#: first rows in sort order are shown (plus the selected one) and the rest are counted in
-#: ``hidden_rows``; the filter (gpu:N, user:NAME, words) narrows what is shown.
+#: Most rows the table holds (issue 13, item 20). Past this many, the first rows in sort order
+#: are shown (plus the selected one) and the rest are counted in ``hidden_rows``; the filter
+#: (gpu:N, user:NAME, words) narrows what is shown. A bound on the work of every poll: each
+#: held row's cells are rendered and measured when its figures change.
 MAX_ROWS = 500
 
 
-class ProcessTable(IncrementalTable):
-    """DataTable of processes; the app feeds it with :meth:`show`. Holds at most
-    :data:`MAX_ROWS` rows; ``hidden_rows`` counts the matching processes left out."""
+class ProcessTable(LineTable):
+    """The process table (see the module doc); the app feeds it with :meth:`show`. Holds
+    at most :data:`MAX_ROWS` rows; ``hidden_rows`` counts the matching processes left out.
+    Row keys: :func:`row_key`."""
 
     hidden_rows = 0
 
-    BINDINGS = [
+    #: the keys the help screen lists (the navigation keys are LineTable's usual ones)
+    SORT_BINDINGS = [
         Binding("s", "sort_next", "Sort", id="sort_next", tooltip="Sort by the next column"),
         Binding("S", "sort_prev", "Sort back", show=False, id="sort_prev",
                 tooltip="Sort by the previous column"),
         Binding("r", "sort_reverse", "Reverse", show=False, id="sort_reverse",
                 tooltip="Reverse the sort order"),
     ]
+    BINDINGS = SORT_BINDINGS
 
     DEFAULT_CSS = """
     ProcessTable { height: 1fr; }
     """
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        super().__init__(**kwargs)
         self.sort_column = "mem"
         self.sort_reverse = True
         self.filter = ProcessFilter()
@@ -191,7 +191,6 @@ class ProcessTable(IncrementalTable):
         self._now = 0.0
         self.shown: list[ProcessSample] = []
         self.visible_columns: tuple[str, ...] = COLUMN_KEYS
-        self._cells: dict[str, list[Text | str]] = {}
         self._shown_key: tuple[Any, ...] | None = None
         self._sources: dict[str, ProcessSample] = {}  # row key -> sample its cells show
         self._sources_columns: tuple[str, ...] = ()
@@ -199,27 +198,23 @@ class ProcessTable(IncrementalTable):
         self.flags: dict[int, str] = {}
         self._flags_shown: dict[str, str | None] = {}
 
-    def on_mount(self) -> None:
-        self._set_columns(COLUMN_KEYS)
+    @property
+    def selected_key(self) -> str | None:
+        """Row key of the row under the cursor, or None when the table is empty."""
+        return self.cursor_key
 
-    def _set_columns(self, keys: tuple[str, ...]) -> None:
-        self.clear(columns=True)
-        self._cells = {}
-        self.visible_columns = keys
-        for col in COLUMNS:
-            if col.key in keys:
-                self.add_column(self._header(col), key=col.key)
+    @property
+    def selected(self) -> ProcessSample | None:
+        """The process under the cursor."""
+        return self.shown[self.cursor_row] if self.shown else None
 
-    def _wanted_columns(self) -> tuple[str, ...]:
-        """Columns worth their width: no GPU columns without GPU processes, no empty CONTAINER."""
-        hidden: set[str] = set()
-        if self._processes and all(p.device_index is None for p in self._processes):
-            hidden |= {"gpu", "mem", "sm"}
-        if not any(p.container or p.container_pid for p in self._processes):
-            hidden.add("container")
-        if self.size.width and self.size.width < NARROW_WIDTH:
-            hidden |= NARROW_HIDDEN  # the command matters more; the detail view has them all
-        return tuple(k for k in COLUMN_KEYS if k not in hidden)
+    def header_label(self, column: int | str) -> str:  # type: ignore[override]
+        """The header of ``column`` (a visible column's key, or a position) as drawn.
+
+        Raises: ValueError for a key that is not visible; IndexError for a position."""
+        if isinstance(column, str):
+            column = self.visible_columns.index(column)
+        return super().header_label(column)
 
     @property
     def effective_sort(self) -> tuple[str, bool]:
@@ -232,50 +227,20 @@ class ProcessTable(IncrementalTable):
                 return fallback, fallback != "pid"
         return self.sort_column, self.sort_reverse
 
-    def on_resize(self) -> None:
-        if self._processes and self._wanted_columns() != self.visible_columns:
-            self._rebuild(self.selected_key)
-
-    def _header(self, col: Column) -> Text:
-        # Every header keeps two cells for the arrow: a column sized to its header when it was
-        # added (GPU, PID, SM%) would otherwise cut the arrow off, and sorting moves no column.
-        column, reverse = self.effective_sort
-        arrow = (" ▼" if reverse else " ▲") if col.key == column else "  "
-        return Text(col.label + arrow, style="bold")
-
-    @property
-    def selected_key(self) -> str | None:
-        """Row key of the row under the cursor, or None when the table is empty."""
-        if not self.row_count:
-            return None
-        try:
-            key = self.coordinate_to_cell_key((self.cursor_row, 0)).row_key
-        except Exception:  # noqa: BLE001 -- cursor outside after a shrink
-            return None
-        return key.value
-
-    @property
-    def selected(self) -> ProcessSample | None:
-        """The process under the cursor."""
-        key = self.selected_key
-        for p in self.shown:
-            if row_key(p) == key:
-                return p
-        return None
-
     def show(self, processes: tuple[ProcessSample, ...], now: float, keep: str | None = None) -> None:
-        """Replace the rows; keep the cursor on row ``keep`` (or the current row) if present."""
+        """Replace the rows. The cursor goes to row ``keep`` (scrolled into view) if given and
+        listed, else stays on its row without scrolling (see :meth:`LineTable.set_rows`)."""
         # The same rows again (a quiet box) change nothing on screen: skip filtering, sorting
         # and rendering. Time matters only through the TIME column of timed processes.
         timed = "time" in self.visible_columns and any(p.start_time is not None for p in processes)
         key = (int(now) if timed else None, self.size.width, tuple(sorted(self.flags.items())))
-        if keep is None and self.row_count and key == self._shown_key and processes == self._processes:
+        if keep is None and self.shown and key == self._shown_key and processes == self._processes:
             self._now = now
             return
         self._shown_key = key
         self._processes = processes
         self._now = now
-        self._rebuild(keep if keep is not None else self.selected_key)
+        self._rebuild(keep)
 
     def select_pid(self, pid: int) -> bool:
         """Move the cursor to the first row of ``pid``; False if it is not shown."""
@@ -286,157 +251,109 @@ class ProcessTable(IncrementalTable):
         return False
 
     def set_filter(self, query: str) -> ProcessFilter:
+        """Show only the processes ``query`` matches (see the module doc); returns it parsed."""
         self.filter = ProcessFilter.parse(query)
-        self._rebuild(self.selected_key)
+        self._rebuild(self.cursor_key)  # the user acted: show where the selection went
         return self.filter
 
     def set_sort(self, column: str, reverse: bool | None = None) -> None:
+        """Sort by ``column``; ``reverse`` None: the same column again flips the order, a
+        new one starts descending for numbers. Raises: ValueError for an unknown column."""
         if column not in _BY_KEY:
             raise ValueError(f"unknown column {column!r}")
         if reverse is None:
             current, current_reverse = self.effective_sort
             reverse = (not current_reverse) if column == current else _BY_KEY[column].numeric
         self.sort_column, self.sort_reverse = column, reverse
-        self._relabel()
-        self._rebuild(self.selected_key)
+        self._rebuild(self.cursor_key)  # the user acted: show where the selection went
 
-    def _relabel(self) -> None:
-        for col in COLUMNS:
-            if col.key in self.visible_columns:
-                self.columns[self._column_key(col.key)].label = self._header(col)
-        # DataTable has no API to relabel a column: drop its render caches so that the header
-        # is drawn again even when the rows keep their order.
-        self._clear_caches()
-        self.refresh()
+    def on_header_click(self, column: int) -> None:
+        self.set_sort(self.visible_columns[column])
 
-    def _column_key(self, key: str) -> Any:
-        for column_key in self.columns:
-            if column_key.value == key:
-                return column_key
-        raise KeyError(key)
+    def _wanted_columns(self) -> tuple[str, ...]:
+        """Columns worth their width: no GPU columns without GPU processes, no empty CONTAINER."""
+        hidden: set[str] = set()
+        if self._processes and all(p.device_index is None for p in self._processes):
+            hidden |= {"gpu", "mem", "sm"}
+        if not any(p.container or p.container_pid for p in self._processes):
+            hidden.add("container")
+        if self.size.width and self.size.width < NARROW_WIDTH:
+            hidden |= NARROW_HIDDEN  # the command matters more; the detail view has them all
+        return tuple(k for k in COLUMN_KEYS if k not in hidden)
+
+    def on_resize(self) -> None:
+        if self._processes and self._wanted_columns() != self.visible_columns:
+            self._rebuild(None)
+        super().on_resize()
 
     def _rebuild(self, keep: str | None) -> None:
-        wanted = self._wanted_columns()
-        if wanted != self.visible_columns:
-            self._set_columns(wanted)
-            self._relabel()
+        """Filter, sort and render the rows, and hand them to the table."""
+        self.visible_columns = self._wanted_columns()
         matches = self.filter.matches
         rows = [p for p in self._processes if matches(p)] if self.filter.active else list(self._processes)
         column, reverse = self.effective_sort
         ordered = sort_processes(rows, column, reverse, self._now, limit=MAX_ROWS)
         self.hidden_rows = max(0, len(rows) - MAX_ROWS)
-        if self.hidden_rows and keep and all(row_key(p) != keep for p in ordered):
-            ordered += [p for p in rows if row_key(p) == keep][:1]  # the selection stays listed
+        selection = keep if keep is not None else self.cursor_key
+        if self.hidden_rows and selection and all(row_key(p) != selection for p in ordered):
+            ordered += [p for p in rows if row_key(p) == selection][:1]  # the selection stays listed
+        old_keys = set(self._cells)
         self.shown = ordered
-        visible = [col for col in COLUMNS if col.key in self.visible_columns]
+        cells_by_key = self._render_rows()
+        headers = [
+            # every header keeps two cells for the arrow, so sorting moves no column
+            Text(_BY_KEY[k].label + ((" ▼" if reverse else " ▲") if k == column else "  "), style="bold")
+            for k in self.visible_columns
+        ]
+        self.set_rows(headers, cells_by_key, keep, grow_only=old_keys == cells_by_key.keys())
+
+    def _render_rows(self) -> dict[str, list[Text]]:
+        """Cells of every shown row, in order. A row whose sample is unchanged keeps its
+        cells list (only TIME moves with the clock); a changed one re-renders only the
+        cells whose fields changed."""
+        visible = [_BY_KEY[k] for k in self.visible_columns]
         now = self._now
-        # A row whose sample is unchanged keeps its rendered cells (only TIME moves with now).
         same_columns = self._sources_columns == self.visible_columns
         time_index = self.visible_columns.index("time") if "time" in self.visible_columns else None
         sources = self._sources if same_columns else {}
-        new_rows: dict[str, list[Text | str]] = {}
+        old_cells = self._cells if same_columns else {}
+        new_rows: dict[str, list[Text]] = {}
         new_sources: dict[str, ProcessSample] = {}
+        flags_shown: dict[str, str | None] = {}
         for p in self.shown:
             key = row_key(p)
             new_sources[key] = p
             flag = self.flags.get(p.pid)
+            flags_shown[key] = flag
             old = sources.get(key)
-            same_flag = self._flags_shown.get(key) == flag
-            cached = self._cells.get(key) if same_flag and old == p else None
-            self._flags_shown[key] = flag
-            if cached is None:
-                previous = self._cells.get(key) if old is not None and same_flag else None
-                if previous is not None and old.status == p.status and old.field_errors == p.field_errors:
-                    # the same process with some figures changed: only their cells are new
-                    new_rows[key] = [
-                        previous[i] if col.fields and all(getattr(old, f) == getattr(p, f) for f in col.fields)
-                        else self._render(col, p, now, flag) for i, col in enumerate(visible)]
-                else:
-                    new_rows[key] = [self._render(col, p, now, flag) for col in visible]
-            elif time_index is not None and p.start_time is not None:
-                cached = list(cached)
-                cached[time_index] = visible[time_index].render(p, now)
-                new_rows[key] = cached
+            previous = old_cells.get(key) if old is not None and self._flags_shown.get(key) == flag else None
+            if previous is not None and old == p:
+                if time_index is not None and p.start_time is not None:
+                    time_cell = visible[time_index].render(p, now)
+                    if time_cell.plain != previous[time_index].plain:
+                        previous = list(previous)
+                        previous[time_index] = time_cell
+                new_rows[key] = previous
+            elif previous is not None and old.status == p.status and old.field_errors == p.field_errors:
+                # the same process with some figures changed: only their cells are new
+                new_rows[key] = [
+                    previous[i] if col.fields and all(getattr(old, f) == getattr(p, f) for f in col.fields)
+                    else self._render(col, p, now, flag) for i, col in enumerate(visible)]
             else:
-                new_rows[key] = cached
-        old_keys = self._cells.keys()
-        changed = new_rows.keys() ^ old_keys
-        if self.row_count and not changed:
-            with self.batch():
-                self._update_in_place(new_rows, visible, keep)
-        elif self.row_count and len(changed) <= max(8, len(new_rows) // 4):
-            # A few rows came or went (the top MAX_ROWS of a large list moves at every poll):
-            # remove and add those, update the rest; clear() + add_row() of every row would
-            # re-measure all of them.
-            with self.batch():
-                for key in old_keys - new_rows.keys():
-                    self.remove_row(key)
-                for key in new_rows.keys() - old_keys:
-                    self.add_row(*new_rows[key], key=key)
-                    self._cells[key] = new_rows[key]
-                self._update_in_place(new_rows, visible, keep)
-        else:
-            self._replace_rows(new_rows, keep)
-        self._cells = new_rows
+                new_rows[key] = [self._render(col, p, now, flag) for col in visible]
         self._sources = new_sources
         self._sources_columns = self.visible_columns
+        self._flags_shown = flags_shown
+        return new_rows
 
     @staticmethod
-    def _render(col: Column, p: ProcessSample, now: float, flag: str | None) -> Text | str:
+    def _render(col: Column, p: ProcessSample, now: float, flag: str | None) -> Text:
         cell = col.render(p, now)
+        if isinstance(cell, str):
+            cell = Text(cell)  # plain text: never parsed as markup
         if flag and col.key == "command":  # a warning about the process (e.g. a leak)
             cell = Text(f"[{flag}] ", style="bold") + cell
         return cell
-
-    def _replace_rows(self, new_rows: dict[str, list[Text | str]], keep: str | None) -> None:
-        scroll_y = self.scroll_y
-        self.clear()
-        target = 0
-        for index, (key, cells_) in enumerate(new_rows.items()):
-            if key == keep:
-                target = index
-            self.add_row(*cells_, key=key)
-        if new_rows:
-            self.move_cursor(row=target, animate=False, scroll=False)
-            self.scroll_to(y=scroll_y, animate=False, immediate=True)
-            if not (scroll_y <= target < scroll_y + max(self.size.height - 2, 1)):
-                self.move_cursor(row=target, animate=False, scroll=True)
-
-    def _update_in_place(self, new_rows: dict[str, list[Text | str]], visible: list[Column], keep: str | None) -> None:
-        """Same rows as before: change only the cells that differ and reorder if needed.
-
-        Avoids clear()/add_row(), which re-measure every column and re-layout the screen: at
-        1 Hz that was most of the dashboard's idle CPU.
-        """
-        keys = [c.key for c in visible]
-        for key, cells_ in new_rows.items():
-            old = self._cells.get(key)
-            if old is cells_:
-                continue
-            for index, cell in enumerate(cells_):
-                if old is None or (old[index] is not cell and old[index] != cell):
-                    width = content_width(self.columns[self._column_key(keys[index])])
-                    grow = Text(cell).cell_len > width if isinstance(cell, str) else cell.cell_len > width
-                    self.update_cell(key, keys[index], cell, update_width=grow)
-        order = {key: i for i, key in enumerate(new_rows)}
-        current = [row.key.value for row in self.ordered_rows]
-        if current != list(order):
-            position = {key: i for i, key in enumerate(order)}
-            keep_key = keep if keep is not None else self.selected_key
-            self._reorder(position)
-            if keep_key in position:
-                self.move_cursor(row=position[keep_key], animate=False, scroll=False)
-
-    def _reorder(self, position: dict[str, int]) -> None:
-        pid_index = self.visible_columns.index("pid")
-        gpu_index = self.visible_columns.index("gpu") if "gpu" in self.visible_columns else None
-
-        def sort_key(values: tuple[Any, ...]) -> int:
-            pid = values[pid_index].plain
-            gpu = values[gpu_index].plain if gpu_index is not None else "-"
-            return position.get(f"{pid}:{gpu}", len(position))
-
-        self.sort(key=sort_key)
 
     def action_sort_next(self) -> None:
         self._sort_step(1)
@@ -454,7 +371,3 @@ class ProcessTable(IncrementalTable):
     def action_sort_reverse(self) -> None:
         column, reverse = self.effective_sort
         self.set_sort(column, reverse=not reverse)
-
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        event.stop()
-        self.set_sort(str(event.column_key.value))

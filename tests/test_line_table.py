@@ -1,0 +1,158 @@
+"""LineTable: what it draws equals what Rich lays out, the cursor follows its row's key, and
+an update repaints only the rows that changed (the point of it: the dashboard's CPU at 1 Hz)."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+from rich.padding import Padding
+from rich.segment import Segment
+from rich.text import Text
+from textual.app import App, ComposeResult
+
+from gpumem_tui.ui.line_table import LineTable, cell_segments
+
+HEADERS = [Text("NAME", style="bold"), Text("N", style="bold")]
+
+
+def rows(*items: tuple[str, str, str]) -> dict[str, list[Text]]:
+    return {key: [Text(name), Text(n, justify="right")] for key, name, n in items}
+
+
+class TableApp(App[None]):
+    def __init__(self) -> None:
+        super().__init__()
+        self.highlighted: list[str | None] = []
+        self.selected: list[str | None] = []
+
+    def compose(self) -> ComposeResult:
+        yield LineTable(id="t")
+
+    def on_mount(self) -> None:
+        self.query_one(LineTable).set_rows(HEADERS, rows(("a", "alpha", "1"), ("b", "bravo", "2"),
+                                                         ("c", "charlie", "3")))
+
+    def on_line_table_row_highlighted(self, event: LineTable.RowHighlighted) -> None:
+        self.highlighted.append(event.key)
+
+    def on_line_table_row_selected(self, event: LineTable.RowSelected) -> None:
+        self.selected.append(event.key)
+
+
+def screen_text(table: LineTable) -> list[str]:
+    return [table.render_line(y).text.rstrip() for y in range(table.size.height)]
+
+
+@pytest.mark.parametrize("cell", [
+    Text("right", justify="right"),
+    Text("left"),
+    Text("mid", justify="center"),
+    Text("a much longer text than the column", style="bold"),
+    Text("cut with an ellipsis here", overflow="ellipsis"),
+    Text.assemble(("[leak] ", "bold"), ("python train.py", "italic")),
+    Text("宽字符 wide", justify="right"),
+    Text(""),
+])
+def test_a_cell_is_laid_out_as_rich_lays_out_a_padded_cell(cell):
+    console = Console(width=80, color_system="truecolor")
+    for width in (3, 12, 20):
+        expected = console.render_lines(Padding(cell, (0, 1)), console.options.update_dimensions(width + 2, 1)
+                                        .update(no_wrap=True))[0]
+        got = list(cell_segments(cell, width, console))
+        assert Segment.get_line_length(got) == width + 2
+        # the same characters in the same styles (Rich may split the segments differently)
+        assert [(ch, seg.style or None) for seg in got for ch in seg.text] == \
+            [(ch, seg.style or None) for seg in expected for ch in seg.text], (cell.plain, width)
+
+
+async def test_the_table_shows_rows_in_order_with_fitted_columns():
+    app = TableApp()
+    async with app.run_test(size=(40, 8)) as pilot:
+        await pilot.pause()
+        table = app.query_one(LineTable)
+        assert screen_text(table)[:4] == [" NAME     N", " alpha    1", " bravo    2", " charlie  3"]
+        assert table.column_widths == [9, 3] and table.row_count == 3
+        assert table.get_row("b")[0].plain == "bravo" and table.get_row_at(2)[0].plain == "charlie"
+
+
+async def test_the_cursor_follows_its_row_through_a_reorder_and_a_removal():
+    app = TableApp()
+    async with app.run_test(size=(40, 8)) as pilot:
+        await pilot.pause()
+        table = app.query_one(LineTable)
+        table.focus()
+        await pilot.press("down")
+        assert table.cursor_key == "b"
+        table.set_rows(HEADERS, rows(("c", "charlie", "3"), ("b", "bravo", "2"), ("a", "alpha", "1")))
+        assert table.cursor_key == "b" and table.cursor_row == 1
+        table.set_rows(HEADERS, rows(("c", "charlie", "3"), ("a", "alpha", "1")))
+        assert table.cursor_key == "a" and table.cursor_row == 1  # its row left: the same place
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.highlighted == ["a", "b", "a"] and app.selected == ["a"]
+
+
+async def test_an_update_repaints_only_the_rows_that_changed():
+    app = TableApp()
+    async with app.run_test(size=(40, 8)) as pilot:
+        await pilot.pause()
+        table = app.query_one(LineTable)
+        drawn: list[str] = []
+        original = table._draw
+
+        def spy(cells, *args):  # noqa: ANN001
+            drawn.append(cells[0].plain)
+            return original(cells, *args)
+
+        table._draw = spy  # type: ignore[method-assign]
+        same = dict(table._cells)
+        same["b"] = [Text("bravo"), Text("7", justify="right")]  # one row changed
+        table.set_rows(HEADERS, same)
+        await pilot.pause()
+        assert drawn == ["bravo"]
+        assert screen_text(table)[2] == " bravo    7"
+
+
+async def test_grow_only_keeps_a_column_wide_while_the_same_rows_stay():
+    app = TableApp()
+    async with app.run_test(size=(40, 8)) as pilot:
+        await pilot.pause()
+        table = app.query_one(LineTable)
+        table.set_rows(HEADERS, rows(("a", "alpha", "1000"), ("b", "bravo", "2"), ("c", "charlie", "3")))
+        assert table.column_widths[1] == 6
+        table.set_rows(HEADERS, rows(("a", "alpha", "1"), ("b", "bravo", "2"), ("c", "charlie", "3")),
+                       grow_only=True)
+        assert table.column_widths[1] == 6  # 1000 -> 1: no jump back
+        table.set_rows(HEADERS, rows(("a", "alpha", "1"), ("b", "bravo", "2")), grow_only=False)
+        assert table.column_widths[1] == 3  # rows left: fitted anew
+
+
+async def test_a_click_moves_the_cursor_and_a_second_click_selects():
+    app = TableApp()
+    async with app.run_test(size=(40, 8)) as pilot:
+        await pilot.pause()
+        table = app.query_one(LineTable)
+        await pilot.click(LineTable, offset=(2, 3))  # third row
+        await pilot.pause()
+        assert table.cursor_key == "c" and app.selected == []
+        await pilot.click(LineTable, offset=(2, 3))
+        await pilot.pause()
+        assert app.selected == ["c"]
+
+
+async def test_a_reorder_moves_the_cursor_with_its_row_but_not_the_view():
+    app = TableApp()
+    async with app.run_test(size=(40, 6)) as pilot:  # header + 5 rows on screen
+        await pilot.pause()
+        table = app.query_one(LineTable)
+        many = rows(*((f"r{i}", f"row{i}", str(i)) for i in range(30)))
+        table.set_rows(HEADERS, many, keep="r2")
+        await pilot.pause()
+        assert table.scroll_y == 0 and table.cursor_key == "r2"
+        reordered = dict(reversed(list(many.items())))  # r2 is now 28th: off screen
+        table.set_rows(HEADERS, reordered)
+        await pilot.pause()
+        assert table.cursor_key == "r2" and table.cursor_row == 27 and table.scroll_y == 0
+        table.set_rows(HEADERS, reordered, keep="r2")  # asked for: scrolled into view
+        await pilot.pause()
+        assert table.scroll_y > 0 and table.scroll_y <= 27 < table.scroll_y + table.size.height - 1
