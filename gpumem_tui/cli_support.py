@@ -29,7 +29,8 @@ def number_arg(
     """An argparse ``type=`` that accepts finite numbers above ``minimum``.
 
     ``strict`` means "> minimum", otherwise ">= minimum". Errors read e.g.
-    "must be > 0 seconds, got '0'" or "must be a number of seconds, got 'abc'".
+    "must be > 0 seconds, got '0'", "must be a number of seconds, got 'abc'" or
+    "must be a finite number of seconds, got 'inf'".
     """
     kind = "a whole number" if convert is int else "a number"
     of_unit = f" of {unit}" if unit else ""
@@ -41,8 +42,10 @@ def number_arg(
             value = convert(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be {kind}{of_unit}, got {text!r}") from None
+        if not math.isfinite(value):  # inf, nan: a number, but not a usable one
+            raise argparse.ArgumentTypeError(f"must be a finite number{of_unit}, got {text!r}")
         too_small = value <= minimum if strict else value < minimum
-        if not math.isfinite(value) or too_small:
+        if too_small:
             raise argparse.ArgumentTypeError(f"must be {relation} {minimum:g}{unit_suffix}, got {text!r}")
         return value
 

@@ -9,12 +9,12 @@ child process).
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gpumem_tui.cli_support import positive_seconds
 from gpumem_tui.config import Config, ConfigError, load_config
 from gpumem_tui.crash import DashboardCrashed
 
@@ -30,19 +30,9 @@ class _BadInput(Exception):
     pass
 
 
-def _interval(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 seconds, got {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="gpumem-tui", description="Terminal dashboard for GPU memory.")
-    parser.add_argument("--interval", type=_interval, default=None, metavar="SECONDS",
+    parser.add_argument("--interval", type=positive_seconds, default=None, metavar="SECONDS",
                         help="seconds between polls (default 1.0, or the config file's)")
     parser.add_argument("--theme", default=None, metavar="NAME", help="theme name (dark, light, or a Textual theme)")
     parser.add_argument("--no-demo", action="store_true",
