@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 from rich.text import Text
@@ -34,6 +35,12 @@ class Column:
     #: the sample fields the cell shows (besides ``status`` and ``field_errors``, which any
     #: cell may show): while they are equal the rendered cell is kept. Empty: always render.
     fields: tuple[str, ...] = ()
+
+    @property
+    def shown_fields(self) -> Callable[[ProcessSample], Any] | None:
+        """Reads :attr:`fields` of a sample in one call (``operator.attrgetter``), for the
+        comparison made per row and column at every poll; None when ``fields`` is empty."""
+        return attrgetter(*self.fields) if self.fields else None
 
 
 def _running(p: ProcessSample, now: float) -> float | None:
@@ -66,6 +73,7 @@ COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 NARROW_WIDTH = 110
 NARROW_HIDDEN = frozenset({"type", "rss", "time", "container"})
 _BY_KEY = {c.key: c for c in COLUMNS}
+_FIELDS = {c.key: c.shown_fields for c in COLUMNS}
 
 
 def row_key(p: ProcessSample) -> str:
@@ -312,6 +320,7 @@ class ProcessTable(LineTable):
         cells list (only TIME moves with the clock); a changed one re-renders only the
         cells whose fields changed."""
         visible = [_BY_KEY[k] for k in self.visible_columns]
+        visible_fields = [(col, _FIELDS[col.key]) for col in visible]
         now = self._now
         same_columns = self._sources_columns == self.visible_columns
         time_index = self.visible_columns.index("time") if "time" in self.visible_columns else None
@@ -337,8 +346,8 @@ class ProcessTable(LineTable):
             elif previous is not None and old.status == p.status and old.field_errors == p.field_errors:
                 # the same process with some figures changed: only their cells are new
                 new_rows[key] = [
-                    previous[i] if col.fields and all(getattr(old, f) == getattr(p, f) for f in col.fields)
-                    else self._render(col, p, now, flag) for i, col in enumerate(visible)]
+                    previous[i] if fields is not None and fields(old) == fields(p)
+                    else self._render(col, p, now, flag) for i, (col, fields) in enumerate(visible_fields)]
             else:
                 new_rows[key] = [self._render(col, p, now, flag) for col in visible]
         self._sources = new_sources
