@@ -61,3 +61,31 @@ async def test_a_new_status_renders_the_whole_row_again():
         await pilot.pause()
         command = table.get_row("100:0")[table.visible_columns.index("command")].plain
         assert command.startswith(f"[{ProcessStatus.EXITED.value}]")
+
+
+def many(mem_mib: int) -> tuple[ProcessSample, ...]:
+    # 40 processes, sorted by memory: pid 1000 + i uses (40 - i) * mem_mib MiB
+    return tuple(ProcessSample(1000 + i, 0, ProcessType.COMPUTE, (40 - i) * mem_mib << 20, 1.0, "u", f"job {i}",
+                               1.0, GiB, None) for i in range(40))
+
+
+async def test_rows_off_screen_are_rendered_when_drawn_and_show_the_newest_figures():
+    app = TableApp()
+    async with app.run_test(size=(160, 8)) as pilot:  # a header and a few rows on screen
+        table = app.query_one(ProcessTable)
+        table.show(many(1), now=1000.0)
+        await pilot.pause()
+        mem = table.visible_columns.index("mem")
+        table.show(many(1000), now=1001.0)  # every figure changed
+        assert table._pending and "1039:0" in table._pending  # the last row waits ...
+        assert "1000:0" not in table._pending  # ... the first, on screen, does not
+        assert table._cells["1039:0"][mem].plain == "1 MiB"  # still the old cells
+        assert table.get_row("1039:0")[mem].plain == "1,000 MiB"  # brought up to date on read
+        table.show(many(2000), now=1002.0)
+        table.move_cursor(39)  # scroll to the end: the rows there are drawn with new figures
+        await pilot.pause()
+        bottom = [table.render_line(y).text for y in range(1, table.size.height)]
+        assert any("2,000 MiB" in line and "job 39" in line for line in bottom)
+        assert not any(" 1,000 MiB" in line or " 1 MiB " in line for line in bottom)
+        # the column fits the widest figure shown
+        assert table.column_widths[mem] >= len("80,000 MiB") + 2

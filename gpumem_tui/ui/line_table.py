@@ -155,6 +155,7 @@ class LineTable(ScrollView, can_focus=True):
         self._cells: dict[str, list[Text]] = {}
         self._headers: list[Text] = []
         self._widths: list[int] = []  # content width of each column, cells
+        self._row_widths: dict[str, tuple[list[Text], tuple[int, ...]]] = {}  # key -> (cells, widths)
         self._cursor_key: str | None = None
         self._cursor_index = 0
         self._hover_index: int | None = None
@@ -206,11 +207,32 @@ class LineTable(ScrollView, can_focus=True):
 
     def get_row(self, key: str) -> list[Text]:
         """The cells of row ``key``. Raises: KeyError."""
-        return self._cells[key]
+        return self._row_cells(key)
 
     def get_row_at(self, index: int) -> list[Text]:
         """The cells of the ``index``-th row. Raises: IndexError."""
-        return self._cells[self._keys[index]]
+        return self._row_cells(self._keys[index])
+
+    def _row_cells(self, key: str) -> list[Text]:
+        """Row ``key``'s cells as drawn; a subclass may bring them up to date here."""
+        return self._cells[key]
+
+    def _widen(self, cells: list[Text]) -> bool:
+        """Widen the columns that ``cells`` do not fit; True if any did. May be called while
+        drawing: the new widths show from the next frame on (scheduled here)."""
+        wider = False
+        for i, cell in enumerate(cells[:len(self._widths)]):
+            if cell.cell_len > self._widths[i]:
+                self._widths[i] = cell.cell_len
+                wider = True
+        if wider:
+            self._layout_generation += 1
+            self.call_after_refresh(self._relayout)
+        return wider
+
+    def _relayout(self) -> None:
+        self.virtual_size = Size(sum(self.column_widths), len(self._keys) + 1)
+        self.refresh()
 
     # ---- feeding ------------------------------------------------------------------------
     def set_rows(self, headers: list[Text], rows: dict[str, list[Text]], keep: str | None = None,
@@ -235,7 +257,7 @@ class LineTable(ScrollView, can_focus=True):
         self._keys = list(rows)
         self._index = {key: i for i, key in enumerate(self._keys)}
         self._cells = rows
-        layout_changed = self._measure(headers, grow_only, old_cells)
+        layout_changed = self._measure(headers, grow_only)
         if target in self._index:
             self._cursor_index = self._index[target]
         else:
@@ -262,22 +284,24 @@ class LineTable(ScrollView, can_focus=True):
         else:
             self.refresh(*regions)
 
-    def _measure(self, headers: list[Text], grow_only: bool, old_cells: dict[str, list[Text]]) -> bool:
-        """Set the headers and column widths; True if either changed. Growing only, just
-        the changed rows are measured (the others fit the current widths already)."""
+    def _measure(self, headers: list[Text], grow_only: bool) -> bool:
+        """Set the headers and column widths; True if either changed. Each row's cell
+        widths are kept with its cells list, so only new or changed rows are measured."""
         same_headers = [h.plain for h in headers] == [h.plain for h in self._headers]
         if same_headers:
             headers = self._headers  # the same list: the header line's cache stays valid
+        row_widths: dict[str, tuple[list[Text], tuple[int, ...]]] = {}
+        for key, cells in self._cells.items():
+            known = self._row_widths.get(key)
+            row_widths[key] = known if known is not None and known[0] is cells else \
+                (cells, tuple(cell.cell_len for cell in cells))
+        self._row_widths = row_widths
+        widths = [h.cell_len for h in headers]
+        for i, column in enumerate(zip(*(w for _, w in row_widths.values()))):
+            if i < len(widths):
+                widths[i] = max(widths[i], max(column))
         if same_headers and grow_only:
-            widths = list(self._widths)
-            measured = [cells for key, cells in self._cells.items() if cells is not old_cells.get(key)]
-        else:
-            widths = [h.cell_len for h in headers]
-            measured = list(self._cells.values())
-        for cells in measured:
-            for i, cell in enumerate(cells):
-                if cell.cell_len > widths[i]:
-                    widths[i] = cell.cell_len
+            widths = [max(a, b) for a, b in zip(widths, self._widths)]
         changed = widths != self._widths or not same_headers
         self._widths, self._headers = widths, headers
         if changed:
@@ -319,7 +343,7 @@ class LineTable(ScrollView, can_focus=True):
             if index >= len(self._keys):
                 return Strip.blank(width, self.rich_style)
             key = self._keys[index]
-            cells = self._cells[key]
+            cells = self._row_cells(key)
             look = "row"
             if self._show_cursor:  # hover, as DataTable, only where a cursor shows
                 look = "cursor" if index == self._cursor_index else "hover" if index == self._hover_index else "row"

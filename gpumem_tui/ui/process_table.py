@@ -205,6 +205,7 @@ class ProcessTable(LineTable):
         # pid -> a short warning shown before the command (e.g. a leak: "+12 MiB/step")
         self.flags: dict[int, str] = {}
         self._flags_shown: dict[str, str | None] = {}
+        self._pending: dict[str, ProcessSample] = {}  # row key -> newer sample, not yet drawn
 
     @property
     def selected_key(self) -> str | None:
@@ -318,42 +319,71 @@ class ProcessTable(LineTable):
     def _render_rows(self) -> dict[str, list[Text]]:
         """Cells of every shown row, in order. A row whose sample is unchanged keeps its
         cells list (only TIME moves with the clock); a changed one re-renders only the
-        cells whose fields changed."""
+        cells whose fields changed. A changed row off screen keeps its cells until it is
+        drawn (:meth:`_row_cells`): with hundreds of rows changing every second, rendering rows
+        nobody sees was most of the table's work."""
         visible = [_BY_KEY[k] for k in self.visible_columns]
-        visible_fields = [(col, _FIELDS[col.key]) for col in visible]
-        now = self._now
         same_columns = self._sources_columns == self.visible_columns
-        time_index = self.visible_columns.index("time") if "time" in self.visible_columns else None
         sources = self._sources if same_columns else {}
         old_cells = self._cells if same_columns else {}
+        pending = self._pending if same_columns else {}
+        top = round(self.scroll_y)
+        on_screen = range(top, top + self.size.height - 1) if self.size.height > 1 else range(len(self.shown))
+        timed = "time" in self.visible_columns
         new_rows: dict[str, list[Text]] = {}
         new_sources: dict[str, ProcessSample] = {}
+        new_pending: dict[str, ProcessSample] = {}
         flags_shown: dict[str, str | None] = {}
-        for p in self.shown:
+        for index, p in enumerate(self.shown):
             key = row_key(p)
-            new_sources[key] = p
             flag = self.flags.get(p.pid)
             flags_shown[key] = flag
-            old = sources.get(key)
+            old = sources.get(key)  # the sample the row's cells show
             previous = old_cells.get(key) if old is not None and self._flags_shown.get(key) == flag else None
-            if previous is not None and old == p:
-                if time_index is not None and p.start_time is not None:
-                    time_cell = visible[time_index].render(p, now)
-                    if time_cell.plain != previous[time_index].plain:
-                        previous = list(previous)
-                        previous[time_index] = time_cell
-                new_rows[key] = previous
-            elif previous is not None and old.status == p.status and old.field_errors == p.field_errors:
-                # the same process with some figures changed: only their cells are new
-                new_rows[key] = [
-                    previous[i] if fields is not None and fields(old) == fields(p)
-                    else self._render(col, p, now, flag) for i, (col, fields) in enumerate(visible_fields)]
-            else:
-                new_rows[key] = [self._render(col, p, now, flag) for col in visible]
+            if previous is not None and index not in on_screen and (
+                    old != p or (timed and p.start_time is not None) or key in pending):
+                new_rows[key], new_sources[key], new_pending[key] = previous, old, p  # drawn later
+                continue
+            new_rows[key] = self._cells_for(p, old, previous, flag, visible)
+            new_sources[key] = p
         self._sources = new_sources
         self._sources_columns = self.visible_columns
         self._flags_shown = flags_shown
+        self._pending = new_pending
         return new_rows
+
+    def _cells_for(self, p: ProcessSample, old: ProcessSample | None, previous: list[Text] | None,
+                   flag: str | None, visible: list[Column]) -> list[Text]:
+        """The cells of ``p``'s row; ``old`` / ``previous``: the sample and cells the row
+        shows now (None: render every cell)."""
+        now = self._now
+        if previous is not None and old == p:
+            if "time" in self.visible_columns and p.start_time is not None:
+                time_index = self.visible_columns.index("time")
+                time_cell = visible[time_index].render(p, now)
+                if time_cell.plain != previous[time_index].plain:
+                    previous = list(previous)
+                    previous[time_index] = time_cell
+            return previous
+        if previous is not None and old is not None and old.status == p.status \
+                and old.field_errors == p.field_errors:
+            # the same process with some figures changed: only their cells are new
+            return [previous[i] if (fields := _FIELDS[col.key]) is not None and fields(old) == fields(p)
+                    else self._render(col, p, now, flag) for i, col in enumerate(visible)]
+        return [self._render(col, p, now, flag) for col in visible]
+
+    def _row_cells(self, key: str) -> list[Text]:
+        """Row ``key``'s cells, brought up to date first if it changed while off screen. A
+        cell wider than its column widens it (the table is drawn again)."""
+        p = self._pending.pop(key, None)
+        if p is None:
+            return self._cells[key]
+        cells_ = self._cells_for(p, self._sources[key], self._cells[key], self._flags_shown.get(key),
+                                 [_BY_KEY[k] for k in self.visible_columns])
+        self._cells[key] = cells_
+        self._sources[key] = p
+        self._widen(cells_)
+        return cells_
 
     @staticmethod
     def _render(col: Column, p: ProcessSample, now: float, flag: str | None) -> Text:
