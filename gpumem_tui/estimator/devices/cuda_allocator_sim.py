@@ -49,6 +49,17 @@ from dataclasses import dataclass
 from gpumem_tui.estimator.devices.cuda_allocator import MIN_BLOCK, SMALL_SIZE, segment_bytes
 
 
+def _absorb_next(pool: list[tuple[int, int, Block]], block: Block, pooled: Block) -> None:
+    """``block`` takes in the block after it in its segment; ``pooled``, the one of the two
+    that is free, leaves the pool's list first (its size is about to change)."""
+    del pool[bisect_left(pool, (pooled.size, pooled.addr))]
+    nxt = block.next
+    block.size += nxt.size
+    after = block.next = nxt.next
+    if after is not None:
+        after.prev = block
+
+
 class Block:
     """A block of a segment: ``addr`` / ``size`` in bytes, free or handed out, its neighbours
     in the segment, and the free list of its pool. :meth:`CachingAllocator.take` returns one
@@ -158,21 +169,13 @@ class CachingAllocator:
         pool = block.pool
         prev = block.prev
         if prev is not None and prev.free:  # prev absorbs the block
-            del pool[bisect_left(pool, (prev.size, prev.addr))]
-            prev.size += block.size
-            nxt = prev.next = block.next
-            if nxt is not None:
-                nxt.prev = prev
+            _absorb_next(pool, prev, prev)
             block = prev
         else:
             block.free = True
         nxt = block.next
         if nxt is not None and nxt.free:  # the block absorbs next
-            del pool[bisect_left(pool, (nxt.size, nxt.addr))]
-            block.size += nxt.size
-            after = block.next = nxt.next
-            if after is not None:
-                after.prev = block
+            _absorb_next(pool, block, nxt)
         insort(pool, (block.size, block.addr, block))
 
     def release_all(self, *blocks: Block | None) -> None:
