@@ -121,29 +121,23 @@ class LineTable(ScrollView, can_focus=True):
     }
     """
 
-    class RowHighlighted(Message):
+    class _RowMessage(Message):
+        """A message about row ``key`` of ``table`` (None: the table is empty)."""
+
+        def __init__(self, table: LineTable, key: str | None) -> None:
+            super().__init__()
+            self.table = table
+            self.key = key
+
+        @property
+        def control(self) -> LineTable:
+            return self.table
+
+    class RowHighlighted(_RowMessage):
         """The cursor moved to another row (``key``: its row key, None when empty)."""
 
-        def __init__(self, table: LineTable, key: str | None) -> None:
-            super().__init__()
-            self.table = table
-            self.key = key
-
-        @property
-        def control(self) -> LineTable:
-            return self.table
-
-    class RowSelected(Message):
+    class RowSelected(_RowMessage):
         """Enter, or a click on the cursor's row: the user asks for row ``key``'s details."""
-
-        def __init__(self, table: LineTable, key: str | None) -> None:
-            super().__init__()
-            self.table = table
-            self.key = key
-
-        @property
-        def control(self) -> LineTable:
-            return self.table
 
     def __init__(self, show_cursor: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -269,9 +263,9 @@ class LineTable(ScrollView, can_focus=True):
         if layout_changed or len(self._keys) != len(old_keys):
             self._repaint()
         else:
-            top = round(self.scroll_y)
-            changed = [y for y, key in enumerate(self._keys[top:top + self.size.height - 1], 1)
-                       if key != old_keys[top + y - 1] or rows[key] is not old_cells.get(key)]
+            shown = self.rows_on_screen()
+            changed = [y for y, key in enumerate(self._keys[shown.start:shown.stop], 1)
+                       if key != old_keys[shown.start + y - 1] or rows[key] is not old_cells.get(key)]
             if changed:
                 width = min(self.size.width, sum(self.column_widths) - round(self.scroll_x))
                 self._repaint(Region(0, changed[0], width, changed[-1] - changed[0] + 1))
@@ -412,15 +406,20 @@ class LineTable(ScrollView, can_focus=True):
         if 1 <= y < self.size.height:
             self.refresh(Region(0, y, self.size.width, 1))
 
-    def _scroll_cursor_into_view(self) -> None:
-        rows_on_screen = self.scrollable_content_region.height - 1  # below the header
-        if rows_on_screen <= 0 or not self._keys:
-            return
+    def rows_on_screen(self) -> range:
+        """Positions of the rows the view can show now, below the header (whether or not
+        there are that many rows); empty before the first layout."""
         top = round(self.scroll_y)
-        if self._cursor_index < top:
+        return range(top, top + max(self.size.height - 1, 0))
+
+    def _scroll_cursor_into_view(self) -> None:
+        shown = self.rows_on_screen()
+        if not shown or not self._keys:
+            return
+        if self._cursor_index < shown.start:
             self.scroll_to(y=self._cursor_index, animate=False)
-        elif self._cursor_index >= top + rows_on_screen:
-            self.scroll_to(y=self._cursor_index - rows_on_screen + 1, animate=False)
+        elif self._cursor_index >= shown.stop:
+            self.scroll_to(y=self._cursor_index - len(shown) + 1, animate=False)
 
     def on_resize(self) -> None:
         self._scroll_cursor_into_view()
@@ -431,7 +430,7 @@ class LineTable(ScrollView, can_focus=True):
 
     def action_page(self, direction: int) -> None:
         self._set_hover(None)
-        page = max(self.scrollable_content_region.height - 1, 1)
+        page = max(len(self.rows_on_screen()), 1)
         self.move_cursor(self._cursor_index + direction * page)
 
     def action_cursor_to(self, row: int) -> None:

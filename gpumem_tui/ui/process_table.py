@@ -327,8 +327,7 @@ class ProcessTable(LineTable):
         sources = self._sources if same_columns else {}
         old_cells = self._cells if same_columns else {}
         pending = self._pending if same_columns else {}
-        top = round(self.scroll_y)
-        on_screen = range(top, top + self.size.height - 1) if self.size.height > 1 else range(len(self.shown))
+        on_screen = self.rows_on_screen() or range(len(self.shown))  # before any layout: all
         timed = "time" in self.visible_columns
         new_rows: dict[str, list[Text]] = {}
         new_sources: dict[str, ProcessSample] = {}
