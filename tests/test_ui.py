@@ -154,6 +154,17 @@ async def test_selection_drives_chart_and_survives_updates():
         assert chart.title.startswith("GPU 0")
 
 
+async def test_focusing_the_device_panel_charts_the_gpu_under_its_cursor():
+    app = make_app(FakeSource(steps=1))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        assert app.chart_target[0] == "proc"
+        app.query_one(DevicePanel).focus()
+        await pilot.pause()
+        assert app.chart_target == ("gpu", 0)
+        assert app.query_one(MemoryChart).title.startswith("GPU 0")
+
+
 async def test_select_pid_and_probe_curves_with_phases():
     app = make_app(FakeSource(), select_pid=1001)
     async with app.run_test(size=SIZE) as pilot:

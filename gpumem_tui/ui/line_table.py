@@ -189,6 +189,8 @@ class LineTable(ScrollView, can_focus=True):
         if show != self._show_cursor:
             self._show_cursor = show
             self._refresh_row(self._cursor_index)
+            if show and self._keys:  # a cursor that appears highlights its row (as DataTable's)
+                self.post_message(self.RowHighlighted(self, self._cursor_key))
 
     @property
     def column_widths(self) -> list[int]:
