@@ -139,6 +139,7 @@ class ModelArchitecture:
     mla: tuple[int, ...] = ()  # (q_lora_rank or 0, kv_lora_rank, qk_nope, qk_rope, v_head_dim)
     dense_layers: int = 0  # leading layers with a dense MLP of width dense_ffn (MoE models)
     dense_ffn: int = 0
+    use_cache: bool = True  # config ``use_cache``: a training forward fills a DynamicCache
     params_override: int | None = None
     notes: tuple[str, ...] = field(default=())
 
@@ -559,6 +560,7 @@ def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchi
         dense_ffn=f_dense,
         embed_dim=_int(cfg, mt, family.embed_proj_field, default=h) if family.embed_proj_field else 0,
         post_norm=post_norm, final_norm=not family.embedding_norm and not (post_norm and family.pre_norm_field),
+        use_cache=_bool(cfg, mt, "use_cache", True),
     )
 
 

@@ -390,6 +390,41 @@ def _sdpa_math(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
     )
 
 
+def training_cache_copies(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
+    """Whether a training forward reads k and v from a ``DynamicCache`` (copies, not views).
+
+    transformers fills a cache whenever ``use_cache`` is on, in training too (the config's
+    value unless the call passes one), and turns it off under gradient checkpointing
+    (``GradientCheckpointingLayer``). ``DynamicLayer.update`` stores ``torch.cat([empty, k])``
+    and returns that copy, which attention then saves. The device profile says whether its
+    ground truth's loop leaves ``use_cache`` at the config's value
+    (``training_forward_fills_cache``: the CUDA ground truth and ``measure --on cuda`` do,
+    ``measure --on cpu`` passes ``use_cache=False``). It matters where k and v would
+    otherwise be views of a fused projection (GPT-2, GPT-NeoX): measured on the H100
+    (``dev_truth_h100.jsonl``): GPT-2 keeps two more ``b s kv e`` per layer (q still pins
+    the fused ``c_attn`` output), Pythia-410M two fewer ``b s h e`` (q and k are rotary
+    copies, so nothing pins the fused output once v is copied).
+    """
+    return (profile_for(spec.device).training_forward_fills_cache and arch.use_cache and arch.kind == "decoder"
+            and spec.task != "inference" and spec.grad_ckpt != "full")
+
+
+def _sdpa_output_copied(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
+    """Whether the o-projection saves a copy of the fused SDPA output, not the output itself.
+
+    transformers transposes the ``(b, a, s, d)`` output back with ``transpose(1, 2)
+    .contiguous()``: free when the kernel wrote it in ``(b, s, a, d)`` memory, a copy when it
+    followed a ``(b, a, s, d)``-contiguous query (families whose rotary concatenates,
+    ``Family.rotary_concat``). Which kernels follow the query is a device rule
+    (``DeviceProfile.sdpa_output_in_query_layout``). Measured, MemTracker on CPU, Phi-2 and
+    StableLM-2 shapes: one ``b s q e`` per layer.
+    """
+    if not arch.family.rotary_concat:
+        return False
+    backend = _cuda_sdpa_backend(arch, spec) if spec.device == "cuda" else "flash"
+    return profile_for(spec.device).sdpa_output_in_query_layout(backend)
+
+
 def _cuda_sdpa_window_mask(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
     """Whether transformers passes an explicit (sliding-window) mask to SDPA: a sliding-window
     layer whose sequence is longer than its window (``masking_utils.sdpa_mask``; below the
@@ -537,8 +572,9 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     if arch.norm == "layernorm":
         # LayerNorms (two per layer; one shared by attention and MLP in a parallel block): input
         # + stats; the output is saved by the following Linear(s)
-        ln_in = bs * h * e + 2 * bs * 4
-        rep += arch.norms_per_layer * ln_in
+        # a parallel block's two norms (GPT-NeoX) read the same layer input: saved once
+        inputs_read = 1 if arch.family.parallel_residual else arch.norms_per_layer
+        rep += inputs_read * bs * h * e + arch.norms_per_layer * 2 * bs * 4
         first_roles = ("qkv",) if arch.fused_qkv else ("q", "k", "v")
         # post-norm (BERT): the attention-block input is the previous layer's LayerNorm output,
         # saved once
@@ -582,18 +618,20 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
                     rep += bs * h * e
     # attention core
     if fused:
-        par += bs * (q + 2 * kv) * e  # q, k, v (views of a fused projection: its whole output)
+        # q, k, v: separate projections' outputs (or their rotary / cache copies, same size),
+        # or views of a fused projection, which pin its whole b s (q + 2 kv) output
+        par += bs * (q + 2 * kv) * e
         par += cuda_masked_sdpa_extra_bytes(arch, spec, b, s)
-        if arch.fused_qkv and not arch.learned_positions:
-            par += bs * (q + kv) * e  # rotary q, k are new tensors; v still pins the fused output
-        par += bs * q * e + b * a * s * 4  # output (also the o-projection input) + log-sum-exp
-        if spec.device == "cuda" and arch.model_type in ("gpt2", "gpt_bigcode"):
-            # CUDA memory-efficient SDPA on the head-split views of GPT-2's fused c_attn output
-            # keeps two more b s h tensors per layer than the CPU kernel (k and v in a layout of
-            # its own while the c_attn output stays pinned by q). Measured, not derived: H100,
-            # dev_truth_h100.jsonl, GPT-2 fp32 b4 s512 / s1024 (dropout on and off) and
-            # GPT-2-medium autocast: +2 b s kv e per layer in every one
-            par += 2 * bs * kv * e
+        if arch.fused_qkv:
+            cache = training_cache_copies(arch, spec)
+            if not arch.learned_positions and not cache:
+                par += bs * (q + kv) * e  # rotary q, k are new tensors; v still pins the fused output
+            elif arch.learned_positions and cache:
+                par += 2 * bs * kv * e  # q still pins the fused output; k, v are the cache's copies
+            # (rotary and a cache: q is new, k and v the cache's copies; the fused output is freed)
+        par += bs * q * e + b * a * s * 4  # output (the o-projection input) + log-sum-exp
+        if _sdpa_output_copied(arch, spec):
+            par += bs * q * e  # the o-projection saves a (b, s, a, d) copy of the output
     elif _sdpa_math(arch, spec):
         # CPU SDPA math path (training with attention dropout): scaled q and k^T, v (fp32 for
         # 16-bit inputs), the softmax output, the dropout noise and its product; only the

@@ -359,6 +359,9 @@ def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -
             out.append("gradients stay allocated through forward and backward (accumulation / set_to_none=False)")
         if spec.keep_outputs:
             out.append("the loop keeps the model output: its logits stay alive through backward and the optimizer step")
+        if C.training_cache_copies(arch, spec):
+            out.append("training forward with the config's use_cache=true (as model(input_ids, labels=...) runs): "
+                       "transformers fills a KV cache and attention saves its copies of k and v")
     if not arch.family.sdpa and spec.attention == "sdpa":
         out.append(f"transformers has no SDPA path for {arch.model_type}: modelled as eager attention")
     if spec.tp > 1:

@@ -10,6 +10,11 @@
   the default implementation is the single-tensor loop (``torch/optim/optimizer.py``,
   ``_default_to_fused_or_foreach``: foreach only for CUDA tensors).
 - No context and no caching allocator: figures are live tensor bytes (MemTracker).
+- The CPU flash SDPA kernel writes its output with the query's strides (measured, torch 2.13
+  CPU: a ``(b, a, s, d)``-contiguous query gives a ``(b, a, s, d)``-contiguous output, a
+  transposed ``(b, s, a, d)`` one a transposed output).
+- ``measure --on cpu`` runs the training forward with ``use_cache=False``
+  (:mod:`gpumem_tui.measure.runner`), so no cache is filled in training.
 """
 
 from __future__ import annotations
@@ -27,4 +32,6 @@ PROFILE = DeviceProfile(
     context_bytes=lambda: 0,
     allocator_reserve_bytes=lambda peak, transient: 0,
     figure="live tensor bytes (MemTracker)",
+    sdpa_output_in_query_layout=lambda backend: True,
+    training_forward_fills_cache=False,
 )

@@ -6,6 +6,11 @@
   CUDA ops that autocast to float32).
 - The optimizer ``step`` lives on the host (unless ``capturable`` / ``fused``); the default
   implementation is ``foreach`` (``torch/optim/optimizer.py``, ``_default_to_fused_or_foreach``).
+- Fused SDPA output layout: :func:`.cuda_kernels.sdpa_output_in_query_layout`.
+- The training loop of the CUDA ground truth (``../shared/validation/gpu/gpu_truth.py``) and of
+  ``measure --on cuda`` calls ``model(input_ids=ids, labels=ids)`` with the config's
+  ``use_cache``, so transformers fills a ``DynamicCache`` during training
+  (:func:`gpumem_tui.estimator.components.training_cache_copies`).
 - The CUDA context and the caching allocator's reserve: see :data:`CUDA_CONTEXT_BYTES` and
   :func:`allocator_reserve_bytes`. The rules calibrated on H100 measurements (issue 9) go
   into modules beside this one (``cuda_allocator``, ``cuda_context``, ...), called from here.
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 from gpumem_tui.estimator.devices.cuda_allocator import fragmentation_bytes
 from gpumem_tui.estimator.devices.cuda_context import context_bytes
+from gpumem_tui.estimator.devices.cuda_kernels import sdpa_output_in_query_layout
 from gpumem_tui.estimator.devices.profile import DeviceProfile
 
 MiB = 1 << 20
@@ -45,4 +51,6 @@ PROFILE = DeviceProfile(
     context_bytes=lambda: context_bytes(training=True, flash_sdpa=False, generate=False),
     allocator_reserve_bytes=allocator_reserve_bytes,
     figure="nvml_used",
+    sdpa_output_in_query_layout=sdpa_output_in_query_layout,
+    training_forward_fills_cache=True,
 )

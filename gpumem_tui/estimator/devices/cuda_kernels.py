@@ -78,6 +78,23 @@ def sdpa_backend(dtype_bytes: int, head_dim: int, dropout: bool, explicit_mask: 
     return "math"
 
 
+def sdpa_output_in_query_layout(backend: str) -> bool:
+    """Whether the CUDA SDPA ``backend`` writes its output in the query's memory layout.
+
+    Both kernels take the query as a ``(b, s, a, d)`` view. Flash allocates its output with
+    ``empty_like(query)``, so a ``(b, a, s, d)``-contiguous query (made by ``torch.cat``, see
+    ``Family.rotary_concat``) gives an output that ``transpose(1, 2).contiguous()`` must copy
+    before the o-projection. The memory-efficient kernel always allocates
+    ``empty(B, M, num_heads, Kv)``: its output transposed back is already contiguous in
+    ``(b, s, a, d)`` and the o-projection saves it without a copy. Source: torch
+    ``_meta_registrations.py`` (``meta__flash_attention_forward``,
+    ``meta__efficient_attention_forward``), mirroring ``aten/src/ATen/native/transformers/cuda/
+    attention.cu``. Measured on the H100 (``dev_truth_h100.jsonl``, Pythia-410M fp32 b4 s512,
+    memory-efficient): no copy.
+    """
+    return backend == "flash"
+
+
 def uses_gqa_flag(has_mask: bool, kv_heads: int, heads: int) -> bool:
     """Whether transformers passes ``enable_gqa=True`` to SDPA (``use_gqa_in_sdpa``: torch >=
     2.5, grouped-query heads and no attention mask)."""

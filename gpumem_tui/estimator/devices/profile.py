@@ -19,7 +19,12 @@ class DeviceProfile:
     optimizer implementation there ("single" or "foreach"). ``context_bytes()``: memory the
     driver holds outside torch (0 off CUDA). ``allocator_reserve_bytes(peak_allocated,
     transient)``: caching-allocator reserve at the peak. ``figure``: what the peak compares
-    with.
+    with. ``sdpa_output_in_query_layout(backend)``: the fused SDPA kernel ``backend`` ("flash",
+    "efficient") writes its output in the query's memory layout rather than always in
+    ``(b, s, a, d)``. ``training_forward_fills_cache``: the training loop this device's ground
+    truth runs calls ``model(input_ids, labels=...)`` with the config's ``use_cache``, so
+    transformers fills a ``DynamicCache`` in training (unless gradient checkpointing turns the
+    cache off) and attention reads k and v as the cache's ``torch.cat`` copies.
     """
 
     name: str
@@ -32,3 +37,5 @@ class DeviceProfile:
     context_bytes: Callable[[], int]
     allocator_reserve_bytes: Callable[[int, int], int]
     figure: str
+    sdpa_output_in_query_layout: Callable[[str], bool] = lambda backend: True
+    training_forward_fills_cache: bool = False

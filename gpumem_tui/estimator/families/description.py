@@ -79,6 +79,11 @@ class Family:
         (sliding / full) is built even for SDPA. ``attn_output_alive_in_mlp``: the block
         keeps its attention output bound while the MLP runs (GPT2Block).
         ``buffers``: "rotary" (``inv_freq`` pair), "position_ids" (BERT's int64 id buffers).
+        ``rotary_concat``: the rotary embedding splits each head into rotated and pass-through
+        dims and joins them with ``torch.cat((rot, pass), -1)`` (GPT-NeoX, Phi, StableLM's
+        ``apply_rotary_pos_emb``), so q and k are new ``(b, a, s, d)``-contiguous tensors
+        rather than views in the projection's ``(b, s, a, d)`` layout; an SDPA kernel that
+        writes its output in the query's layout then makes the o-projection copy it.
     """
 
     name: str
@@ -140,4 +145,5 @@ class Family:
     mask_per_attention_kind: bool = False
     attn_output_alive_in_mlp: bool = False
     buffers: str = "rotary"
+    rotary_concat: bool = False
     notes: tuple[str, ...] = field(default=())

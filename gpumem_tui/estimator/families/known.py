@@ -82,6 +82,7 @@ PHI = Family(
     name="phi", model_types=("phi",), biases=(True, True, True), norm="layernorm", norms_per_layer=1,
     parallel_residual=True, gated_mlp=False, activation_fields=("hidden_act",), activation_default="gelu_new",
     dropout_fields=((("attention_dropout",), 0.0), (("resid_pdrop",), 0.0), (("embd_pdrop",), 0.0)), head_bias=True,
+    rotary_concat=True,
 )
 
 #: Qwen3 (``Qwen3ForCausalLM``): Qwen2 without q/k/v biases, with per-head q/k RMSNorms.
@@ -92,14 +93,15 @@ QWEN3 = Family(name="qwen3", model_types=("qwen3",), qk_norm="head", sliding="qw
 OLMO2 = Family(name="olmo2", model_types=("olmo2",), qk_norm="full", norm_weight_fp32=True)
 
 #: StableLM (``StableLmForCausalLM``): LayerNorms, SwiGLU, partial rotary, optional q/k/v biases.
-STABLELM = Family(name="stablelm", model_types=("stablelm",), norm="layernorm", biases=("use_qkv_bias", False, False))
+STABLELM = Family(name="stablelm", model_types=("stablelm",), norm="layernorm", biases=("use_qkv_bias", False, False),
+                  rotary_concat=True)
 
 #: GPT-NeoX / Pythia (``GPTNeoXForCausalLM``): fused ``query_key_value`` with biases, two
 #: LayerNorms read by a parallel attention + MLP block, GELU MLP, partial rotary, untied head.
 GPT_NEOX = Family(
     name="gpt_neox", model_types=("gpt_neox",), norm="layernorm", biases=(True, True, True), fused_qkv=True,
     gated_mlp=False, parallel_residual=True, activation_fields=("hidden_act",), activation_default="gelu",
-    dropout_fields=((("attention_dropout",), 0.0), (("hidden_dropout",), 0.0), ((), 0.0)),
+    dropout_fields=((("attention_dropout",), 0.0), (("hidden_dropout",), 0.0), ((), 0.0)), rotary_concat=True,
 )
 
 #: Qwen3-MoE (``Qwen3MoeForCausalLM``): Qwen3 attention (per-head q/k norms), every layer a
