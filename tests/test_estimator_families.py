@@ -267,3 +267,38 @@ def test_partial_rotary_is_read_where_transformers_5_keeps_it() -> None:
         assert architecture_from_config(base, "pythia-410m").rotary_dims == 16
     with pytest.raises(ArchitectureError, match="partial_rotary_factor"):
         architecture_from_config({**neox, "rope_parameters": {"partial_rotary_factor": "quarter"}}, "e")
+
+
+def test_training_cache_rules_follow_the_device_and_checkpointing() -> None:
+    """The training DynamicCache is a CUDA-loop rule (measure --on cpu passes use_cache=False),
+    off under full checkpointing and with ``use_cache: false``; its unsaved copies are counted
+    only where attention repeats grouped-query heads (a sliding-window mask here)."""
+    from dataclasses import replace
+
+    from gpumem_tui.estimator import components as C
+
+    arch = load_architecture("mistral-7b")
+    long = TrainingSpec(task="lora", batch=1, seq=8192, dtype="bf16", device="cuda")
+    assert C.training_cache_copies(arch, long)
+    per_layer = 2 * 1 * 8192 * arch.kv_dim * 2
+    assert C.training_cache_forward_bytes(arch, long, 1, 8192) == arch.sliding_layers * per_layer
+    assert C.training_cache_forward_bytes(arch, replace(long, seq=2048), 1, 2048) == 0  # no mask: enable_gqa
+    assert C.training_cache_forward_bytes(arch, replace(long, device="cpu"), 1, 8192) == 0
+    assert C.training_cache_forward_bytes(arch, replace(long, grad_ckpt="full"), 1, 8192) == 0
+    assert not C.training_cache_copies(replace(arch, use_cache=False), long)
+    eager = replace(long, seq=2048, attention="eager")
+    assert C.training_cache_forward_bytes(arch, eager, 1, 2048) == arch.num_layers * 2 * 2048 * arch.kv_dim * 2
+
+
+def test_rotary_concat_output_copy_depends_on_the_kernel() -> None:
+    """GPT-NeoX's concatenated rotary q is (b, a, s, d)-contiguous: flash (CUDA bf16, CPU)
+    writes its output in that layout and the o-projection copies it; CUDA's memory-efficient
+    kernel (fp32) writes (b, s, a, d) and no copy is saved."""
+    from gpumem_tui.estimator import components as C
+
+    arch = load_architecture("pythia-160m")
+    bf16 = TrainingSpec(batch=2, seq=512, dtype="bf16", device="cuda")
+    fp32 = TrainingSpec(batch=2, seq=512, dtype="fp32", device="cuda")
+    assert C._sdpa_output_copied(arch, bf16) and not C._sdpa_output_copied(arch, fp32)
+    assert C._sdpa_output_copied(arch, TrainingSpec(batch=2, seq=512, dtype="fp32", device="cpu"))
+    assert not C._sdpa_output_copied(load_architecture("llama-3.2-1b"), bf16)

@@ -82,3 +82,22 @@ def test_training_cache_and_output_layout_rules_close_the_fused_qkv_cases(rows):
     by = {r["case"]: r["error_pct"]["allocated"] for r in rows}
     for name in ("dev-pythia410m-fp32-b4-s512-sdpa", "dev-gpt2-fp32-b4-s512-sdpa", "dev-gpt2-nodrop-fp32-b4-s1024-sdpa"):
         assert abs(by[name]) <= 0.5, (name, by[name])
+
+
+def test_forward_phase_of_every_training_case_within_1_percent():
+    # the forward's peak (end of forward: activations, logits and the training cache's copies
+    # that attention did not save) against torch's forward-phase max_memory_allocated;
+    # Mistral-7B s8192 was -1.6 % before the cache copies were counted
+    from gpumem_tui.estimator import estimate as E
+    from gpumem_tui.estimator.devices.cuda_kernels import library_workspace_bytes
+
+    worst = {}
+    for case, truth in gpu_accuracy.load_cases(GPU_DIR):
+        if case["task"] == "inference":
+            continue
+        arch, spec = gpu_accuracy.arch_and_spec(case, GPU_DIR)
+        fwd = max(sum(m.values()) for phase, _label, m in E._training_moments(arch, spec) if phase == "forward")
+        measured = truth["phase_peak_allocated"]["forward"]
+        worst[case["name"]] = 100 * (fwd + library_workspace_bytes(True) - measured) / measured
+    assert len(worst) >= 17
+    assert max(abs(v) for v in worst.values()) <= 1.0, worst

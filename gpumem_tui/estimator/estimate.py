@@ -195,7 +195,7 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     moments: list[tuple[str, str, dict[str, int]]] = []
     moments.append(("forward", "end of forward", _moment(
         parameters=P, optimizer_states=O, gradients=stored, activations=A + amp_casts,
-        logits_and_loss=LL.forward_peak)))
+        logits_and_loss=LL.forward_peak, kv_cache=C.training_cache_forward_bytes(arch, spec, b, s))))
     if spec.grad_ckpt == "full":
         # a checkpointed layer runs forward without saving: its working set is transient, as
         # in a no-grad forward (minus the residual tensors, which are the saved layer inputs)

@@ -500,6 +500,10 @@ def _train(st: _Step) -> SimResult:
         x = emb
         saved_per_layer = []
         casts_per_layer: list[list[Block]] = []
+        # the training cache's k / v copies that attention does not save, held by the model
+        # output until it is dropped (components.training_cache_forward_bytes), one per layer
+        cache_per_layer = st.C.training_cache_forward_bytes(arch, spec, st.b, st.s) // max(1, arch.num_layers)
+        cache: list[Block] = []
         for _i in range(arch.num_layers):
             if ckpt:
                 out, sv = layer.forward(x, grad=False)
@@ -509,6 +513,8 @@ def _train(st: _Step) -> SimResult:
                 saved_per_layer.append(sv)
                 if x not in sv:
                     run.f(x)
+            if cache_per_layer:
+                cache.append(run.a(cache_per_layer))
             casts_per_layer.append(layer.take_casts())
             x = out
         # final norm, LM head, loss (transformers ForCausalLMLoss: fp32 upcast, log_softmax)
@@ -529,7 +535,7 @@ def _train(st: _Step) -> SimResult:
                 run.f(*casts)
         kept = logits if spec.keep_outputs else None
         if kept is None:
-            run.f(logits)  # del out
+            run.f(logits, *cache)  # del out
         # backward
         g_lp = run.a(bs * V * 4)
         g_in = run.a(bs * V * 4)
@@ -588,7 +594,7 @@ def _train(st: _Step) -> SimResult:
                 run.f(t1)
                 run.f(t2)
         run.f(*grads)  # zero_grad(set_to_none=True)
-        run.f(kept)  # the loop's output reference ends with the step
+        run.f(kept, *(cache if kept is not None else ()))  # the loop's output reference ends with the step
     return SimResult(run.alloc.peak_allocated, run.alloc.reserved)
 
 
