@@ -649,3 +649,28 @@ async def test_the_chart_draws_the_samples_its_throttle_skipped_once_they_stop_c
         assert app.chart.seconds_per_cell() > 0.24  # the samples span less than one cell
         assert app.snapshot.time - T0 == pytest.approx(0.24)
         assert app.chart.now - T0 == pytest.approx(0.24)
+
+
+async def test_device_panel_fits_the_column_beside_the_side_pane():
+    # a panel wider than the column under it would put the side pane into the dirty box of
+    # every poll's frame (issue 11's idle cost): its bar narrows to fit, down to a floor
+    from gpumem_tui.ui.device_panel import BAR_WIDTH, NARROW_BAR_WIDTH
+
+    app = make_app(FakeSource(), side_pane=True)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await wait_for(pilot, lambda: app.has_side_pane and app.snapshot is not None)
+        await pilot.pause(0.5)  # a poll after the pane took its width
+        panel = app.query_one(DevicePanel)
+        assert panel.fit_width == app.query_one("#left").size.width
+        others = sum(panel.column_widths) - panel.column_widths[3]
+        # a column with room for a 15-cell bar
+        panel.show(panel.devices, fit_width=others + 2 + 15)
+        assert panel.column_widths[3] - 2 == 15 and len(panel.get_row_at(0)[3].plain) == 15
+        assert sum(panel.column_widths) <= panel.fit_width and not panel.defer_repaint
+        # with room to spare the bar keeps its full width
+        panel.show(panel.devices, fit_width=400)
+        assert panel.column_widths[3] - 2 == BAR_WIDTH and not panel.defer_repaint
+        # a column too narrow for the floor: the bar stops at it and the panel repaints in a
+        # frame of its own
+        panel.show(panel.devices, fit_width=40)
+        assert panel.column_widths[3] - 2 == NARROW_BAR_WIDTH and panel.defer_repaint

@@ -198,6 +198,7 @@ class GpuMemApp(App[None]):
         self.status_bar = Static(id="status")
         self.replay_bar = Static(id="replay-status")
         self.device_panel = DevicePanel(id="devices")
+        self._left_column = Vertical(id="left")
         self.table = ProcessTable(id="processes")
         self.filter_box = Input(placeholder="filter: user:NAME gpu:N words (Enter keeps, Esc clears)", id="filter")
         self.chart = MemoryChart(id="chart")
@@ -241,7 +242,7 @@ class GpuMemApp(App[None]):
         yield self.replay_bar
         yield self.device_panel
         with Horizontal(id="main"):
-            with Vertical(id="left"):
+            with self._left_column:
                 yield self.table
                 yield self.table_empty
                 yield self.filter_box
@@ -333,7 +334,7 @@ class GpuMemApp(App[None]):
             self.notify(printable(notice, 1024), severity="information", timeout=8, markup=False)
         devices = self.device_panel
         devices.display = bool(snap.devices)
-        devices.show(snap.devices)
+        devices.show(snap.devices, fit_width=self._left_column.size.width or None)
         table = self.table
         keep = None
         # Select the requested process once it appears; without one, the first probed process

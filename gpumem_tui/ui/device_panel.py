@@ -12,7 +12,7 @@ from rich.text import Text
 
 from gpumem_tui.telemetry.model import DeviceSample
 from gpumem_tui.ui import cells
-from gpumem_tui.ui.line_table import LineTable
+from gpumem_tui.ui.line_table import CELL_PADDING, LineTable
 
 BAR_WIDTH = 20
 NARROW_BAR_WIDTH = 8
@@ -27,15 +27,15 @@ class DevicePanel(LineTable):
     DEFAULT_CSS = """
     DevicePanel { height: auto; max-height: 10; }
     """
-    #: Wider than the column under it (the process table and the chart, beside the side
-    #: pane): repainted in the same frame as they are, the frame's dirty box would take in
-    #: the side pane's widgets (see LineTable.set_rows), so it repaints in a frame of its own.
-    defer_repaint = True
-
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(show_cursor=False, **kwargs)
         self.devices: tuple[DeviceSample, ...] = ()
         self._shown_key: tuple[Any, ...] | None = None
+        #: width of the column under the panel (the process table and the chart, beside the
+        #: side pane); None: unknown. See :meth:`show`.
+        self.fit_width: int | None = None
+        #: columns other than the bar, padding included, as last measured
+        self._other_columns = 0
 
     def on_resize(self) -> None:
         if self.devices and self._shown_key and self._narrow() != self._shown_key[2]:
@@ -62,13 +62,30 @@ class DevicePanel(LineTable):
         variables = self.app.theme_variables
         return variables.get("bar-used", "blue"), variables.get("bar-free", "")
 
-    def show(self, devices: tuple[DeviceSample, ...]) -> None:
+    def _bar_width(self, narrow: bool) -> int:
+        """The usage bar's width: :data:`BAR_WIDTH`, narrowed (down to
+        :data:`NARROW_BAR_WIDTH`) so the panel's columns fit the column under it."""
+        if narrow:
+            return NARROW_BAR_WIDTH
+        if not self.fit_width or not self._other_columns:
+            return BAR_WIDTH
+        return max(NARROW_BAR_WIDTH, min(BAR_WIDTH, self.fit_width - self._other_columns - 2 * CELL_PADDING))
+
+    def show(self, devices: tuple[DeviceSample, ...], fit_width: int | None = None) -> None:
         """Replace the rows, keeping the cursor on the same GPU. A GPU whose sample is
-        unchanged keeps its cells (and its line is not drawn again)."""
+        unchanged keeps its cells (and its line is not drawn again).
+
+        ``fit_width``: the width of the column under the panel (kept until given again). The
+        bar narrows so the columns fit it: a frame re-renders every widget inside the box
+        that bounds its dirty regions (see LineTable.set_rows), and a panel wider than the
+        column under it would take the side pane's widgets into the frame of every poll.
+        When the columns cannot fit, the panel repaints in a frame of its own instead."""
+        if fit_width is not None:
+            self.fit_width = fit_width
         devices = tuple(sorted(devices, key=lambda d: d.index))
         used_style, free_style = self._bar_styles()
         narrow = self._narrow()
-        key = (used_style, free_style, narrow)
+        key = (used_style, free_style, narrow, self._bar_width(narrow))
         if devices == self.devices and key == self._shown_key:
             return  # nothing on screen would change
         same_look = key == self._shown_key
@@ -82,6 +99,13 @@ class DevicePanel(LineTable):
         headers = [Text(label, style="bold") for label in (
             "GPU", "NAME", "MEMORY" if narrow else "MEMORY USED / TOTAL", "USAGE", "UTIL", "TEMP", "POWER")]
         self.set_rows(headers, rows, grow_only=same_look and rows.keys() == old.keys())
+        widths = self.column_widths
+        if len(widths) > 3:
+            self._other_columns = sum(widths) - widths[3]
+        if self._bar_width(narrow) != key[3]:
+            self.show(devices)  # first measure, or the other columns changed: fit the bar again
+            return
+        self.defer_repaint = self.fit_width is None or sum(self.column_widths) > self.fit_width
 
     def _row(self, dev: DeviceSample, used_style: str, free_style: str, narrow: bool) -> list[Text]:
         name_limit = 16 if narrow else 40
@@ -96,7 +120,7 @@ class DevicePanel(LineTable):
             Text(str(dev.index), justify="right"),
             name,
             cells.device_memory(dev, compact=bool(narrow)),
-            cells.bar(cells.device_fraction(dev), NARROW_BAR_WIDTH if narrow else BAR_WIDTH, used_style, free_style),
+            cells.bar(cells.device_fraction(dev), self._bar_width(narrow), used_style, free_style),
             util,
             cells.temperature(dev),
             cells.power(dev),
