@@ -314,6 +314,26 @@ def _check_finite(obj: Any) -> None:
             _check_finite(value)
 
 
+def _with_box_context(user: ProcessEstimate, probed: ProcessEstimate) -> ProcessEstimate:
+    """``user`` with the CUDA context measured for this process (``probed.spec``), when it
+    lacks it or has an older figure. The context is a fact of the box, not a choice made in
+    the pane: a user's estimate made before the context was measured must not keep the
+    profile's figure while the probe's own estimate uses the measured one. Unchanged when
+    there is nothing to carry or the estimator rejects the result."""
+    context = getattr(probed.spec, "measured_context", None)
+    spec = user.spec
+    if (context is None or spec is None or user.architecture is None or getattr(spec, "device", None) != "cuda"
+            or getattr(spec, "measured_context", None) == context):
+        return user
+    from gpumem_tui.estimator.estimate import estimate as run_estimate
+
+    spec = replace(spec, measured_context=context)
+    try:
+        return replace(user, spec=spec, estimate=run_estimate(user.architecture, spec))
+    except ValueError:  # SpecError / ArchitectureError: keep what the pane computed
+        return user
+
+
 class ProcessEstimates:
     """The registry of per-PID estimates that the dashboard keeps (one per PID).
 
@@ -346,6 +366,8 @@ class ProcessEstimates:
             shown = self._by_pid.get(info.pid)
             if shown is None or shown.source != SOURCE_USER:
                 self._by_pid[info.pid] = current
+            else:
+                self._by_pid[info.pid] = _with_box_context(shown, current)
         return self._by_pid[info.pid]
 
     def set_user(self, pid: int, architecture: Any, spec: Any, estimate: Any, model: str) -> ProcessEstimate:
@@ -359,6 +381,8 @@ class ProcessEstimates:
             return probed
         label = f"{printable(model, limit=48)} (set by you, pid {pid})"
         value = ProcessEstimate(pid, SOURCE_USER, label, architecture, spec, estimate)
+        if probed is not None:
+            value = _with_box_context(value, probed)
         self._by_pid[pid] = value
         return value
 

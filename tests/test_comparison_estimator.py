@@ -252,3 +252,29 @@ def test_compare_trace_on_cuda_reports_all_three_figures(tmp_path):
     assert data["measured"]["cuda_context"] == 1100 * MiB - 600 * MiB
     assert data["measured"]["allocator_reserve"] == 600 * MiB - 520 * MiB
     assert data["measured_source"]["cuda_context"].startswith("NVML used - torch reserved")
+
+
+def test_a_users_estimate_takes_the_context_measured_after_it_was_set():
+    # the context measured on the box is a fact, not a pane choice: an edit made before it
+    # was measured takes it when the probe's estimate is rebuilt with it (and the other way
+    # round), so the user's figure and the probe's count the same context
+    from dataclasses import replace
+
+    from gpumem_tui.process_estimate import ProcessEstimates
+
+    registry = ProcessEstimates()
+    info = _info()
+    probed = registry.update_probe(info, device="cuda:0")
+    assert probed.spec.measured_context is None
+    spec = replace(probed.spec, batch=4)
+    mine = registry.set_user(info.pid, probed.architecture, spec, estimate(probed.architecture, spec), "gpt2")
+    assert mine.spec.measured_context is None
+    registry.update_probe(info, device="cuda:0", measured_context=900 * MiB)
+    context = registry.probe_estimate(info.pid).spec.measured_context
+    now = registry.get(info.pid)
+    assert now.source == "user" and now.spec == replace(spec, measured_context=context)
+    assert now.estimate.peak_bytes == estimate(probed.architecture, now.spec).peak_bytes
+    assert now.estimate.peak_bytes != mine.estimate.peak_bytes
+    # an edit made after the context was measured keeps it too
+    later = registry.set_user(info.pid, probed.architecture, spec, estimate(probed.architecture, spec), "gpt2")
+    assert later.spec.measured_context == context
