@@ -310,6 +310,12 @@ async def test_nvml_unavailable_line():
 
         app.apply_snapshot(replace(app.snapshot, probes=()))
         assert "`gpumem-tui demo` runs a built-in training job" in str(app.status_bar.render())
+        # at 80 columns the same facts fit the one-row status bar
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        narrow = str(app.status_bar.render())
+        assert narrow.startswith("gpumem-tui no NVML: NVML Shared Library Not Found · 3 host processes")
+        assert len(narrow) <= 80
 
 
 async def test_poller_keeps_running_when_poll_raises():

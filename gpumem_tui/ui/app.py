@@ -476,6 +476,11 @@ class GpuMemApp(App[None]):
         text.append("gpumem-tui ", style="bold")
         if snap is None:
             text.append("waiting for the first sample…")
+        elif snap.nvml_error and self.size_class == "narrow":
+            # the same facts in a line that fits 80 columns (the status bar is one row)
+            text.append("no NVML: ", style="bold")
+            text.append(printable(snap.nvml_error, 300))
+            text.append(f" · {len(snap.processes)} host processes")
         elif snap.nvml_error:
             text.append("NVML not available: ", style="bold")
             text.append(printable(snap.nvml_error, 300))
