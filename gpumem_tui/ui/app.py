@@ -476,16 +476,12 @@ class GpuMemApp(App[None]):
         text.append("gpumem-tui ", style="bold")
         if snap is None:
             text.append("waiting for the first sample…")
-        elif snap.nvml_error and self.size_class == "narrow":
-            # the same facts in a line that fits 80 columns (the status bar is one row)
-            text.append("no NVML: ", style="bold")
-            text.append(printable(snap.nvml_error, 300))
-            text.append(f" · {len(snap.processes)} host processes")
         elif snap.nvml_error:
-            text.append("NVML not available: ", style="bold")
+            narrow = self.size_class == "narrow"  # the same facts in a line that fits 80 columns
+            text.append("no NVML: " if narrow else "NVML not available: ", style="bold")
             text.append(printable(snap.nvml_error, 300))
-            text.append(f" · showing {len(snap.processes)} host processes")
-            if not self.banner and not snap.probes:
+            text.append(f" · {'' if narrow else 'showing '}{len(snap.processes)} host processes")
+            if not narrow and not self.banner and not snap.probes:
                 text.append(" · `gpumem-tui demo` runs a built-in training job to watch")
         else:
             text.append(f"{len(snap.devices)} GPU{'s' if len(snap.devices) != 1 else ''}")

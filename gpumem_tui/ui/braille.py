@@ -110,13 +110,16 @@ class Canvas:
         text: list[str] = []
         current: Style | None = base
         position = start  # the first cell not yet in ``text`` or ``out``
-        for index in sorted(marked):
+        end = start + width  # a last stop: only the blank run before it is drawn
+        for index in [*sorted(marked), end]:
             if index > position:  # a blank run
                 if current != base and text:
                     out.append(Segment("".join(text), current))
                     text = []
                 current = base
                 text.append(" " * (index - position))
+            if index == end:
+                break
             char = self._chars.get(index)
             if char is None:
                 quads = self._quads[index]
@@ -130,12 +133,6 @@ class Canvas:
             current = style
             text.append(char)
             position = index + 1
-        if position < start + width:
-            if current != base and text:
-                out.append(Segment("".join(text), current))
-                text = []
-            current = base
-            text.append(" " * (start + width - position))
         if text:
             out.append(Segment("".join(text), current))
         return out

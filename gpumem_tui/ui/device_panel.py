@@ -17,6 +17,7 @@ from gpumem_tui.ui.line_table import CELL_PADDING, LineTable
 BAR_WIDTH = 20
 NARROW_BAR_WIDTH = 8
 NARROW_WIDTH = 110  # below this many columns the bar and the name shrink to fit 80 columns
+BAR_COLUMN = 3  # the usage bar's position among the columns
 
 
 class DevicePanel(LineTable):
@@ -27,6 +28,7 @@ class DevicePanel(LineTable):
     DEFAULT_CSS = """
     DevicePanel { height: auto; max-height: 10; }
     """
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(show_cursor=False, **kwargs)
         self.devices: tuple[DeviceSample, ...] = ()
@@ -34,8 +36,6 @@ class DevicePanel(LineTable):
         #: width of the column under the panel (the process table and the chart, beside the
         #: side pane); None: unknown. See :meth:`show`.
         self.fit_width: int | None = None
-        #: columns other than the bar, padding included, as last measured
-        self._other_columns = 0
 
     def on_resize(self) -> None:
         if self.devices and self._shown_key and self._narrow() != self._shown_key[2]:
@@ -67,9 +67,11 @@ class DevicePanel(LineTable):
         :data:`NARROW_BAR_WIDTH`) so the panel's columns fit the column under it."""
         if narrow:
             return NARROW_BAR_WIDTH
-        if not self.fit_width or not self._other_columns:
+        widths = self.column_widths  # as last measured, padding included
+        if not self.fit_width or len(widths) <= BAR_COLUMN:
             return BAR_WIDTH
-        return max(NARROW_BAR_WIDTH, min(BAR_WIDTH, self.fit_width - self._other_columns - 2 * CELL_PADDING))
+        others = sum(widths) - widths[BAR_COLUMN]
+        return max(NARROW_BAR_WIDTH, min(BAR_WIDTH, self.fit_width - others - 2 * CELL_PADDING))
 
     def show(self, devices: tuple[DeviceSample, ...], fit_width: int | None = None) -> None:
         """Replace the rows, keeping the cursor on the same GPU. A GPU whose sample is
@@ -85,7 +87,8 @@ class DevicePanel(LineTable):
         devices = tuple(sorted(devices, key=lambda d: d.index))
         used_style, free_style = self._bar_styles()
         narrow = self._narrow()
-        key = (used_style, free_style, narrow, self._bar_width(narrow))
+        bar_width = self._bar_width(narrow)
+        key = (used_style, free_style, narrow, bar_width)
         if devices == self.devices and key == self._shown_key:
             return  # nothing on screen would change
         same_look = key == self._shown_key
@@ -94,20 +97,18 @@ class DevicePanel(LineTable):
         rows = {}
         for dev in devices:
             row = str(dev.index)
-            rows[row] = self._cells[row] if old.get(row) == dev else self._row(dev, used_style, free_style, narrow)
+            same = old.get(row) == dev
+            rows[row] = self._cells[row] if same else self._row(dev, used_style, free_style, narrow, bar_width)
         self.devices = devices
         headers = [Text(label, style="bold") for label in (
             "GPU", "NAME", "MEMORY" if narrow else "MEMORY USED / TOTAL", "USAGE", "UTIL", "TEMP", "POWER")]
         self.set_rows(headers, rows, grow_only=same_look and rows.keys() == old.keys())
-        widths = self.column_widths
-        if len(widths) > 3:
-            self._other_columns = sum(widths) - widths[3]
-        if self._bar_width(narrow) != key[3]:
+        if self._bar_width(narrow) != bar_width:
             self.show(devices)  # first measure, or the other columns changed: fit the bar again
             return
         self.defer_repaint = self.fit_width is None or sum(self.column_widths) > self.fit_width
 
-    def _row(self, dev: DeviceSample, used_style: str, free_style: str, narrow: bool) -> list[Text]:
+    def _row(self, dev: DeviceSample, used_style: str, free_style: str, narrow: bool, bar_width: int) -> list[Text]:
         name_limit = 16 if narrow else 40
         name = cells.safe(dev.name.removeprefix("NVIDIA "), limit=name_limit) if dev.name and narrow else (
             cells.safe(dev.name, limit=name_limit) if dev.name else None)
@@ -120,7 +121,7 @@ class DevicePanel(LineTable):
             Text(str(dev.index), justify="right"),
             name,
             cells.device_memory(dev, compact=bool(narrow)),
-            cells.bar(cells.device_fraction(dev), self._bar_width(narrow), used_style, free_style),
+            cells.bar(cells.device_fraction(dev), bar_width, used_style, free_style),
             util,
             cells.temperature(dev),
             cells.power(dev),

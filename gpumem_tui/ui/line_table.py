@@ -227,8 +227,12 @@ class LineTable(ScrollView, can_focus=True):
         return wider
 
     def _relayout(self) -> None:
-        self.virtual_size = Size(sum(self.column_widths), len(self._keys) + 1)
+        self._size_to_rows()
         self.refresh()
+
+    def _size_to_rows(self) -> None:
+        """The scrollable size: the columns' width, the header and every row."""
+        self.virtual_size = Size(sum(self.column_widths), len(self._keys) + 1)
 
     # ---- feeding ------------------------------------------------------------------------
     def set_rows(self, headers: list[Text], rows: dict[str, list[Text]], keep: str | None = None,
@@ -261,7 +265,7 @@ class LineTable(ScrollView, can_focus=True):
         self._set_cursor_key()
         if len(self._lines) > 2 * len(rows) + 64:
             self._lines = {k: v for k, v in self._lines.items() if k in rows}
-        self.virtual_size = Size(sum(self.column_widths), len(self._keys) + 1)
+        self._size_to_rows()
         if layout_changed or len(self._keys) != len(old_keys):
             self._repaint()
         else:
@@ -485,6 +489,6 @@ class LineTable(ScrollView, can_focus=True):
                 x -= width
             return
         if index == self._cursor_index:
-            self.post_message(self.RowSelected(self, self._cursor_key))
+            self.action_select()
         else:
             self.move_cursor(index)

@@ -492,6 +492,9 @@ def _train(st: _Step) -> SimResult:
     ws_fwd = ws_bwd = None
     ckpt = spec.grad_ckpt == "full"
     trainable = ([n for layer_ in adapters for n in layer_] if st.lora else None)
+    # the training cache's k / v copies that attention does not save, held by the model
+    # output until it is dropped (components.training_cache_forward_bytes), one per layer
+    cache_per_layer = st.C.training_cache_forward_bytes(arch, spec, st.b, st.s) // max(1, arch.num_layers)
     for _step in range(TRAIN_STEPS):
         grads: list[Block] = []
         emb = run.a(bs * h * (4 if st.prec.amp else e))
@@ -500,9 +503,6 @@ def _train(st: _Step) -> SimResult:
         x = emb
         saved_per_layer = []
         casts_per_layer: list[list[Block]] = []
-        # the training cache's k / v copies that attention does not save, held by the model
-        # output until it is dropped (components.training_cache_forward_bytes), one per layer
-        cache_per_layer = st.C.training_cache_forward_bytes(arch, spec, st.b, st.s) // max(1, arch.num_layers)
         cache: list[Block] = []
         for _i in range(arch.num_layers):
             if ckpt:
@@ -535,7 +535,8 @@ def _train(st: _Step) -> SimResult:
                 run.f(*casts)
         kept = logits if spec.keep_outputs else None
         if kept is None:
-            run.f(logits, *cache)  # del out
+            run.f(logits, *cache)  # del out: its logits and its cache
+            cache = []
         # backward
         g_lp = run.a(bs * V * 4)
         g_in = run.a(bs * V * 4)
@@ -594,7 +595,7 @@ def _train(st: _Step) -> SimResult:
                 run.f(t1)
                 run.f(t2)
         run.f(*grads)  # zero_grad(set_to_none=True)
-        run.f(kept, *(cache if kept is not None else ()))  # the loop's output reference ends with the step
+        run.f(kept, *cache)  # the loop's output reference (logits, cache) ends with the step
     return SimResult(run.alloc.peak_allocated, run.alloc.reserved)
 
 
