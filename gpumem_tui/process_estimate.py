@@ -423,6 +423,16 @@ class ProcessEstimates:
         else:
             self._by_pid.pop(pid, None)
 
+    def keep_probes(self, probed: Iterable[int]) -> None:
+        """Forget the probe's estimates of PIDs not in ``probed`` (a replay went back to before
+        their ProbeInfo, or the state let an old PID go); an estimate the user set stays."""
+        keep = set(probed)
+        for pid in [p for p in self._probed if p not in keep]:
+            del self._probed[pid]
+            shown = self._by_pid.get(pid)
+            if shown is not None and shown.source == SOURCE_PROBE:
+                del self._by_pid[pid]
+
     def prune(self, alive: Iterable[int]) -> None:
         """Forget PIDs not in ``alive`` (a reused PID must not inherit an estimate)."""
         keep = set(alive)
