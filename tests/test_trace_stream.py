@@ -177,3 +177,39 @@ def test_the_fold_keeps_the_last_steps_and_counts_the_rest():
     assert len(record.steps) == MAX_STEPS and record.steps_left_out == 10
     assert record.steps[0].step == 10 and record.steps[-1].step == MAX_STEPS + 9
     assert record.highest_step == 10**9  # a step no longer listed still counts in the peak
+
+
+def test_a_seek_forward_reads_from_the_state_saved_ahead_by_the_background_pass(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from gpumem_tui.process_estimate import compare_probed, compare_trace
+    from gpumem_tui.telemetry import replay
+
+    path = tmp_path / "t.jsonl"
+    _write(path, [_record(i) for i in range(101)])  # checkpoints every 10 s
+    parsed_by_play: list[int] = []
+    real_parse = replay.parse_record
+    play_thread = threading.current_thread()
+
+    def counting_parse(line: bytes):
+        if threading.current_thread() is play_thread:
+            parsed_by_play.append(1)
+        return real_parse(line)
+
+    monkeypatch.setattr(replay, "parse_record", counting_parse)
+    src = ReplaySource(path, clock=lambda: 0.0)
+    src.poll()
+    for _ in range(500):  # the background pass over 101 records: wait until it saved every checkpoint
+        if len(src._saved) == len(src._scan.checkpoints):
+            break
+        time.sleep(0.01)
+    assert len(src._saved) == 11
+    parsed_by_play.clear()
+    src.seek(95.0)
+    src.poll()
+    assert len(parsed_by_play) == 6  # records 90..95, from the state saved at 90 s, not 1..95
+    expected = compare_trace(path, pid=4242, until=95.0)
+    expected.pop("trace_notices")
+    assert compare_probed(src.probed, 4242).to_json() == expected
+    src.close()

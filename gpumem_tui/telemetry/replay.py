@@ -165,12 +165,17 @@ class ReplaySource:
     (:class:`~gpumem_tui.probed_state.ProbedProcesses`), fed with every record the play has
     passed: after any seek it is the state of the trace up to the new position, rebuilt
     (by the next poll) from the state saved at the nearest index checkpoint before it, so
-    the comparison the dashboard shows equals ``compare`` of the trace cut there.
+    the comparison the dashboard shows equals ``compare`` of the trace cut there. A
+    background thread reads the trace once after opening to save those states ahead of the
+    play (at most one per checkpoint), so that a seek forward reads at most one checkpoint's
+    span of records too; until it got there, a seek reads on from the nearest state saved.
 
     Args:
         path: the trace file.
         speed: playback speed factor (> 0).
         clock: monotonic seconds (tests inject one).
+        prebuild: save the checkpoints' states in a background thread (else only as the
+            play passes them).
 
     Raises:
         TraceError, OSError: see :func:`~gpumem_tui.telemetry.trace_file.scan_trace`.
@@ -178,7 +183,7 @@ class ReplaySource:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, speed: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, prebuild: bool = True) -> None:
         self.path = Path(path)
         self._scan = scan_trace(self.path)
         self.header = self._scan.header
@@ -186,6 +191,8 @@ class ReplaySource:
         self.probed = ProbedProcesses()
         # checkpoint number -> the state before its record, saved as the play passes it
         self._saved: dict[int, ProbedProcesses] = {0: ProbedProcesses()}
+        self._saved_lock = threading.Lock()
+        self._closing = threading.Event()
         self._checkpoint_of = {cp.index: k for k, cp in enumerate(self._scan.checkpoints)}
         self._read_lock = threading.Lock()  # the cursor and the state fed from it
         self._fed = -1  # index of the last record fed to `probed` (and returned)
@@ -202,6 +209,8 @@ class ReplaySource:
         self._last_clock: float | None = None  # set by the first poll: play starts there
         self.set_speed(speed)
         self._finished_reported = False
+        if prebuild and len(self._scan.checkpoints) > 1:
+            threading.Thread(target=self._prebuild, name="replay-checkpoints", daemon=True).start()
 
     # -- controls --------------------------------------------------------------------------
 
@@ -310,12 +319,39 @@ class ReplaySource:
 
     # -- reading ---------------------------------------------------------------------------
 
+    def _save(self, entry: Entry, state: ProbedProcesses) -> None:
+        """Keep a copy of ``state`` (the records before ``entry``) if ``entry`` starts a
+        checkpoint whose state is not kept yet."""
+        checkpoint = self._checkpoint_of.get(entry.index)
+        if checkpoint is not None:
+            with self._saved_lock:
+                if checkpoint not in self._saved:
+                    self._saved[checkpoint] = state.copy()
+
+    def _prebuild(self) -> None:
+        """Read the whole trace once with its own cursor and state, saving the state at each
+        checkpoint (the thread started by __init__). Stops at close; never raises."""
+        try:
+            cursor = TraceCursor(self._scan)
+        except OSError:
+            return
+        state = ProbedProcesses()
+        try:
+            while not self._closing.is_set() and (entry := cursor.take()) is not None:
+                self._save(entry, state)
+                try:
+                    state.add_snapshot(parse_record(entry.line))
+                except _PARSE_ERRORS:
+                    continue  # the play counts it when it gets there
+        except (OSError, ValueError):
+            return  # the file went away (or was closed): the play says so when it reads on
+        finally:
+            cursor.close()
+
     def _feed(self, entry: Entry) -> Snapshot | None:
         """Parse the cursor's next record (``entry``), feed it to :attr:`probed`; the record,
         or None (counted) when it cannot be read."""
-        checkpoint = self._checkpoint_of.get(entry.index)
-        if checkpoint is not None and checkpoint not in self._saved:
-            self._saved[checkpoint] = self.probed.copy()  # the state before this record
+        self._save(entry, self.probed)
         self._cursor.take()
         self._fed, self._fed_position = entry.index, entry.position
         try:
@@ -331,9 +367,11 @@ class ReplaySource:
         """Cursor and :attr:`probed` to just after the last record at or before ``target``;
         returns that record's samples (what a poll after a seek shows)."""
         checkpoints = self._scan.checkpoints
-        best = max((k for k in self._saved if checkpoints[k].position <= target), default=0)
+        with self._saved_lock:
+            best = max((k for k in self._saved if checkpoints[k].position <= target), default=0)
+            saved = self._saved[best]
         if self._fed_position > target or checkpoints[best].index > self._fed + 1:
-            self.probed.restore(self._saved[best])  # back in time, or a saved state nearer ahead
+            self.probed.restore(saved)  # back in time, or a saved state nearer ahead
             self._cursor.go_to(checkpoints[best])
             self._fed, self._fed_position, self._current = checkpoints[best].index - 1, -math.inf, None
         last: Snapshot | None = None
@@ -380,6 +418,7 @@ class ReplaySource:
 
     def close(self) -> None:
         """Close the trace file (idempotent)."""
+        self._closing.set()
         with self._read_lock:
             self._cursor.close()
             self._current = None
