@@ -417,7 +417,6 @@ def compare_record(estimate: Any, measured: MeasuredRecord) -> ComparisonResult:
     if peak_bytes is None:
         peak_bytes = sum(predicted.values())
     peak_bytes = int(peak_bytes)
-    live_peak = peak_bytes - context - reserve
     est_device = _estimate_field(estimate, "device")
     if isinstance(est_device, str) and device_kind(est_device) != device:
         notes.append(
@@ -427,19 +426,44 @@ def compare_record(estimate: Any, measured: MeasuredRecord) -> ComparisonResult:
     if not on_cuda and (context or reserve):
         notes.append("the estimate's CUDA context and allocator reserve are left out (the job ran on the CPU)")
 
-    # Headline: torch allocated / CPU live tensors.
-    peak_allocated = measured.peak_allocated
-    if measured.highest_step is not None:
-        peak_allocated = max(peak_allocated, measured.highest_step)
     drift = step_drift(measured.steps)
     if drift is not None:
         notes.append(f"the {drift.what} rises steadily: {drift.text()} (a leak?)")
     if measured.steps_left_out:
         notes.append(f"the steps listed are the last {len(measured.steps)}; {measured.steps_left_out} earlier "
                      "steps are not listed (their high-water marks still count in the peak)")
-    peak_reserved, peak_nvml = measured.peak_reserved, measured.peak_nvml
+    peak_allocated, peaks = _peaks(measured, peak_bytes, context, reserve, on_cuda, notes)
+    rows, measured_phase, sample_bytes = _measured_components(predicted, measured, peak_allocated, notes)
+    if on_cuda:
+        rows += _cuda_difference_rows(predicted, peak_allocated, measured.peak_reserved, measured.peak_nvml)
 
+    return ComparisonResult(
+        device=device,
+        pid=pid,
+        measured_figure=peaks[0].figure,
+        components=tuple(rows),
+        peaks=tuple(peaks),
+        predicted_components=tuple(predicted.items()),
+        peak_phase=_estimate_field(estimate, "peak_phase"),
+        sample_count=measured.sample_count,
+        notes=tuple(notes),
+        measured_peak_phase=measured_phase,
+        components_sample_bytes=sample_bytes,
+        steps=measured.steps,
+        drift=drift,
+    )
+
+
+def _peaks(measured: MeasuredRecord, peak_bytes: int, context: int, reserve: int, on_cuda: bool,
+           notes: list[str]) -> tuple[int, list[PeakComparison]]:
+    """The measured peak in the headline figure (torch allocated / CPU live tensors: the
+    samples' and the high-water marks' highest), and one PeakComparison per figure measured."""
+    peak_allocated = measured.peak_allocated or 0
+    if measured.highest_step is not None:
+        peak_allocated = max(peak_allocated, measured.highest_step)
+    peak_reserved, peak_nvml = measured.peak_reserved, measured.peak_nvml
     figure = FIGURE_ALLOCATED if on_cuda else FIGURE_CPU_LIVE
+    live_peak = peak_bytes - context - reserve
     peaks = [PeakComparison(figure, live_peak, peak_allocated, "without CUDA context and allocator reserve")]
     if on_cuda:
         if peak_reserved is not None:
@@ -454,13 +478,20 @@ def compare_record(estimate: Any, measured: MeasuredRecord) -> ComparisonResult:
             notes.append("NVML gave no per-process used figure for this process")
     elif peak_nvml is not None:
         notes.append("NVML lists this CPU job on a GPU: its NVML figure is not compared")
+    return peak_allocated, peaks
 
+
+def _measured_components(predicted: Mapping[str, int], measured: MeasuredRecord, peak_allocated: int,
+                         notes: list[str]) -> tuple[list[ComponentComparison], str | None, int | None]:
+    """Component rows from the split at the measured peak: the probe's split of the highest
+    high-water mark when it is the peak, else the sample with the most live bytes; with the
+    probe's phase there and that split's live bytes."""
     split_peak = measured.split_peak
     if split_peak is not None and split_peak.peak_bytes < peak_allocated:
         split_peak = None  # a split of a lower mark than the measured peak is not the peak's
     at_peak = measured.at_peak
     if split_peak is not None:  # the probe's split of the highest high-water mark (CUDA)
-        split_sample = ProbeSample(time=split_peak.end, pid=pid, device=split_peak.device,
+        split_sample = ProbeSample(time=split_peak.end, pid=measured.pid, device=split_peak.device,
                                    allocated_bytes=split_peak.peak_bytes, categories=split_peak.categories)
         if at_peak is None or _split_key(split_sample) > _split_key(at_peak):
             at_peak = split_sample
@@ -471,39 +502,22 @@ def compare_record(estimate: Any, measured: MeasuredRecord) -> ComparisonResult:
             "buffers from the model output and the loss's graph; activations and temporaries are not "
             "split from each other"
         )
-    rows = _component_rows(predicted, at_peak, figure, notes)
+    rows = _component_rows(predicted, at_peak, notes)
+    if at_peak is None:
+        return rows, None, None
     measured_phase = None
-    sample_bytes = None
-    if at_peak is not None:
-        sample_bytes = sum(v for _, v in at_peak.categories)
-        if split_peak is not None and at_peak.time == split_peak.end:
-            measured_phase = split_peak.phase.value
-        elif measured.mark_at_peak is not None and at_peak is measured.at_peak:
-            measured_phase = str(getattr(measured.mark_at_peak.phase, "value", measured.mark_at_peak.phase))
-        if sample_bytes < peak_allocated:
-            notes.append(
-                f"components are from the sample with the most live bytes ({_mib(sample_bytes)}"
-                + (f", in {measured_phase}" if measured_phase else "")
-                + f"); the peak itself ({_mib(peak_allocated)}) fell between samples"
-            )
-    if on_cuda:
-        rows += _cuda_difference_rows(predicted, peak_allocated, peak_reserved, peak_nvml)
-
-    return ComparisonResult(
-        device=device,
-        pid=pid,
-        measured_figure=figure,
-        components=tuple(rows),
-        peaks=tuple(peaks),
-        predicted_components=tuple(predicted.items()),
-        peak_phase=_estimate_field(estimate, "peak_phase"),
-        sample_count=measured.sample_count,
-        notes=tuple(notes),
-        measured_peak_phase=measured_phase,
-        components_sample_bytes=sample_bytes,
-        steps=measured.steps,
-        drift=drift,
-    )
+    sample_bytes = sum(v for _, v in at_peak.categories)
+    if split_peak is not None and at_peak.time == split_peak.end:
+        measured_phase = split_peak.phase.value
+    elif measured.mark_at_peak is not None and at_peak is measured.at_peak:
+        measured_phase = str(getattr(measured.mark_at_peak.phase, "value", measured.mark_at_peak.phase))
+    if sample_bytes < peak_allocated:
+        notes.append(
+            f"components are from the sample with the most live bytes ({_mib(sample_bytes)}"
+            + (f", in {measured_phase}" if measured_phase else "")
+            + f"); the peak itself ({_mib(peak_allocated)}) fell between samples"
+        )
+    return rows, measured_phase, sample_bytes
 
 
 def _split_key(sample: ProbeSample) -> tuple[int, float]:
@@ -517,7 +531,6 @@ def _mib(n: int) -> str:
 def _component_rows(
     predicted: Mapping[str, int],
     at_peak: ProbeSample | None,
-    figure: str,
     notes: list[str],
 ) -> list[ComponentComparison]:
     """Rows from the probe's categories at its peak sample ``at_peak`` (the sample with the
