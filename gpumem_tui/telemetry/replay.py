@@ -375,7 +375,8 @@ class ReplaySource:
             self._cursor.go_to(checkpoints[best])
             self._fed, self._fed_position, self._current = checkpoints[best].index - 1, -math.inf, None
         last: Snapshot | None = None
-        while (entry := self._cursor.peek()) is not None and (entry.position <= target + 1e-9 or self._fed < 0):
+        while (not self._closing.is_set() and (entry := self._cursor.peek()) is not None
+               and (entry.position <= target + 1e-9 or self._fed < 0)):
             last = self._feed(entry)
         return [_Passed.of(last)] if last is not None else []
 
@@ -391,8 +392,8 @@ class ReplaySource:
             try:
                 if target is not None:
                     passed = self._rebuild(target)
-                while (entry := self._cursor.peek()) is not None and (entry.position <= position + 1e-9
-                                                                      or self._fed < 0):
+                while (not self._closing.is_set() and (entry := self._cursor.peek()) is not None
+                       and (entry.position <= position + 1e-9 or self._fed < 0)):
                     snap = self._feed(entry)
                     if snap is not None:
                         passed.append(_Passed.of(snap))
