@@ -23,7 +23,6 @@ from any checkpoint; :func:`iter_snapshots` yields them lazily (``compare``).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from array import array
