@@ -343,8 +343,8 @@ class ReplaySource:
                     state.add_snapshot(parse_record(entry.line))
                 except _PARSE_ERRORS:
                     continue  # the play counts it when it gets there
-        except (OSError, ValueError):
-            return  # the file went away (or was closed): the play says so when it reads on
+        except Exception:  # noqa: BLE001 - a thread's traceback would land on the dashboard
+            return  # the file went away or was closed: the play says so when it reads on there
         finally:
             cursor.close()
 
