@@ -140,6 +140,13 @@ class ProbedProcesses:
         with self._lock:
             return self._contexts.context(pid)
 
+    def size(self) -> int:
+        """Items held (probed processes, their steps and recent marks, NVML peaks): what a
+        copy costs, roughly 100 bytes each."""
+        with self._lock:
+            return len(self._folds) + len(self._nvml) + sum(
+                len(fold.steps) + len(fold.recent_marks) for fold in self._folds.values())
+
     # -- going back ------------------------------------------------------------------------
 
     def copy(self) -> ProbedProcesses:

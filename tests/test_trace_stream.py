@@ -213,3 +213,30 @@ def test_a_seek_forward_reads_from_the_state_saved_ahead_by_the_background_pass(
     expected.pop("trace_notices")
     assert compare_probed(src.probed, 4242).to_json() == expected
     src.close()
+
+
+def test_saved_states_stay_within_their_budget_and_seeks_still_equal_compare(tmp_path, monkeypatch):
+    import time
+
+    from gpumem_tui.process_estimate import compare_probed, compare_trace
+    from gpumem_tui.telemetry import replay
+
+    path = tmp_path / "t.jsonl"
+    _write(path, [_record(i, processes=30) for i in range(201)])  # 21 checkpoints, states of ~30-100 items
+    monkeypatch.setattr(replay, "SAVED_ITEMS_BUDGET", 600)
+    src = ReplaySource(path, clock=lambda: 0.0)
+    src.poll()
+    for _ in range(1000):  # the background pass: wait until it has passed the last checkpoint
+        if max(src._saved) >= 20 - 20 % src._saved_stride:
+            break
+        time.sleep(0.01)
+    assert src._saved_stride > 1  # the budget thinned the saved states ...
+    assert sum(state.size() for state in src._saved.values()) <= 600  # ... to within it
+    assert all(k % src._saved_stride == 0 for k in src._saved)
+    for target in (195.0, 37.5, 120.0, 3.0):
+        src.seek(target)
+        src.poll()
+        expected = compare_trace(path, pid=4242, until=target)
+        expected.pop("trace_notices")
+        assert compare_probed(src.probed, 4242).to_json() == expected, target
+    src.close()

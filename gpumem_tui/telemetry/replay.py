@@ -50,6 +50,9 @@ __all__ = [
 ]  # fmt: skip
 
 _PARSE_ERRORS = (ValueError, UnicodeDecodeError, RecursionError, SerializeError)
+#: Items (steps, marks, NVML peaks: :meth:`ProbedProcesses.size`) all saved states may hold
+#: together, ~100 MB at most; beyond it every other saved state goes (the seeks read longer spans).
+SAVED_ITEMS_BUDGET = 1_000_000
 
 
 def _encode(obj: dict[str, Any]) -> bytes:
@@ -169,6 +172,8 @@ class ReplaySource:
     background thread reads the trace once after opening to save those states ahead of the
     play (at most one per checkpoint), so that a seek forward reads at most one checkpoint's
     span of records too; until it got there, a seek reads on from the nearest state saved.
+    The saved states hold at most :data:`SAVED_ITEMS_BUDGET` items together: past it only
+    every second checkpoint keeps its state, then every fourth, and so on.
 
     Args:
         path: the trace file.
@@ -191,6 +196,8 @@ class ReplaySource:
         self.probed = ProbedProcesses()
         # checkpoint number -> the state before its record, saved as the play passes it
         self._saved: dict[int, ProbedProcesses] = {0: ProbedProcesses()}
+        self._saved_sizes: dict[int, int] = {0: 0}
+        self._saved_stride = 1  # only checkpoints whose number it divides keep a state
         self._saved_lock = threading.Lock()
         self._closing = threading.Event()
         self._checkpoint_of = {cp.index: k for k, cp in enumerate(self._scan.checkpoints)}
@@ -323,10 +330,17 @@ class ReplaySource:
         """Keep a copy of ``state`` (the records before ``entry``) if ``entry`` starts a
         checkpoint whose state is not kept yet."""
         checkpoint = self._checkpoint_of.get(entry.index)
-        if checkpoint is not None:
-            with self._saved_lock:
-                if checkpoint not in self._saved:
-                    self._saved[checkpoint] = state.copy()
+        if checkpoint is None:
+            return
+        with self._saved_lock:
+            if checkpoint in self._saved or checkpoint % self._saved_stride:
+                return
+            self._saved[checkpoint] = state.copy()
+            self._saved_sizes[checkpoint] = state.size()
+            while sum(self._saved_sizes.values()) > SAVED_ITEMS_BUDGET and len(self._saved) > 1:
+                self._saved_stride *= 2
+                for k in [k for k in self._saved if k % self._saved_stride]:
+                    del self._saved[k], self._saved_sizes[k]
 
     def _prebuild(self) -> None:
         """Read the whole trace once with its own cursor and state, saving the state at each
