@@ -322,12 +322,12 @@ def compare_trace(path: str | os.PathLike[str], pid: int | None = None, until: f
         ComparisonError: the trace has nothing to compare (see :func:`compare_snapshots`).
         OSError: the file cannot be read.
     """
-    from gpumem_tui.telemetry.trace_file import iter_snapshots, scan_trace, unreadable_notice
+    from gpumem_tui.telemetry.trace_file import iter_snapshots, scan_trace
 
     scan = scan_trace(path)
-    unreadable: list[int] = []
+    unreadable = [0, 0]  # records that failed to parse: how many, the first's line
     result = compare_snapshots(iter_snapshots(scan, until, unreadable), pid=pid).to_json()
-    result["trace_notices"] = [*scan.notices, *unreadable_notice(scan.path, unreadable)]
+    result["trace_notices"] = scan.notices_with_unreadable(*unreadable)
     _check_finite(result)
     return result
 

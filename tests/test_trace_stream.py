@@ -240,3 +240,16 @@ def test_saved_states_stay_within_their_budget_and_seeks_still_equal_compare(tmp
         expected.pop("trace_notices")
         assert compare_probed(src.probed, 4242).to_json() == expected, target
     src.close()
+
+
+def test_compare_counts_every_unreadable_line_in_one_notice(tmp_path):
+    from gpumem_tui.process_estimate import compare_trace
+
+    path = tmp_path / "t.jsonl"
+    lines = [json.dumps(_record(0)), "not json", json.dumps(_record(1)), '{"time": %r, "devices": "oops"}' % (T0 + 2),
+             json.dumps(_record(3))]
+    path.write_text(HEADER + "\n" + "\n".join(lines) + "\n")
+    result = compare_trace(path, pid=4242)
+    assert result["samples"] == 3
+    unreadable = [n for n in result["trace_notices"] if "unreadable" in n]
+    assert unreadable == ["t.jsonl: 2 unreadable lines skipped (first: line 3)"]  # a line without a time, one not a snapshot

@@ -228,7 +228,8 @@ class TraceScan:
     ``count`` records (lines with a plausible time, in time order as the replay keeps them);
     ``start`` the first record's epoch time; ``duration`` seconds from the first to the last
     (a clock step back in the recording holds the position); ``dropped`` byte offsets of
-    lines skipped as out of time order; ``checkpoints`` in record order, the first at record 0.
+    lines skipped as out of time order; ``checkpoints`` in record order, the first at record 0;
+    ``unreadable`` how many lines were not records and the first one's number (0: none).
     """
 
     path: Path
@@ -240,6 +241,19 @@ class TraceScan:
     last_time: float
     checkpoints: tuple[Checkpoint, ...]
     dropped: frozenset[int]
+    unreadable: tuple[int, int] = (0, 0)
+
+    def notices_with_unreadable(self, count: int, first: int) -> list[str]:
+        """The notices, with ``count`` more unreadable lines (the first: line ``first``)
+        counted in the one notice about unreadable lines."""
+        if not count:
+            return list(self.notices)
+        old = unreadable_notice(self.path, *self.unreadable)
+        total = (self.unreadable[0] + count, min(n for n in (self.unreadable[1], first) if n))
+        merged = unreadable_notice(self.path, *total)
+        if old:
+            return [merged[0] if n == old[0] else n for n in self.notices]
+        return [*self.notices, *merged]
 
 
 def scan_trace(path: Any) -> TraceScan:
@@ -255,7 +269,7 @@ def scan_trace(path: Any) -> TraceScan:
     """
     path = Path(path)
     offsets, numbers, times = array("q"), array("q"), array("d")
-    bad: list[int] = []
+    bad = [0, 0]  # unreadable lines: how many, the first's number
     long_lines: list[int] = []
     torn = 0
     with open_trace(path) as handle:
@@ -273,7 +287,7 @@ def scan_trace(path: Any) -> TraceScan:
                 times.append(when)
             elif line.strip():
                 if line.endswith(b"\n"):
-                    bad.append(number)
+                    bad = [bad[0] + 1, bad[1] or number]
                 else:
                     torn = len(line)
     notices.extend(_long_line_notice(path, long_lines))
@@ -281,14 +295,14 @@ def scan_trace(path: Any) -> TraceScan:
     if skip:
         notices.append(f"{path.name}: {len(skip)} record{'s' if len(skip) > 1 else ''} out of time order skipped "
                        f"(more than {OUT_OF_ORDER_SECONDS:g} s after a record that follows)")
-    notices.extend(_unreadable_notices(path, bad, torn))
+    notices.extend(_unreadable_notices(path, bad[0], bad[1], torn))
     if len(times) == len(skip):
         raise TraceError(f"{path}: the trace holds no snapshots")
-    return _with_checkpoints(path, header, notices, offsets, numbers, times, skip)
+    return _with_checkpoints(path, header, notices, offsets, numbers, times, skip, (bad[0], bad[1]))
 
 
 def _with_checkpoints(path: Path, header: dict[str, Any], notices: list[str], offsets: array, numbers: array,
-                      times: array, skip: set[int]) -> TraceScan:
+                      times: array, skip: set[int], unreadable: tuple[int, int]) -> TraceScan:
     kept = [i for i in range(len(times)) if i not in skip] if skip else range(len(times))
     start = times[kept[0]]
     duration = 0.0
@@ -303,19 +317,18 @@ def _with_checkpoints(path: Path, header: dict[str, Any], notices: list[str], of
             checkpoints.append(Checkpoint(index, offsets[i], numbers[i], position))
     dropped = frozenset(offsets[i] for i in skip)
     return TraceScan(path, header, tuple(notices), len(kept), start, duration, times[kept[-1]],
-                     tuple(checkpoints), dropped)
+                     tuple(checkpoints), dropped, unreadable)
 
 
-def unreadable_notice(path: Path, numbers: list[int]) -> list[str]:
-    """The notice for unreadable lines skipped (``numbers``: their line numbers), or none."""
-    if not numbers:
+def unreadable_notice(path: Path, count: int, first: int) -> list[str]:
+    """The notice for ``count`` unreadable lines skipped (the first: line ``first``), or none."""
+    if not count:
         return []
-    many = len(numbers) > 1
-    return [f"{path.name}: {len(numbers)} unreadable line{'s' if many else ''} skipped (first: line {numbers[0]})"]
+    return [f"{path.name}: {count} unreadable line{'s' if count > 1 else ''} skipped (first: line {first})"]
 
 
-def _unreadable_notices(path: Path, bad: list[int], torn: int) -> list[str]:
-    notices = unreadable_notice(path, bad)
+def _unreadable_notices(path: Path, count: int, first: int, torn: int) -> list[str]:
+    notices = unreadable_notice(path, count, first)
     if torn:
         notices.append(f"{path.name}: the last line is torn ({torn} bytes, recorder stopped mid-write); "
                        "replayed up to it")
@@ -433,7 +446,7 @@ def iter_snapshots(scan: TraceScan, until: float | None = None,
                    unreadable: list[int] | None = None) -> Iterator[Snapshot]:
     """The readable records of ``scan``'s trace in order, parsed one at a time; with
     ``until``, only those at play positions up to it (seconds from the first record).
-    Line numbers of records that fail to parse are appended to ``unreadable``.
+    ``unreadable``, a ``[count, first line number]`` pair, counts the records that fail to parse.
 
     Raises:
         OSError: the file cannot be read.
@@ -447,7 +460,7 @@ def iter_snapshots(scan: TraceScan, until: float | None = None,
                 yield parse_record(entry.line)
             except _ERRORS:
                 if unreadable is not None:
-                    unreadable.append(entry.number)
+                    unreadable[:] = [unreadable[0] + 1, unreadable[1] or entry.number]
     finally:
         cursor.close()
 
@@ -470,7 +483,7 @@ def read_trace(path: Any) -> tuple[list[Snapshot], list[str]]:
     """
     path = Path(path)
     snapshots: list[Snapshot] = []
-    bad: list[int] = []
+    bad = [0, 0]  # unreadable lines: how many, the first's number
     long_lines: list[int] = []
     torn = 0
     with open_trace(path) as handle:
@@ -488,9 +501,9 @@ def read_trace(path: Any) -> tuple[list[Snapshot], list[str]]:
                 if not line.endswith(b"\n"):
                     torn = len(line)
                 else:
-                    bad.append(number)
+                    bad = [bad[0] + 1, bad[1] or number]
     notices.extend(_long_line_notice(path, long_lines))
-    notices.extend(_unreadable_notices(path, bad, torn))
+    notices.extend(_unreadable_notices(path, bad[0], bad[1], torn))
     if not snapshots:
         raise TraceError(f"{path}: the trace holds no snapshots")
     return snapshots, notices
