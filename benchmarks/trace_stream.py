@@ -110,12 +110,14 @@ def timed(name, fn):
     out[name + " s"] = round(time.perf_counter() - start, 2)
     return value
 if what == "compare":
+    start = time.perf_counter()
     try:
-        result = timed("compare", lambda: compare_trace(path, pid=None))
+        result = compare_trace(path, pid=None)
         out["samples"] = result["samples"]
         out["steps listed"] = len(result["steps"])
     except ComparisonError as exc:
         out["compare says"] = str(exc)
+    out["compare s"] = round(time.perf_counter() - start, 2)
 elif what.startswith("replay"):
     prebuild = what == "replay"
     if prebuild:  # the background pass has run by the time a user seeks far: let it finish
@@ -133,7 +135,10 @@ elif what.startswith("replay"):
     for name, target in (("seek to end", end), ("seek back to middle", end / 2),
                          ("seek back to end - 10 s", end - 10), ("seek forward 10 s", end)):
         src.seek(target)
-        timed(name, src.poll)
+        snap = timed(name, src.poll)
+        if name == "seek back to middle":
+            out["processes shown there"] = len(snap.processes)
+            out["cap notices"] = [n for n in snap.notices if "beyond" in n]
     src.close()
 # VmHWM: this process's peak RSS (ru_maxrss would carry the parent's across exec)
 with open("/proc/self/status") as status:
