@@ -79,7 +79,8 @@ def _merge_step(old: StepPeak | None, peak: PhasePeak) -> StepPeak:
     left = old.left_bytes if old is not None else None
     if peak.phase is Phase.OPTIMIZER_STEP and peak.end_bytes is not None:
         left = peak.end_bytes
-    return StepPeak(peak.step, max(phases.values()), tuple(phases.items()), folded, left)
+    end = peak.end if old is None or old.end is None else max(old.end, peak.end)
+    return StepPeak(peak.step, max(phases.values()), tuple(phases.items()), folded, left, end)
 
 
 class MeasuredFold:

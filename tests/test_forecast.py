@@ -1,0 +1,93 @@
+"""Time-to-OOM (gpumem_tui.forecast): the fit, its reasons, the limit, the text."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from gpumem_tui.forecast import NO_LIMIT, forecast, format_duration, live_limit
+from gpumem_tui.step_peaks import MIN_DRIFT_STEPS, WARMUP_STEPS, StepPeak
+
+MiB = 1 << 20
+
+
+def _steps(values, seconds=2.0, start=1000.0):
+    return [StepPeak(step, value, (("backward", value),), end=start + step * seconds)
+            for step, value in enumerate(values, start=1)]
+
+
+def test_an_exact_line_gives_its_exact_rate_steps_and_seconds():
+    steps = _steps([1000 * MiB + 12 * MiB * s for s in range(1, 41)], seconds=4.5)
+    fc = forecast(steps, limit_bytes=2000 * MiB)
+    assert fc.drift is not None and math.isclose(fc.drift.bytes_per_step, 12 * MiB)
+    assert fc.drift.steps == 40 - WARMUP_STEPS
+    assert math.isclose(fc.seconds_per_step, 4.5)
+    assert fc.latest_peak_bytes == 1000 * MiB + 12 * MiB * 40
+    assert fc.steps_to_limit == (2000 - 1000 - 480) // 12  # 43 steps of 12 MiB still fit
+    assert math.isclose(fc.seconds_to_limit, 43 * 4.5)
+    assert fc.reason is None
+    assert fc.text() == "+12 MiB per step: out of memory in ~43 steps (~3 min)"
+    assert fc.short() == "OOM ~3 min"
+    out = fc.to_json()
+    assert out["drift"]["bytes_per_step"] == 12 * MiB and out["drift"]["over_steps"] == 38
+    assert out["steps_to_limit"] == 43 and out["seconds_to_limit"] == 193.5
+
+
+def test_no_drift_is_null_with_its_reason():
+    fc = forecast(_steps([1000 * MiB] * 30), limit_bytes=2000 * MiB)
+    assert fc.drift is None and fc.steps_to_limit is None and fc.seconds_to_limit is None
+    assert fc.reason == "no drift" and fc.text() == "no time-to-OOM: no drift"
+    assert fc.short() is None
+    falling = forecast(_steps([1000 * MiB - MiB * s for s in range(30)]), limit_bytes=2000 * MiB)
+    assert falling.reason == "no drift"
+
+
+def test_noise_around_a_rise_is_a_poor_fit_with_its_r2():
+    values = [1000 * MiB + 4 * MiB * s + (s * 7919 % 13) * 8 * MiB for s in range(1, 41)]  # R² 0.65
+    fc = forecast(_steps(values), limit_bytes=4000 * MiB)
+    assert fc.drift is None and fc.steps_to_limit is None
+    assert fc.reason.startswith("fit too poor (R² 0.") and fc.reason == fc.drift_reason
+
+
+def test_too_few_steps_and_no_limit_say_so():
+    short = forecast(_steps([1000 * MiB + 50 * MiB * s for s in range(1, 6)]), limit_bytes=4000 * MiB)
+    assert short.reason == f"too few steps (3 of {MIN_DRIFT_STEPS} needed after {WARMUP_STEPS} warm-up steps)"
+    rising = _steps([1000 * MiB + 12 * MiB * s for s in range(1, 41)])
+    fc = forecast(rising, limit_bytes=None)
+    assert fc.drift is not None and fc.steps_to_limit is None and fc.reason == NO_LIMIT
+    assert fc.text() == f"+12 MiB per step: no time-to-OOM ({NO_LIMIT})"
+    over = forecast(rising, limit_bytes=1000 * MiB)  # already past the limit: nothing left
+    assert over.steps_to_limit == 0 and over.seconds_to_limit == 0
+
+
+def test_steps_without_times_give_steps_only():
+    steps = [StepPeak(s, 1000 * MiB + 12 * MiB * s, ()) for s in range(1, 41)]
+    fc = forecast(steps, limit_bytes=2000 * MiB)
+    assert fc.steps_to_limit == 43 and fc.seconds_to_limit is None and fc.seconds_per_step is None
+    assert fc.short() == "OOM ~43 steps"
+
+
+@settings(max_examples=60, deadline=None)
+@given(base=st.integers(0, 1 << 36), rate=st.integers(1, 1 << 30), n=st.integers(12, 120),
+       seconds=st.floats(0.01, 600), room=st.integers(0, 1 << 40))
+def test_a_line_is_fitted_exactly_and_meets_the_limit_where_it_says(base, rate, n, seconds, room):
+    # the rise must clear the drift rule's floor (1 MiB and 0.5 % of the highest value)
+    assume(rate * (n - WARMUP_STEPS - 1) >= max(MiB, 0.005 * (base + rate * n)))
+    steps = _steps([base + rate * s for s in range(1, n + 1)], seconds=seconds)
+    latest = base + rate * n
+    fc = forecast(steps, limit_bytes=latest + room)
+    assert fc.drift is not None and math.isclose(fc.drift.bytes_per_step, rate, rel_tol=1e-6)
+    assert abs(fc.steps_to_limit - room // rate) <= 1  # floor of room / rate, float rounding aside
+    assert math.isclose(fc.seconds_to_limit, fc.steps_to_limit * seconds, rel_tol=1e-6, abs_tol=1e-6)
+
+
+def test_live_limit_is_free_plus_own_used_minus_context():
+    assert live_limit(80 * 1024 * MiB, 50 * 1024 * MiB, 20 * 1024 * MiB, 500 * MiB) == (50 * 1024 - 500) * MiB
+    assert live_limit(80 * 1024 * MiB, None, 20 * 1024 * MiB, None) is None
+    assert live_limit(100, 100, 0, 10) is None  # nothing left: no limit, not a negative one
+
+
+def test_durations_read_in_the_largest_sensible_unit():
+    assert [format_duration(x) for x in (45, 1500, 5.2 * 3600, 3 * 86400)] == ["~45 s", "~25 min", "~5.2 h", "~3 d"]
