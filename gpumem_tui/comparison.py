@@ -38,7 +38,8 @@ from typing import Any
 
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS
 from gpumem_tui.measured_record import MeasuredFold, MeasuredRecord, device_kind
-from gpumem_tui.step_peaks import Drift, StepPeak, step_drift
+from gpumem_tui.forecast import Forecast, forecast
+from gpumem_tui.step_peaks import Drift, StepPeak
 from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeInfo, ProbeSample, ProcessSample
 
 __all__ = [
@@ -219,6 +220,7 @@ class ComparisonResult:
     components_sample_bytes: int | None = None
     steps: tuple[StepPeak, ...] = ()  # per-step high-water marks from the probe's peak records
     drift: Drift | None = None  # a steady rise of the per-step peak (a leak), or None
+    forecast: Forecast | None = None  # the time-to-OOM (gpumem_tui.forecast), with its reasons
 
     @property
     def headline(self) -> PeakComparison:
@@ -244,9 +246,9 @@ class ComparisonResult:
         the components come from, or null), ``components_sample_bytes`` (that sample's live
         bytes), ``samples``, ``notes``, ``steps`` [{"step", "peak_bytes", "phase_peaks":
         {phase: bytes}, "left_bytes" (what the step left behind, when the probe said)}] (the
-        probe's high-water marks; empty for traces of older probes) and ``drift``
-        ({"bytes_per_step", "steps", "first_step", "last_step", "what", "text"} or null; "what"
-        is "per-step peak" or "memory left after each step").
+        probe's high-water marks; empty for traces of older probes) and the time-to-OOM's
+        fields (:meth:`gpumem_tui.forecast.Forecast.to_json`: ``drift`` {"bytes_per_step",
+        "over_steps", ...} or null, ``steps_to_limit``, ``seconds_to_limit``, their reasons).
         """
         predicted: dict[str, int] = dict(self.predicted_components)
         measured: dict[str, int | None] = {name: None for name in predicted}
@@ -289,14 +291,7 @@ class ComparisonResult:
             "samples": self.sample_count,
             "notes": list(self.notes),
             "steps": [s.to_json() for s in self.steps],
-            "drift": None if self.drift is None else {
-                "bytes_per_step": round(self.drift.bytes_per_step),
-                "steps": self.drift.steps,
-                "first_step": self.drift.first_step,
-                "last_step": self.drift.last_step,
-                "what": self.drift.what,
-                "text": self.drift.text(),
-            },
+            **(self.forecast or forecast(self.steps, None)).to_json(),
         }
 
 
@@ -392,10 +387,11 @@ def compare(
     return compare_record(estimate, fold.record())
 
 
-def compare_record(estimate: Any, measured: MeasuredRecord) -> ComparisonResult:
+def compare_record(estimate: Any, measured: MeasuredRecord, limit_bytes: int | None = None) -> ComparisonResult:
     """:func:`compare` on what was measured of one process, folded in bounded memory
     (:class:`~gpumem_tui.measured_record.MeasuredRecord`): the same figures as
     :func:`compare` on the samples, marks, high-water marks and NVML rows it was folded from.
+    ``limit_bytes``: the time-to-OOM's limit in the measured figure (None: not known).
 
     Raises:
         ComparisonError: no probe samples, samples from both cpu and cuda, or an estimate
@@ -426,7 +422,8 @@ def compare_record(estimate: Any, measured: MeasuredRecord) -> ComparisonResult:
     if not on_cuda and (context or reserve):
         notes.append("the estimate's CUDA context and allocator reserve are left out (the job ran on the CPU)")
 
-    drift = step_drift(measured.steps)
+    outlook = forecast(measured.steps, limit_bytes)
+    drift = outlook.drift
     if drift is not None:
         notes.append(f"the {drift.what} rises steadily: {drift.text()} (a leak?)")
     if measured.steps_left_out:
@@ -451,6 +448,7 @@ def compare_record(estimate: Any, measured: MeasuredRecord) -> ComparisonResult:
         components_sample_bytes=sample_bytes,
         steps=measured.steps,
         drift=drift,
+        forecast=outlook,
     )
 
 

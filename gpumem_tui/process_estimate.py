@@ -27,7 +27,16 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from gpumem_tui.comparison import ComparisonError, ComparisonResult, compare, compare_record, spec_from_probe_info
+from gpumem_tui.comparison import (
+    FIGURE_ALLOCATED,
+    FIGURE_CPU_LIVE,
+    ComparisonError,
+    ComparisonResult,
+    compare,
+    compare_record,
+    spec_from_probe_info,
+)
+from gpumem_tui.forecast import forecast
 from gpumem_tui.measured_context import init_context
 from gpumem_tui.probed_state import ProbedProcesses, ProbedSummary
 from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeInfo, ProbeSample, ProcessSample, Snapshot
@@ -36,6 +45,7 @@ from gpumem_tui.text import printable
 __all__ = [
     "SOURCE_PROBE",
     "SOURCE_USER",
+    "NoPrediction",
     "ProcessEstimate",
     "ProcessEstimates",
     "compare_probed",
@@ -45,6 +55,7 @@ __all__ = [
     "compare_trace",
     "device_kind",
     "from_probe_info",
+    "measured_only",
     "model_label",
 ]
 
@@ -217,16 +228,28 @@ def compare_process(
     return _with_process_notes(result, process, published_params)
 
 
-def compare_summary(process: ProcessEstimate, summary: ProbedSummary) -> ComparisonResult:
+class NoPrediction(ComparisonError):
+    """A probed process was measured but has no estimate (e.g. the probe published no model
+    config): the message is why; ``summary`` is what was measured, for :func:`measured_only`."""
+
+    def __init__(self, message: str, summary: ProbedSummary) -> None:
+        super().__init__(message)
+        self.summary = summary
+
+
+def compare_summary(process: ProcessEstimate, summary: ProbedSummary,
+                    limit_bytes: int | None = None) -> ComparisonResult:
     """Predicted vs measured for one process from what was measured of it so far: what both
     the pane and ``gpumem-tui compare`` show (:mod:`gpumem_tui.probed_state`).
+    ``limit_bytes``: the time-to-OOM's limit (:func:`gpumem_tui.forecast.forecast`), or None.
 
     Raises:
-        ComparisonError: no estimate (the message is ``process.problem``) or nothing measured.
+        NoPrediction: no estimate (the message is ``process.problem``) but something measured.
+        ComparisonError: nothing measured.
     """
     if process.estimate is None:
-        raise ComparisonError(process.problem or f"pid {process.pid}: no estimate")
-    result = compare_record(process.estimate, summary.record)
+        raise NoPrediction(process.problem or f"pid {process.pid}: no estimate", summary)
+    result = compare_record(process.estimate, summary.record, limit_bytes)
     published = dict(summary.info.setup).get("total_params") if summary.info is not None else None
     return _with_process_notes(result, process, published)
 
@@ -256,7 +279,8 @@ def _with_process_notes(result: ComparisonResult, process: ProcessEstimate, publ
 # From snapshots / a trace file
 
 
-def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None) -> ComparisonResult:
+def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None,
+                      limit_bytes: int | None = None) -> ComparisonResult:
     """Estimate from the probe's published setup and compare with its measured samples.
 
     The snapshots are folded one at a time (:class:`~gpumem_tui.probed_state.ProbedProcesses`),
@@ -267,18 +291,21 @@ def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None) -> 
     Args:
         snapshots: a recorded or live series; the last ``ProbeInfo`` of the process is used.
         pid: the probed process; default: the only one that published a ``ProbeInfo``.
+        limit_bytes: the time-to-OOM's limit in the measured figure, or None.
 
     Raises:
-        ComparisonError: no probed process, several without ``pid``, no samples, or inputs
-            the estimator rejects (one line, names the field).
+        NoPrediction: the process was measured but has no estimate (inputs the estimator
+            cannot use: one line, names the field); :func:`measured_only` reports it.
+        ComparisonError: no probed process, several without ``pid``, no samples.
     """
     state = ProbedProcesses()  # the same state the dashboard keeps while it runs
     for snap in snapshots:
         state.add_snapshot(snap)
-    return compare_probed(state, pid)
+    return compare_probed(state, pid, limit_bytes)
 
 
-def compare_probed(state: ProbedProcesses, pid: int | None = None) -> ComparisonResult:
+def compare_probed(state: ProbedProcesses, pid: int | None = None,
+                   limit_bytes: int | None = None) -> ComparisonResult:
     """:func:`compare_snapshots` on the state the snapshots were folded into.
 
     Raises:
@@ -303,30 +330,56 @@ def compare_probed(state: ProbedProcesses, pid: int | None = None) -> Comparison
     if summary is None or not summary.record.sample_count:
         raise ComparisonError(f"no probe samples for pid {pid}: nothing measured to compare with")
     process = from_probe_info(info, device=summary.record.device, measured_context=summary.context)
-    return compare_summary(process, summary)
+    return compare_summary(process, summary, limit_bytes)
 
 
-def compare_trace(path: str | os.PathLike[str], pid: int | None = None, until: float | None = None) -> dict[str, Any]:
+def measured_only(summary: ProbedSummary, problem: str, limit_bytes: int | None = None) -> dict[str, Any]:
+    """What was measured of a process that has no prediction, in ``compare --json``'s keys:
+    ``pid``, ``device``, ``measured_figure``, ``peak_measured_bytes`` (the samples' and the
+    high-water marks' highest), ``samples``, ``steps``, the time-to-OOM's fields
+    (:meth:`gpumem_tui.forecast.Forecast.to_json`), ``notes``, and ``no_prediction`` (why:
+    ``problem``); ``predicted`` / ``measured`` / ``error_percent`` are empty."""
+    record = summary.record
+    kinds = record.device_kinds
+    device = kinds[0] if len(kinds) == 1 else (record.device or "?")
+    peak = max(record.peak_allocated or 0, record.highest_step or 0) if record.sample_count else None
+    outlook = forecast(record.steps, limit_bytes)
+    notes = [] if outlook.drift is None else [f"the {outlook.drift.what} rises steadily: {outlook.drift.text()} (a leak?)"]
+    return {
+        "pid": record.pid, "device": device,
+        "measured_figure": FIGURE_ALLOCATED if device == "cuda" else FIGURE_CPU_LIVE,
+        "no_prediction": problem, "predicted": {}, "measured": {}, "error_percent": {},
+        "peak_predicted_bytes": None, "peak_measured_bytes": peak, "samples": record.sample_count,
+        "steps": [s.to_json() for s in record.steps], **outlook.to_json(), "notes": notes,
+    }  # fmt: skip
+
+
+def compare_trace(path: str | os.PathLike[str], pid: int | None = None, until: float | None = None,
+                  limit_bytes: int | None = None) -> dict[str, Any]:
     """``gpumem-tui compare trace.jsonl --json``: the comparison of a recorded trace as JSON.
 
     The trace is streamed: indexed in one pass (:func:`gpumem_tui.telemetry.trace_file.scan_trace`),
     then read one record at a time, skipping what a replay skips (records out of time order,
     unreadable records). ``until``: only the records up to that many seconds after the first
-    (what a replay at that position has passed).
+    (what a replay at that position has passed). ``limit_bytes``: the time-to-OOM's limit.
 
-    Returns :meth:`ComparisonResult.to_json` plus ``"trace_notices"`` (the reader's notices,
-    e.g. a torn last line). All byte figures are ints; percentages are floats or null.
+    Returns :meth:`ComparisonResult.to_json` (or, for a process without a prediction,
+    :func:`measured_only`) plus ``"trace_notices"`` (the reader's notices, e.g. a torn last
+    line). All byte figures are ints; percentages are floats or null.
 
     Raises:
         TraceError: empty or non-JSON trace.
-        ComparisonError: the trace has nothing to compare (see :func:`compare_snapshots`).
+        ComparisonError: the trace has nothing measured to report (see :func:`compare_snapshots`).
         OSError: the file cannot be read.
     """
     from gpumem_tui.telemetry.trace_file import iter_snapshots, scan_trace
 
     scan = scan_trace(path)
     unreadable = [0, 0]  # records that failed to parse: how many, the first's line
-    result = compare_snapshots(iter_snapshots(scan, until, unreadable), pid=pid).to_json()
+    try:
+        result = compare_snapshots(iter_snapshots(scan, until, unreadable), pid, limit_bytes).to_json()
+    except NoPrediction as exc:
+        result = measured_only(exc.summary, str(exc), limit_bytes)
     result["trace_notices"] = scan.notices_with_unreadable(*unreadable)
     _check_finite(result)
     return result

@@ -2,7 +2,8 @@
 
     gpumem-tui record -o trace.jsonl [--interval S] [--duration S]   # headless recorder
     gpumem-tui replay trace.jsonl [--speed X]                        # dashboard on a trace
-    gpumem-tui compare trace.jsonl [--json] [--pid N] [--until S]    # predicted vs measured
+    gpumem-tui compare trace.jsonl [--json] [--pid N] [--until S] [--limit SIZE]
+                                                                     # predicted vs measured
 
 ``main`` receives the subcommand name first (see ``gpumem_tui.cli``). Exit codes: 0 ok,
 1 runtime failure, 2 bad input (one line on stderr: bad flags, empty or non-JSON trace,
@@ -26,6 +27,19 @@ from gpumem_tui.cli_support import InputError, OneLineParser, number_arg, positi
 
 _speed_factor = number_arg(float)
 _play_position = number_arg(float, strict=False, unit="seconds")
+
+
+def _limit_size(text: str) -> int:
+    """``--limit SIZE`` (``24GiB``, ``16GB``, ``512MiB``): bytes > 0."""
+    from gpumem_tui.units import parse_bytes
+
+    try:
+        size = parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if size <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return size
 
 
 def _parser(name: str) -> argparse.ArgumentParser:
@@ -55,6 +69,9 @@ def _parser(name: str) -> argparse.ArgumentParser:
         parser.add_argument("--until", type=_play_position, default=None, metavar="SECONDS",
                             help="only the records up to SECONDS after the first (what a replay at that "
                                  "position shows in its comparison pane)")
+        parser.add_argument("--limit", type=_limit_size, default=None, metavar="SIZE",
+                            help="memory the job's measured peak may reach (e.g. 24GiB): the "
+                                 "time-to-OOM of a steady rise is counted against it")
     return parser
 
 
@@ -179,7 +196,7 @@ def _compare(args: argparse.Namespace) -> int:
     from gpumem_tui.telemetry.replay import TraceError
 
     try:
-        result = compare_trace(args.trace, pid=args.pid, until=args.until)
+        result = compare_trace(args.trace, pid=args.pid, until=args.until, limit_bytes=args.limit)
     except (TraceError, ComparisonError) as exc:
         print(f"gpumem-tui compare: {exc}", file=sys.stderr)
         return 2
@@ -204,6 +221,8 @@ def format_comparison(result: dict[str, Any]) -> str:
     def format_mib(n: Any) -> str:
         return format_bytes(n, "MiB")
 
+    if result.get("no_prediction") is not None:
+        return _format_measured_only(result)
     names = {name: printable(str(name), limit=60) for name in result.get("predicted", {})}
     width = max([len("component"), *(len(n) for n in names.values())])
     lines = [
@@ -227,13 +246,41 @@ def format_comparison(result: dict[str, Any]) -> str:
         f"{format_mib(peak_m) if peak_m is not None else 'n/a':>12} "
         f"{f'{peak_err:+.1f}' if peak_err is not None else 'n/a':>9}"
     )
+    return "\n".join(lines + _steps_and_notes(result))
+
+
+def _format_measured_only(result: dict[str, Any]) -> str:
+    """A process without a prediction: what was measured, then why there is no prediction."""
+    from gpumem_tui.text import printable
+    from gpumem_tui.units import format_bytes
+
+    peak = result.get("peak_measured_bytes")
+    lines = [
+        f"pid {result.get('pid')} on {result.get('device')}: measured figure {result.get('measured_figure')}",
+        f"measured peak {format_bytes(peak, 'MiB') if peak is not None else 'n/a'} "
+        f"over {result.get('samples')} samples",
+        f"no prediction: {printable(str(result.get('no_prediction')))}",
+    ]
+    return "\n".join(lines + _steps_and_notes(result))
+
+
+def _steps_and_notes(result: dict[str, Any]) -> list[str]:
+    """The per-step high-water marks' line, the time-to-OOM line and the notes."""
+    from gpumem_tui.text import printable
+    from gpumem_tui.units import format_bytes
+
+    lines = []
     steps = result.get("steps") or []
     if steps:
         top = max(steps, key=lambda st: st.get("peak_bytes", 0))
         phases = top.get("phase_peaks", {})
         phase = max(phases, key=phases.get) if phases else "?"
-        lines.append(f"high-water marks of {len(steps)} steps: highest {format_mib(top.get('peak_bytes'))} "
+        lines.append(f"high-water marks of {len(steps)} steps: highest {format_bytes(top.get('peak_bytes'), 'MiB')} "
                      f"in step {top.get('step')} ({printable(str(phase), 20)})")
+    if steps and result.get("forecast_text"):
+        limit = result.get("limit_bytes")
+        against = f" (limit {format_bytes(limit, 'MiB')})" if limit is not None else ""
+        lines.append(f"time-to-OOM: {printable(str(result['forecast_text']))}{against}")
     for note in [*result.get("notes", []), *result.get("trace_notices", [])]:
         lines.append(f"note: {printable(str(note))}")
-    return "\n".join(lines)
+    return lines
