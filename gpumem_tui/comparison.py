@@ -38,7 +38,7 @@ from typing import Any
 
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS
 from gpumem_tui.measured_record import MeasuredFold, MeasuredRecord, device_kind
-from gpumem_tui.forecast import Forecast, forecast
+from gpumem_tui.forecast import NO_LIMIT, Forecast, forecast
 from gpumem_tui.step_peaks import Drift, StepPeak
 from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeInfo, ProbeSample, ProcessSample
 
@@ -387,11 +387,12 @@ def compare(
     return compare_record(estimate, fold.record())
 
 
-def compare_record(estimate: Any, measured: MeasuredRecord, limit_bytes: int | None = None) -> ComparisonResult:
+def compare_record(estimate: Any, measured: MeasuredRecord, limit_bytes: int | None = None,
+                   no_limit: str = NO_LIMIT) -> ComparisonResult:
     """:func:`compare` on what was measured of one process, folded in bounded memory
     (:class:`~gpumem_tui.measured_record.MeasuredRecord`): the same figures as
     :func:`compare` on the samples, marks, high-water marks and NVML rows it was folded from.
-    ``limit_bytes``: the time-to-OOM's limit in the measured figure (None: not known).
+    ``limit_bytes``: the time-to-OOM's limit in the measured figure (None: ``no_limit`` says why).
 
     Raises:
         ComparisonError: no probe samples, samples from both cpu and cuda, or an estimate
@@ -422,7 +423,7 @@ def compare_record(estimate: Any, measured: MeasuredRecord, limit_bytes: int | N
     if not on_cuda and (context or reserve):
         notes.append("the estimate's CUDA context and allocator reserve are left out (the job ran on the CPU)")
 
-    outlook = forecast(measured.steps, limit_bytes)
+    outlook = forecast(measured.steps, limit_bytes, no_limit)
     drift = outlook.drift
     if drift is not None:
         notes.append(f"the {drift.what} rises steadily: {drift.text()} (a leak?)")

@@ -29,13 +29,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpumem_tui.step_peaks import Drift, StepPeak, step_drift_fit
+from gpumem_tui.telemetry.model import Snapshot
 
 #: Steps whose highest peak is the latest peak (the last step may be half done).
 LATEST_STEPS = 3
 #: The reason when no limit is known (``compare`` without ``--limit``).
 NO_LIMIT = "no limit known: pass --limit"
 
-__all__ = ["Forecast", "LATEST_STEPS", "NO_LIMIT", "forecast", "format_duration", "live_limit"]
+#: The reason on a live dashboard when the process has no GPU figures to count against.
+NO_LIVE_LIMIT = "no limit known: NVML gives no free memory for this process's GPU"
+
+__all__ = ["Forecast", "LATEST_STEPS", "NO_LIMIT", "NO_LIVE_LIMIT", "forecast", "format_duration", "live_limit",
+           "snapshot_limit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,3 +175,20 @@ def live_limit(total_bytes: int | None, used_bytes: int | None, own_used_bytes: 
         return None
     limit = total_bytes - used_bytes + own_used_bytes - (own_context_bytes or 0)
     return limit if limit > 0 else None
+
+
+def snapshot_limit(snap: Snapshot | None, pid: int, own_context_bytes: int | None = None) -> int | None:
+    """:func:`live_limit` of ``pid`` from one poll: its NVML row with a "used" figure and that
+    GPU's total and used. None without such a row (a CPU job, NVML without per-process
+    figures) or when the process is on several GPUs (no single limit)."""
+    if snap is None:
+        return None
+    rows = [p for p in snap.processes if p.pid == pid and p.device_index is not None
+            and p.used_memory_bytes is not None]
+    if len({p.device_index for p in rows}) != 1:
+        return None
+    row = rows[0]
+    device = next((d for d in snap.devices if d.index == row.device_index), None)
+    if device is None:
+        return None
+    return live_limit(device.memory_total_bytes, device.memory_used_bytes, row.used_memory_bytes, own_context_bytes)

@@ -36,7 +36,7 @@ from gpumem_tui.comparison import (
     compare_record,
     spec_from_probe_info,
 )
-from gpumem_tui.forecast import forecast
+from gpumem_tui.forecast import NO_LIMIT, forecast
 from gpumem_tui.measured_context import init_context
 from gpumem_tui.probed_state import ProbedProcesses, ProbedSummary
 from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeInfo, ProbeSample, ProcessSample, Snapshot
@@ -237,11 +237,12 @@ class NoPrediction(ComparisonError):
         self.summary = summary
 
 
-def compare_summary(process: ProcessEstimate, summary: ProbedSummary,
-                    limit_bytes: int | None = None) -> ComparisonResult:
+def compare_summary(process: ProcessEstimate, summary: ProbedSummary, limit_bytes: int | None = None,
+                    no_limit: str = NO_LIMIT) -> ComparisonResult:
     """Predicted vs measured for one process from what was measured of it so far: what both
     the pane and ``gpumem-tui compare`` show (:mod:`gpumem_tui.probed_state`).
-    ``limit_bytes``: the time-to-OOM's limit (:func:`gpumem_tui.forecast.forecast`), or None.
+    ``limit_bytes``: the time-to-OOM's limit (:func:`gpumem_tui.forecast.forecast`), or None
+    (``no_limit``: the reason then).
 
     Raises:
         NoPrediction: no estimate (the message is ``process.problem``) but something measured.
@@ -249,7 +250,7 @@ def compare_summary(process: ProcessEstimate, summary: ProbedSummary,
     """
     if process.estimate is None:
         raise NoPrediction(process.problem or f"pid {process.pid}: no estimate", summary)
-    result = compare_record(process.estimate, summary.record, limit_bytes)
+    result = compare_record(process.estimate, summary.record, limit_bytes, no_limit)
     published = dict(summary.info.setup).get("total_params") if summary.info is not None else None
     return _with_process_notes(result, process, published)
 

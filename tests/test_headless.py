@@ -22,6 +22,7 @@ HEADLESS = [
     "gpumem_tui.estimator.cli",
     "gpumem_tui.comparison",
     "gpumem_tui.process_estimate",
+    "gpumem_tui.forecast",
 ]
 
 

@@ -35,7 +35,8 @@ from gpumem_tui.telemetry.model import (
     TelemetrySource,
     namespace_note,
 )
-from gpumem_tui.step_peaks import step_drift, step_peaks
+from gpumem_tui.forecast import forecast, snapshot_limit
+from gpumem_tui.step_peaks import step_peaks
 from gpumem_tui.text import printable
 from gpumem_tui.ui import side_pane as pane
 from gpumem_tui.ui.device_panel import DevicePanel
@@ -455,11 +456,19 @@ class GpuMemApp(App[None]):
             touched.add(peak.pid)
         flags = self.table.flags
         for pid in touched:
-            drift = step_drift(step_peaks(self.phase_peaks[pid]))
-            if drift is None:
+            # the GPU's free memory (+ the process's own) is the limit (gpumem_tui.forecast)
+            outlook = forecast(step_peaks(self.phase_peaks[pid]), self.live_limit(pid))
+            if outlook.drift is None:
                 flags.pop(pid, None)
             else:
-                flags[pid] = "leak? " + drift.text().replace(" per step", "/step")
+                when = outlook.short()
+                flags[pid] = "leak? " + outlook.drift.text().replace(" per step", "/step") + (
+                    f", {when}" if when else "")
+
+    def live_limit(self, pid: int | None) -> int | None:
+        """What ``pid``'s torch allocated may reach on its GPU now (bytes;
+        :func:`gpumem_tui.forecast.snapshot_limit` of the latest poll), or None."""
+        return None if pid is None else snapshot_limit(self.snapshot, pid, self.probed.context(pid))
 
     def _record_probe(self, probe: ProbeSample) -> None:
         self.probe_devices[probe.pid] = probe.device
@@ -716,6 +725,7 @@ class GpuMemApp(App[None]):
             process=self.process_estimates.get(pid),
             measured=self.probed.summary(pid),
             gpu_context=self.gpu_contexts.get(gpu) if gpu is not None else None,
+            limit_bytes=self.live_limit(pid),
         )
         error = pane.push(self.screen_stack[0], self._pane_state, selection)
         if error:

@@ -4,7 +4,8 @@
 component (or per group of components the probe measures together, followed by its members
 indented), with predicted, measured, % error and absolute error, then one peak row per
 measured figure (torch allocated, torch reserved, NVML used on CUDA; CPU live tensors on the
-CPU), and a line saying which figure the per-component numbers are. Numbers the probe cannot
+CPU), and a line saying which figure the per-component numbers are; under it, when the
+per-step peak rises steadily, the time-to-OOM (:mod:`gpumem_tui.forecast`). Numbers the probe cannot
 give are shown as "n/m" (not measured) with the reason in the row's last column, never as 0.
 
 The table is laid out for a side pane about 60 columns wide: short component names (the
@@ -183,7 +184,11 @@ class ComparisonView(Vertical):
                 Text(f"{peak.figure}; predicted {peak.predicted_scope}", style="dim"),
                 key=f"p:{peak.figure}",
             )
-        notes.update(Text("\n".join(printable(f"note: {n}", limit=500) for n in result.notes)))
+        lines = [printable(f"note: {n}", limit=500) for n in result.notes]
+        outlook = result.forecast
+        if outlook is not None and outlook.drift is not None:  # a steady rise: when it runs out
+            lines.insert(0, printable(f"time-to-OOM: {outlook.text()}", limit=500))
+        notes.update(Text("\n".join(lines)))
 
     def cell_texts(self) -> list[list[str]]:
         """Every row's cells as plain text without the alignment padding (for tests and copy-out)."""

@@ -32,7 +32,8 @@ class PaneSelection:
     process so far (its probe's samples, marks and high-water marks, NVML used, its setup),
     None when it is not probed. ``gpu_context`` is the CUDA context
     after initialisation measured on the selected GPU from a probed job there (bytes, see
-    :mod:`gpumem_tui.measured_context`), or None.
+    :mod:`gpumem_tui.measured_context`), or None. ``limit_bytes``: what the process's torch
+    allocated may reach on its GPU now (:func:`gpumem_tui.forecast.snapshot_limit`), or None.
     """
 
     gpu: int | None = None
@@ -42,6 +43,7 @@ class PaneSelection:
     process: ProcessEstimate | None = None
     measured: ProbedSummary | None = None
     gpu_context: int | None = None
+    limit_bytes: int | None = None  # the time-to-OOM's limit: the GPU's free + the process's own
 
 
 @dataclass
@@ -120,17 +122,18 @@ def _push(screen: Any, state: PaneState, sel: PaneSelection) -> None:
 
 def _update_comparison(view: Any, state: PaneState, sel: PaneSelection) -> None:
     from gpumem_tui.comparison import ComparisonError
-    from gpumem_tui.process_estimate import compare_summary
+    from gpumem_tui.forecast import NO_LIVE_LIMIT
+    from gpumem_tui.process_estimate import NoPrediction, compare_summary
 
     pid, process, measured = sel.pid, sel.process, sel.measured
     if pid is None or measured is None or not measured.record.sample_count:
         key: tuple[Any, ...] = ("none", pid)
         message = "select a process that runs gpumem_tui.probe to compare"
     elif process is None:
-        key = ("noest", pid)
-        message = f"PID {pid} has no estimate: {NO_ESTIMATE_HINT}"
+        key = ("noest", pid, measured.version, sel.limit_bytes)
+        message = _measured_only_text(measured, f"PID {pid} has no estimate: {NO_ESTIMATE_HINT}", sel.limit_bytes)
     else:
-        key = ("cmp", pid, id(process), measured.version)
+        key = ("cmp", pid, id(process), measured.version, sel.limit_bytes)
         message = None
     if state.comparison_key == key:
         return
@@ -139,7 +142,10 @@ def _update_comparison(view: Any, state: PaneState, sel: PaneSelection) -> None:
         view.update_comparison(None, message)
         return
     try:
-        result = compare_summary(process, measured)
+        result = compare_summary(process, measured, sel.limit_bytes, NO_LIVE_LIMIT)
+    except NoPrediction as exc:
+        view.update_comparison(None, _measured_only_text(measured, f"no prediction: {exc}", sel.limit_bytes))
+        return
     except ComparisonError as exc:
         view.update_comparison(None, str(exc))
         return
@@ -147,3 +153,16 @@ def _update_comparison(view: Any, state: PaneState, sel: PaneSelection) -> None:
         view.update_comparison(None, f"comparison failed: {type(exc).__name__}: {exc}")
         return
     view.update_comparison(result, title=process.label)
+
+
+def _measured_only_text(measured: ProbedSummary, why: str, limit: int | None) -> str:
+    """Why there is no prediction, then what was measured: the peak and the time-to-OOM."""
+    from gpumem_tui.forecast import NO_LIVE_LIMIT, forecast
+    from gpumem_tui.units import format_bytes
+
+    record = measured.record
+    peak = max(record.peak_allocated or 0, record.highest_step or 0)
+    lines = [why, f"measured peak {format_bytes(peak)} over {record.sample_count} samples"]
+    if record.steps:
+        lines.append(f"time-to-OOM: {forecast(record.steps, limit, NO_LIVE_LIMIT).text()}")
+    return "\n".join(lines)
