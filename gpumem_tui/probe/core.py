@@ -32,6 +32,8 @@ _TAG_CATEGORY = {
 _active: Probe | None = None
 _active_lock = threading.Lock()
 _STALE_FILE_SECONDS = 7 * 24 * 3600.0
+# How often a sample re-reads its categories when the training thread allocated meanwhile.
+_CONSISTENT_READ_TRIES = 20
 
 
 class ProbeError(RuntimeError):
@@ -298,31 +300,54 @@ class Probe:
             result["buffers"] = buffers
         return result
 
+    def _consistent_reading(self) -> tuple[dict[str, int], int | None, int]:
+        """(:meth:`categories`, the tracker's live bytes, its bytes made in forward), read while
+        the tracker saw no tensor allocated or freed, so that all three describe one instant:
+        the training thread runs on while this sampling thread walks the parameters.
+
+        Without a tracker, live is None and the forward bytes 0. The categories are empty
+        when the training thread kept allocating through every try or a dict changed size
+        under us (first optimizer step): that sample then carries no split rather than one
+        that does not add up.
+        """
+        tracker = self._tracker
+        if tracker is None:
+            try:
+                return self.categories(), None, 0
+            except RuntimeError:
+                return {}, None, 0
+        for _ in range(_CONSISTENT_READ_TRIES):
+            before = tracker.changes
+            try:
+                categories = self.categories()
+            except RuntimeError:
+                return {}, tracker.live_bytes, 0
+            live = tracker.live_bytes
+            made_in_forward = tracker.live_by_tag().get(Phase.FORWARD.value, 0)
+            if tracker.changes == before:
+                return categories, live, made_in_forward
+            time.sleep(0)  # let the training thread get on with what it is doing
+        return {}, tracker.live_bytes, 0
+
     def memory(self) -> dict[str, Any]:
         """The memory fields of one stream line (see ``gpumem_tui.telemetry.probe_source``)."""
         torch = self._torch
         fields: dict[str, Any] = {"device": str(self.device)}
-        try:
-            categories = self.categories()
-        except RuntimeError:  # a dict changed size under us (first optimizer step): skip once
-            categories = {}
         tracker = self._tracker
+        categories, live, made_in_forward = self._consistent_reading()
         if self.device.type == "cuda":
             allocated = int(torch.cuda.memory_allocated(self.device))
             fields["torch_allocated"] = allocated
             fields["torch_reserved"] = int(torch.cuda.memory_reserved(self.device))
             fields["torch_max_allocated"] = int(torch.cuda.max_memory_allocated(self.device))
-            live = allocated if tracker is None else tracker.live_bytes
+            if tracker is None:
+                live = allocated
         elif tracker is not None:
-            live = tracker.live_bytes
             fields["cpu_live_tensors"] = live
             fields["cpu_live_tensors_peak"] = tracker.peak_bytes
-        else:
-            live = None
         if categories and live is not None:
             rest = max(0, live - sum(categories.values()))
             if tracker is not None:
-                made_in_forward = tracker.live_by_tag().get(Phase.FORWARD.value, 0)
                 categories["activations"] = min(rest, made_in_forward)
                 categories["temporaries"] = rest - categories["activations"]
             else:
