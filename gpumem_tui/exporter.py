@@ -259,8 +259,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="allow a non-loopback --listen address (the metrics name users and commands)")
     p.add_argument("--allow-host", action="append", default=[], type=_host_argument, metavar="NAME",
                    help="also answer requests whose Host header is NAME (a DNS alias or a reverse proxy's "
-                   "name; repeatable). Others than localhost, 127.0.0.1, [::1] and, with --allow-remote, "
-                   "this machine's names and addresses get 403")
+                   "name; repeatable). Other hosts than localhost, 127.0.0.1, [::1] (and, with "
+                   "--allow-remote, this machine's names and addresses) get 403")
     p.add_argument("--interval", type=positive_seconds, default=5.0, metavar="S",
                    help="seconds between polls of NVML and the probe streams (default 5)")
     p.add_argument("--probe-dir", type=Path, default=None, metavar="DIR", help="where probe streams are read")
