@@ -379,3 +379,16 @@ def test_the_dashboard_reads_the_gap_and_shows_only_what_was_written(tmp_path, m
     assert [p.time for p in reading.probes] == [now - 3, now]  # nothing made up for the gap
     (notice,) = [n for n in reading.notices if "lost" in n]
     assert "4 records lost" in notice and "disk full" in notice
+
+
+def test_a_parent_you_may_only_pass_through_is_walked_without_reading_it(two_users, shared_dir):
+    _, victim = two_users
+    passage = shared_dir / "passage"
+    passage.mkdir()
+    passage.chmod(0o711)  # root's, searchable but not readable by the victim
+    probes = passage / "probes"
+    probes.mkdir(mode=0o700)
+    os.chown(probes, victim.uid, victim.gid)
+    failed, warned, _ = run_as(victim, _probe_and_clean, str(probes / "4242.jsonl"))
+    assert failed is None and warned == []
+    assert (probes / "4242.jsonl").stat().st_uid == victim.uid

@@ -2,7 +2,8 @@
 used only through its descriptor (no torch).
 
 :func:`open_stream_directory` walks the path from ``/`` down one component at a time with
-``openat(..., O_DIRECTORY | O_NOFOLLOW)``, checking each directory as OpenSSH's
+``openat(..., O_DIRECTORY | O_NOFOLLOW)`` (parents with ``O_PATH``, which needs only search
+permission), checking each directory as OpenSSH's
 ``StrictModes`` checks the parents of ``~/.ssh`` (``safe_path`` in OpenSSH's ``misc.c``): owned
 by root or this user and writable by no one else -- except that a parent with the sticky bit
 (``/tmp``) may be writable by all, since there no one can rename or delete another user's
@@ -30,6 +31,9 @@ from gpumem_tui.safe_files import group_is_private, user_name
 #: Symbolic links followed in one path before giving up (Linux's own limit, ``MAXSYMLINKS``).
 MAX_LINKS = 40
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+# Parents are only walked through: O_PATH (Linux) needs no read permission (a 0711 parent).
+_WALK_FLAGS = (os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+               if hasattr(os, "O_PATH") else _DIR_FLAGS)
 
 __all__ = ["MAX_LINKS", "StreamRefused", "directory_problem", "open_stream_directory", "parent_problem",
            "remove_stale_streams"]
@@ -94,7 +98,7 @@ def _parts(path: str) -> list[str]:
 
 
 def _open_root() -> tuple[int, str]:
-    fd = os.open("/", _DIR_FLAGS)
+    fd = os.open("/", _WALK_FLAGS)
     problem = parent_problem(os.fstat(fd), "/")
     if problem is not None:
         os.close(fd)
@@ -111,7 +115,8 @@ def _enter(parent_fd: int, name: str, shown: str, last: bool, missing: bool) -> 
             created = True
         except FileExistsError:
             pass  # made by someone else meanwhile: checked like any existing directory
-    fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)  # ENOTDIR: a file, or a link put there since the lstat
+    # ENOTDIR: a file, or a link put there since the lstat. A new one is opened to be chmod'ed.
+    fd = os.open(name, _DIR_FLAGS if last or created else _WALK_FLAGS, dir_fd=parent_fd)
     try:
         if created:
             os.fchmod(fd, 0o700)  # the umask may have taken bits away (0o777 leaves 0000)
@@ -166,6 +171,8 @@ def open_stream_directory(directory: Path | str) -> int:
             problem = directory_problem(os.fstat(fd), "/")
             if problem is not None:
                 raise StreamRefused(problem)
+            os.close(fd)
+            fd = os.open("/", _DIR_FLAGS)
     except BaseException:
         os.close(fd)
         raise
