@@ -1,12 +1,14 @@
 """``gpumem-tui exporter``: the dashboard's telemetry as Prometheus metrics on ``/metrics``.
 
     gpumem-tui exporter [--listen 127.0.0.1:9835] [--interval S] [--probe-dir DIR] [--allow-remote]
+                        [--allow-host NAME ...]
 
 The main loop polls the same telemetry source as the dashboard
 (:class:`gpumem_tui.telemetry.live.LiveSource`: NVML, host details, probe streams) every
 ``--interval`` seconds and keeps what it saw in an :class:`ExporterState`; a scrape only reads
-that state (prometheus_client's HTTP server answers in its own thread), so a slow NVML call
-never makes a scrape wait. Metrics (bytes, watts, degrees Celsius, ratios 0-1):
+that state (the HTTP server of :mod:`gpumem_tui.exporter_http`, prometheus_client's WSGI app
+behind a Host check, timeouts and a connection cap, answers in its own threads), so a slow
+NVML call never makes a scrape wait. Metrics (bytes, watts, degrees Celsius, ratios 0-1):
 
 - ``gpumem_gpu_memory_used_bytes`` / ``_total_bytes``, ``gpumem_gpu_utilization_ratio``,
   ``gpumem_gpu_temperature_celsius``, ``gpumem_gpu_power_watts``: labels ``gpu``, ``uuid``,
@@ -25,6 +27,12 @@ never makes a scrape wait. Metrics (bytes, watts, degrees Celsius, ratios 0-1):
   poll's data, and the exporter goes on polling).
 
 Binding to anything but loopback needs ``--allow-remote``: the metrics name users and commands.
+A request is answered only when its ``Host`` header names this server (DNS rebinding: a web
+page cannot read the metrics through a name of its own that resolves to 127.0.0.1):
+``localhost``, ``127.0.0.1``, ``[::1]`` or the listen address, with or without the port; with
+``--allow-remote`` also this machine's host name and IP addresses; and any name given with
+``--allow-host`` (a DNS alias, a reverse proxy). Any other gets 403. Each connection may wait
+at most 5 s per read and last 15 s; at most 16 are served at once, more get 503.
 Exit codes: 0 on Ctrl-C / SIGTERM, 2 bad input or a port that cannot be bound (one line).
 """
 
@@ -42,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpumem_tui.cli_support import InputError, OneLineParser, positive_seconds
+from gpumem_tui.exporter_http import HostPolicy, host_name, serve_metrics
 from gpumem_tui.process_estimate import ProcessEstimates
 from gpumem_tui.telemetry.model import PhaseMark, Snapshot
 from gpumem_tui.text import printable
@@ -233,6 +242,14 @@ def parse_listen(text: str, allow_remote: bool) -> tuple[str, int]:
     return host, int(port_text)
 
 
+def _host_argument(text: str) -> str:
+    """An ``--allow-host`` value: a host name or address, without scheme, path or spaces."""
+    name = host_name(text)
+    if name is None or not all(c.isalnum() or c in "-._:" for c in name):
+        raise argparse.ArgumentTypeError(f"not a host name: {text!r}")
+    return name
+
+
 def _parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description="Serve GPU, process and probe memory as Prometheus metrics on /metrics.")
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
@@ -240,6 +257,10 @@ def _parser() -> argparse.ArgumentParser:
                    "any other address needs --allow-remote)")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow a non-loopback --listen address (the metrics name users and commands)")
+    p.add_argument("--allow-host", action="append", default=[], type=_host_argument, metavar="NAME",
+                   help="also answer requests whose Host header is NAME (a DNS alias or a reverse proxy's "
+                   "name; repeatable). Other hosts than localhost, 127.0.0.1, [::1] (and, with "
+                   "--allow-remote, this machine's names and addresses) get 403")
     p.add_argument("--interval", type=positive_seconds, default=5.0, metavar="S",
                    help="seconds between polls of NVML and the probe streams (default 5)")
     p.add_argument("--probe-dir", type=Path, default=None, metavar="DIR", help="where probe streams are read")
@@ -257,7 +278,7 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     try:
-        from prometheus_client import start_http_server
+        import prometheus_client  # noqa: F401 - checked here for a one-line error
     except ImportError as exc:
         print(f"{PROG}: prometheus_client is not installed ({exc})", file=sys.stderr)
         return 2
@@ -265,7 +286,8 @@ def main(argv: Sequence[str]) -> int:
 
     state = ExporterState()
     try:
-        server, _thread = start_http_server(port, addr=host, registry=build_registry(state))
+        policy = HostPolicy(host, remote=args.allow_remote, extra=args.allow_host)
+        server, _thread = serve_metrics(host, port, build_registry(state), policy)
     except OSError as exc:
         print(f"{PROG}: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
         return 2

@@ -61,28 +61,6 @@ def _tensor_bytes(tensor: Any) -> int:
     return int(tensor.numel()) * int(tensor.element_size())
 
 
-def _cleanup_stale(directory: Path, own: Path) -> None:
-    """Delete probe streams of dead processes untouched for a week (they are ours: same user)."""
-    from gpumem_tui.telemetry.probe_source import _FILE_RE, _process_alive
-
-    now = time.time()
-    try:
-        entries = list(os.scandir(directory))
-    except OSError:
-        return
-    for entry in entries:
-        match = _FILE_RE.match(entry.name)
-        if not match or entry.path == str(own):
-            continue
-        try:
-            if now - entry.stat().st_mtime > _STALE_FILE_SECONDS and not _process_alive(
-                int(match.group(1)), None
-            ):
-                os.unlink(entry.path)
-        except OSError:
-            continue
-
-
 class Probe:
     """Marks training phases and streams memory samples of this process. Use :func:`attach`.
 
@@ -185,8 +163,10 @@ class Probe:
         # A directory that cannot be written or is refused (another user's) warns once and the
         # job runs on without a stream: the probe must never stop the training.
         self._writer = StreamWriter(self.path, info, max_bytes=max_file_bytes)
-        if not self._writer.failed:
-            _cleanup_stale(directory, self.path)
+        if not self._writer.failed:  # streams of dead jobs, a week old: through the checked directory's fd
+            from gpumem_tui.telemetry.probe_source import _process_alive
+
+            self._writer.remove_stale(_STALE_FILE_SECONDS, _process_alive)
 
         if self._tracker is not None:
             self._tracker.register(params, tag="parameters")
