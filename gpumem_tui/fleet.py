@@ -107,11 +107,13 @@ class HostRow:
 
     def state(self, now: float) -> str:
         """"up", or "down, last seen 35 s ago" / "down, not seen up in 1h"."""
-        if self.up:
-            return "up"
+        return "up" if self.up else f"down, {self.last_seen_text(now)}"
+
+    def last_seen_text(self, now: float) -> str:
+        """"last seen 35 s ago", or "not seen up in 1h" when the time is unknown."""
         if self.last_seen is None:
-            return f"down, not seen up in {SEEN_WINDOW}"
-        return f"down, last seen {format_age(now - self.last_seen)} ago"
+            return f"not seen up in {SEEN_WINDOW}"
+        return f"last seen {format_age(now - self.last_seen)} ago"
 
     def to_json(self, now: float) -> dict[str, Any]:
         """The ``fleet --once --json`` row (bytes; utilization 0-1; times in epoch seconds)."""
@@ -162,24 +164,28 @@ class ValueChecks:
     def number(self, metric: str, labels: dict[str, str], value: float | None, low: float, high: float,
                why: str) -> float | None:
         """``value`` if it is a finite number within [low, high], else None (counted)."""
+        if value is not None and low <= value <= high:  # NaN fails every comparison
+            return value
         if value is None or not math.isfinite(value):
             self._refuse(metric, labels, "not a number" if value is None else str(value), "not a finite number")
-        elif not low <= value <= high:
-            self._refuse(metric, labels, f"{value:g}", why)
         else:
-            return value
+            self._refuse(metric, labels, f"{value:g}", why)
         return None
 
     def bytes(self, metric: str, labels: dict[str, str], value: float | None, unit: int = 1) -> int | None:
         """A byte count (``value`` in units of ``unit`` bytes) or None (counted)."""
-        checked = self.number(metric, labels, value, 0, MAX_PLAUSIBLE_BYTES / unit,
-                              "negative" if value is not None and value < 0 else "above 2^60 bytes")
-        return None if checked is None else int(checked * unit)
+        if value is not None and 0 <= value <= MAX_PLAUSIBLE_BYTES / unit:  # the common case, first
+            return int(value * unit)
+        why = "negative" if value is not None and value < 0 else "above 2^60 bytes"
+        self.number(metric, labels, value, 0, MAX_PLAUSIBLE_BYTES / unit, why)
+        return None
 
     def ratio(self, metric: str, labels: dict[str, str], value: float | None, full: float = 1.0) -> float | None:
         """A utilization as 0-1 from ``value`` in [0, full], or None (counted)."""
-        checked = self.number(metric, labels, value, 0, full, f"outside 0-{full:g}")
-        return None if checked is None else checked / full
+        if value is not None and 0 <= value <= full:
+            return value / full
+        self.number(metric, labels, value, 0, full, f"outside 0-{full:g}")
+        return None
 
     def answered(self, promql: str, answer: Answer) -> Answer:
         """``answer``, noting the series left out of it."""
@@ -223,12 +229,14 @@ def read_fleet(client: Client, now: float | None = None) -> FleetReading:
             host_row.gpus.append(row)
         return row
 
-    for labels, value in ask(GPUMEM_USED):
-        gpu(labels.get("instance", "?"), "gpumem", labels).used_bytes = checks.bytes(GPUMEM_USED, labels, value)
-    for labels, value in ask(GPUMEM_TOTAL):
-        gpu(labels.get("instance", "?"), "gpumem", labels).total_bytes = checks.bytes(GPUMEM_TOTAL, labels, value)
-    for labels, value in ask(GPUMEM_UTIL):
-        gpu(labels.get("instance", "?"), "gpumem", labels).utilization = checks.ratio(GPUMEM_UTIL, labels, value)
+    for promql, field_name, check in ((GPUMEM_USED, "used_bytes", checks.bytes),
+                                      (GPUMEM_TOTAL, "total_bytes", checks.bytes),
+                                      (GPUMEM_UTIL, "utilization", checks.ratio)):
+        for labels, value in ask(promql):
+            row = gpus.get((labels.get("instance", "?"), labels.get("gpu", "?")))  # the common case, inline
+            if row is None:
+                row = gpu(labels.get("instance", "?"), "gpumem", labels)
+            setattr(row, field_name, check(promql, labels, value))
     _add_dcgm(ask, checks, hosts, gpu)
     _add_processes(ask, checks, hosts)
     _add_targets(ask, checks, hosts, now)
@@ -303,7 +311,7 @@ def _add_targets(ask, checks: ValueChecks, hosts: dict[str, HostRow], now: float
 
 def down_notice(down: Sequence[HostRow], now: float) -> str:
     """One line naming the down hosts (at most three) and their state."""
-    names = "; ".join(f"{printable(r.host, 60)} {r.state(now)}" for r in down[:3])
+    names = "; ".join(f"{printable(r.host, 60)} ({r.last_seen_text(now)})" for r in down[:3])
     more = f" and {len(down) - 3} more" if len(down) > 3 else ""
     return f"{len(down)} {'host' if len(down) == 1 else 'hosts'} down: {names}{more}"
 

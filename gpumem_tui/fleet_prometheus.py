@@ -38,8 +38,9 @@ __all__ = ["Answer", "PrometheusClient", "PrometheusError", "MAX_RESPONSE_BYTES"
 
 MAX_RESPONSE_BYTES = 32 * MiB
 """A Prometheus answer larger than this is refused (bytes)."""
-MAX_JSON_VALUES = 3_000_000
-"""Upper bound on the JSON values decoded per answer (~14 per series: 200k series fit)."""
+MAX_JSON_VALUES = 2_000_000
+"""Upper bound on the JSON values decoded per answer (an instant-vector series with six labels
+counts ~11: ~180k series fit; the worst answer under it, millions of ``{}``, decodes to ~150 MB)."""
 MAX_SERIES = 200_000
 """Series kept per answer; the rest are counted in :attr:`Answer.left_out`."""
 MAX_LABEL_CHARS = 1024

@@ -123,7 +123,7 @@ class FleetPoller:
                 out[labels.get("gpu", "?")] = [(t, checks.bytes(metric, labels, v, unit)) for t, v in pts]
         problems = checks.summary()
         if bad_times:
-            problems.append(f"{bad_times} points with an impossible timestamp left out")
+            problems.append(f"{_plural(bad_times, 'point')} with an impossible timestamp left out")
         return out, problems
 
 
