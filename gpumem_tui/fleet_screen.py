@@ -176,6 +176,13 @@ def _text(label: str, limit: int = 200) -> Text:
     return Text(printable(label, limit))
 
 
+def _cut(label: str, width: int) -> str:
+    """A label made printable and cut to ``width`` cells with "…" (no byte-count note: a
+    table cell has no room for it)."""
+    shown = printable(label, 4 * width)
+    return shown if len(shown) <= width else shown[: width - 1] + "…"
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
@@ -335,10 +342,10 @@ class FleetApp(ThemedAppMixin, App):
         error = self.current_theme.error or "red"
         for h in visible:
             big = h.biggest
-            biggest = "-" if big is None else f"{printable(big[0], 12)} {printable(big[1], 28)} {_bytes(big[2])}"
-            probed = "; ".join(f"{printable(pid, 12)}: {_bytes(m)} / pred {_bytes(p)}" for pid, m, p in h.probed[:2])
+            biggest = "-" if big is None else f"{_cut(big[0], 12)} {_cut(big[1], 28)} {_bytes(big[2])}"
+            probed = "; ".join(f"{_cut(pid, 12)}: {_bytes(m)} / pred {_bytes(p)}" for pid, m, p in h.probed[:2])
             state = Text("up") if h.up else Text(h.state(now).replace("down, ", "DOWN ", 1), style=f"bold {error}")
-            table.add_row(_text(h.host, 60), h.source, state, str(len(h.gpus)), _bytes(h.used_bytes),
+            table.add_row(Text(_cut(h.host, 60)), h.source, state, str(len(h.gpus)), _bytes(h.used_bytes),
                           _bytes(h.total_bytes), _pct(h.utilization), Text(biggest), Text(probed or "-"), key=h.host)
 
     def action_sort(self) -> None:
