@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -130,6 +130,10 @@ class HostRow:
                        for pid, m, p in self.probed],
             "per_gpu": [{**g.__dict__, "gpu": json_safe(g.gpu), "name": json_safe(g.name)} for g in self.gpus],
         }  # fmt: skip
+
+
+Ask = Callable[[str], Answer]  # a PromQL query -> its answer (left-out series noted)
+GpuOf = Callable[[str, str, dict[str, str]], GpuRow]  # (host, source, labels) -> that GPU's row, made if new
 
 
 @dataclass
@@ -246,7 +250,7 @@ def read_fleet(client: Client, now: float | None = None) -> FleetReading:
     return FleetReading([hosts[name] for name in sorted(hosts)], checks.summary(), now)
 
 
-def _add_dcgm(ask, checks: ValueChecks, hosts: dict[str, HostRow], gpu) -> None:
+def _add_dcgm(ask: Ask, checks: ValueChecks, hosts: dict[str, HostRow], gpu: GpuOf) -> None:
     """dcgm-exporter's GPUs, for hosts without our exporter (MiB and percent)."""
     ours = set(hosts)
     free = {(lab.get("instance", "?"), lab.get("gpu", "?")): checks.bytes("DCGM_FI_DEV_FB_FREE", lab, v, MiB)
@@ -265,7 +269,7 @@ def _add_dcgm(ask, checks: ValueChecks, hosts: dict[str, HostRow], gpu) -> None:
             gpu(host, "dcgm", labels).utilization = checks.ratio("DCGM_FI_DEV_GPU_UTIL", labels, value, 100.0)
 
 
-def _add_processes(ask, checks: ValueChecks, hosts: dict[str, HostRow]) -> None:
+def _add_processes(ask: Ask, checks: ValueChecks, hosts: dict[str, HostRow]) -> None:
     """The biggest process and the probed jobs of hosts that run our exporter."""
     for labels, value in ask(BIGGEST_PROCESS_QUERY):
         row = hosts.get(labels.get("instance", "?"))
@@ -281,7 +285,7 @@ def _add_processes(ask, checks: ValueChecks, hosts: dict[str, HostRow]) -> None:
             row.probed.append((labels.get("pid", "?"), measured, predicted.get((labels.get("instance"), labels.get("pid")))))
 
 
-def _add_targets(ask, checks: ValueChecks, hosts: dict[str, HostRow], now: float) -> None:
+def _add_targets(ask: Ask, checks: ValueChecks, hosts: dict[str, HostRow], now: float) -> None:
     """Mark hosts whose every GPU target is down (``up == 0``), adding rows for those
     without series, with the time each was last up."""
     state: dict[str, bool] = {}

@@ -40,7 +40,7 @@ from gpumem_tui.fleet import (
 )
 from gpumem_tui.text import json_safe, printable
 from gpumem_tui.ui.app_common import ThemedAppMixin
-from gpumem_tui.ui.themes import DEFAULT_THEME, ThemeSet
+from gpumem_tui.ui.themes import DEFAULT_THEME, ThemeSet, load_themes
 from gpumem_tui.units import MiB, format_bytes
 
 
@@ -223,8 +223,9 @@ class HostScreen(Screen):
     def load_history(self) -> None:
         try:
             history, problems = self.poller.history(self.host.host)
-        except PrometheusError as exc:
-            self.app.call_from_thread(self._show_history, None, [str(exc)])
+        except Exception as exc:  # noqa: BLE001 - PrometheusError, or a bug: said, never fatal
+            why = str(exc) if isinstance(exc, PrometheusError) else f"{type(exc).__name__}: {exc}"
+            self.app.call_from_thread(self._show_history, None, [why])
             return
         self.app.call_from_thread(self._show_history, history, problems)
 
@@ -248,7 +249,8 @@ class FleetApp(ThemedAppMixin, App):
 
     Args:
         poller: the :class:`FleetPoller` that reads Prometheus.
-        theme, themes, screenshot_dir: as for the dashboard (:class:`gpumem_tui.ui.app.GpuMemApp`).
+        theme, themes, screenshot_dir: as for the dashboard (:class:`gpumem_tui.ui.app.GpuMemApp`);
+            ``themes`` None reads the theme folders (:func:`gpumem_tui.ui.themes.load_themes`).
         notices: lines to show once at start (e.g. config file problems).
     """
 
@@ -267,7 +269,7 @@ class FleetApp(ThemedAppMixin, App):
         self.filter_text = ""
         self._timer = None
         self.requested_theme = theme
-        self.theme_set = themes if themes is not None else ThemeSet()
+        self.theme_set = themes if themes is not None else load_themes()
         self.screenshot_dir = screenshot_dir
         self.start_notices = list(notices)
         self._register_themes()
@@ -295,7 +297,12 @@ class FleetApp(ThemedAppMixin, App):
 
     @work(thread=True, exclusive=True)
     def _refresh_worker(self) -> None:
-        state = self.poller.refresh()
+        try:
+            state = self.poller.refresh()
+        except Exception as exc:  # noqa: BLE001 - a bug must not close the screen: say it, keep the rows
+            state = self.poller.state
+            state.notice = f"unexpected error while reading: {type(exc).__name__}: {printable(str(exc), 200)}"
+            state.retry_in = self.poller.max_backoff
         self.call_from_thread(self.show, state)
 
     def show(self, state: FleetState) -> None:

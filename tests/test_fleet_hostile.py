@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 from fake_prometheus import GiB, FakePrometheus, series
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.text import Text
 
 from gpumem_tui import fleet_prometheus
-from gpumem_tui.fleet import PrometheusClient, PrometheusError, read_fleet
+from gpumem_tui.fleet import PrometheusClient, PrometheusError, format_table, read_fleet
 from gpumem_tui.fleet_screen import BLOCKS, FleetApp, FleetPoller, HostScreen, MemoryBars, bars
 from gpumem_tui.text import printable
 from gpumem_tui.ui.themes import load_themes
@@ -257,3 +259,69 @@ async def test_escape_clears_and_hides_the_filter(prom):
         await pilot.press("r")  # beta stops reporting: a down row, "2 hosts", "1 host down"
         await _wait(pilot, lambda: "1 host down" in str(app.query_one("#notice", Static).render()))
         assert str(app.query_one("#notice", Static).render()).startswith("2 hosts,")
+        assert app.theme == "dark"  # the dashboard's theme files, read when none are given
+
+
+_LABEL_VALUE = st.one_of(st.text(max_size=12), st.integers(), st.floats(), st.none(), st.lists(st.integers(), max_size=2))
+_NUMBER = st.one_of(st.text(max_size=8), st.floats(), st.integers(min_value=-10**400, max_value=10**400),
+                    st.booleans(), st.none(), st.sampled_from(["1e303", "-5", "NaN", "+Inf", "-Inf", "0", "1", "0.5"]))
+_SERIES = st.fixed_dictionaries({
+    "metric": st.one_of(st.dictionaries(st.sampled_from(["instance", "gpu", "pid", "command", "name", "job", "x"]),
+                                        _LABEL_VALUE, max_size=5), st.text(max_size=3), st.none()),
+    "value": st.one_of(st.lists(_NUMBER, min_size=0, max_size=3), _NUMBER),
+    "values": st.lists(st.one_of(st.lists(_NUMBER, min_size=2, max_size=2), _NUMBER), max_size=4),
+})
+
+
+class _Canned(PrometheusClient):
+    """Every query answered with the same body, as if it came over HTTP."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__("http://127.0.0.1:9")
+        self.body = body
+
+    def _read(self, address: str) -> tuple[bytes, str]:
+        return self.body, "application/json"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_SERIES, max_size=6), st.sampled_from(["vector", "matrix"]))
+def test_any_answer_gives_rows_or_one_error_never_a_crash(result, kind):
+    body = json.dumps({"status": "success", "data": {"resultType": kind, "result": result}}).encode()
+    client = _Canned(body)
+    try:
+        reading = read_fleet(client, now=1.7e9)
+    except PrometheusError as exc:
+        assert kind == "matrix" and "wanted a vector" in str(exc)
+    else:
+        text = format_table(reading.hosts, reading.read_at) + "\n".join(reading.notices)
+        assert not any(ord(c) < 32 and c != "\n" for c in text)
+        rows = json.loads(json.dumps([r.to_json(reading.read_at) for r in reading.hosts], allow_nan=False))
+        for row in rows:
+            for figure in (row["used_bytes"], row["total_bytes"], *(g["used_bytes"] for g in row["per_gpu"])):
+                assert figure is None or 0 <= figure <= 2**60 * max(row["gpus"], 1)
+            assert row["utilization"] is None or 0 <= row["utilization"] <= 1
+    if kind == "matrix":
+        history, problems = FleetPoller(client).history("h")
+        for points in history.values():
+            assert all(0 <= t <= 2**33 and (v is None or 0 <= v <= 2**60) for t, v in points)
+
+
+async def test_a_bug_while_reading_is_a_notice_not_an_exit(prom):
+    from textual.widgets import DataTable, Static
+
+    prom.add_gpumem_host("alpha:9835")
+    poller = FleetPoller(PrometheusClient(prom.url))
+    app = FleetApp(poller)
+    async with app.run_test(size=(150, 30)) as pilot:
+        table = app.query_one("#hosts", DataTable)
+        await _wait(pilot, lambda: table.row_count == 1)
+
+        def broken() -> None:
+            raise KeyError("boom")
+
+        poller.refresh = broken
+        await pilot.press("r")
+        notice = app.query_one("#notice", Static)
+        await _wait(pilot, lambda: "unexpected error while reading: KeyError" in str(notice.render()))
+        assert app.is_running and table.row_count == 1
