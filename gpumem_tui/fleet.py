@@ -17,7 +17,11 @@ Targets: Prometheus's synthetic ``up`` series (1 when the last scrape succeeded,
 failed; https://prometheus.io/docs/concepts/jobs_instances/) is read for every target of a job
 that reported GPU metrics in the last :data:`SEEN_WINDOW`; a target whose ``up`` is 0 is a
 down row with the time it was last up (``timestamp(up == 1)`` over that window, at
-:data:`LAST_UP_STEP` resolution).
+:data:`LAST_UP_STEP` resolution). PromQL used: ``group``, ``topk`` (aggregation operators),
+``last_over_time``, ``max_over_time``, ``timestamp``, subqueries and ``and on (...)``
+(https://prometheus.io/docs/prometheus/latest/querying/functions/ and ``.../operators/``).
+A target removed from Prometheus's configuration has no ``up`` series any more: ``--once``
+cannot see it; the screen keeps it as a down row (:class:`gpumem_tui.fleet_screen.FleetPoller`).
 """
 
 from __future__ import annotations

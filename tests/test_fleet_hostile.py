@@ -325,3 +325,11 @@ async def test_a_bug_while_reading_is_a_notice_not_an_exit(prom):
         notice = app.query_one("#notice", Static)
         await _wait(pilot, lambda: "unexpected error while reading: KeyError" in str(notice.render()))
         assert app.is_running and table.row_count == 1
+
+
+def test_cli_misuse_is_exit_2_with_one_line(prom):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for args, says in ((["--theme", "no-such-theme"], "unknown theme 'no-such-theme'"), (["--json"], "--json needs --once")):
+        proc = subprocess.run([sys.executable, "-m", "gpumem_tui", "fleet", "--prometheus", prom.url, *args],
+                              capture_output=True, text=True, timeout=60, env=env)
+        assert proc.returncode == 2 and says in proc.stderr and proc.stderr.count("\n") == 1
