@@ -38,13 +38,14 @@ from gpumem_tui.telemetry.model import (
 from gpumem_tui.step_peaks import step_drift, step_peaks
 from gpumem_tui.text import printable
 from gpumem_tui.ui import side_pane as pane
+from gpumem_tui.ui.app_common import ThemedAppMixin
 from gpumem_tui.ui.device_panel import DevicePanel
 from gpumem_tui.ui.history import HistoryStore
 from gpumem_tui.ui.memory_chart import Band, CurveSpec, MemoryChart
 from gpumem_tui.ui.poller import Poller, PollFailed, SnapshotReady
 from gpumem_tui.ui.process_table import ProcessTable, row_key
 from gpumem_tui.ui.screens import ConfirmSignalScreen, HelpScreen, ProcessDetailScreen, signal_name
-from gpumem_tui.ui.themes import APP_VARIABLES, DEFAULT_THEME, FALLBACK_THEME, ThemeSet
+from gpumem_tui.ui.themes import DEFAULT_THEME, ThemeSet
 
 # Size classes (issue 13 item 10): "wide" (>= 160 columns) shows the estimator pane beside
 # the table and chart; "medium" (>= 120) gives them the whole width and the status line says
@@ -79,7 +80,7 @@ def is_replay(source: object) -> bool:
     return all(callable(getattr(source, name, None)) for name in ("pause", "resume", "seek", "set_speed"))
 
 
-class GpuMemApp(App[None]):
+class GpuMemApp(ThemedAppMixin, App[None]):
     """The gpumem-tui dashboard.
 
     Args:
@@ -212,29 +213,6 @@ class GpuMemApp(App[None]):
         if not readonly:
             # Signal keys exist only when not read-only: not disabled, absent.
             self._bindings = BindingsMap([*(b for _, b in self._bindings), *SIGNAL_BINDINGS])
-
-    # ---- theme ----------------------------------------------------------------------------
-    def get_theme_variable_defaults(self) -> dict[str, str]:
-        return dict(APP_VARIABLES)
-
-    def _register_themes(self) -> None:
-        """Register theme files and pick the theme; called from __init__ so that the first
-        CSS pass already uses it (switching in on_mount re-styles every widget, ~1 s)."""
-        for theme in self.theme_set.themes.values():
-            self.register_theme(theme)
-        wanted = self.requested_theme
-        self._theme_notices = [
-            (problem, "Theme file error") for problem in self.theme_set.problems
-        ]
-        if wanted not in self.available_themes:
-            fallback = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else FALLBACK_THEME
-            self._theme_notices.append((f"theme {wanted!r} could not be loaded; using {fallback!r}", "Theme"))
-            wanted = fallback
-        self.theme = wanted
-
-    def _show_theme_notices(self) -> None:
-        for message, title in self._theme_notices:
-            self.notify(message, title=title, severity="warning", timeout=10, markup=False)
 
     # ---- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -956,34 +934,6 @@ class GpuMemApp(App[None]):
         else:
             self.notify(f"{name} sent to PID {proc.pid} ({printable(proc.command or '', 80)})",
                         title="Signal", timeout=5, markup=False)
-
-    def deliver_screenshot(
-        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
-    ) -> str | None:
-        """Save an SVG screenshot and say where, or why not.
-
-        Textual's default saves into ~/Downloads and only says "Failed to save screenshot"
-        when that folder is missing (common on servers); here it goes to ``screenshot_dir``
-        or the working directory, written 0600 (it shows command lines) and never over a file.
-        Returns the path written, or None.
-        """
-        import os
-        import time as _time
-
-        folder = Path(os.path.expanduser(path or self.screenshot_dir or os.getcwd()))
-        name = filename or _time.strftime(f"{self.title}_%Y-%m-%dT%H_%M_%S.svg")
-        target = folder / name
-        try:
-            svg = self.export_screenshot()
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(svg)
-        except OSError as exc:
-            self.notify(f"screenshot not saved to {printable(str(target), 300)}: {exc.strerror or exc}",
-                        title="Screenshot", severity="error", timeout=10, markup=False)
-            return None
-        self.notify(f"saved to {printable(str(target), 300)}", title="Screenshot", timeout=10, markup=False)
-        return str(target)
 
     async def action_quit(self) -> None:
         self.poller.stop()
