@@ -23,8 +23,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import logging
-import os
+import signal
 import socket
 import tempfile
 import time
@@ -77,61 +76,79 @@ def launch(target: Callable[..., dict[str, Any]], args: tuple[Any, ...], nproc: 
     if port is not None:
         check_port_free(port)
     method = start_method or ("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    # the "Terminating process ... via SIGTERM" warnings would break the one-line error contract
-    logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="gpumem-ranks-") as tmp:
         out_dir = Path(tmp)
         rendezvous = f"tcp://127.0.0.1:{port}" if port is not None else f"file://{out_dir / 'store'}"
         ctx = mp.start_processes(_rank_entry, args=(nproc, rendezvous, str(out_dir), timeout_s, target, args),
                                  nprocs=nproc, join=False, start_method=method)
-        deadline = time.monotonic() + timeout_s
-        try:
-            while not ctx.join(timeout=1.0, grace_period=_GRACE_S):
-                if time.monotonic() > deadline:
-                    _stop(ctx)
-                    raise RankFailure(-1, f"the {nproc} ranks did not finish within {timeout_s:g} s (--rank-timeout)")
-        except mp.ProcessRaisedException as exc:
-            raise _raised(out_dir, exc.error_index) from None
-        except mp.ProcessExitedException as exc:
-            raise _exited(out_dir, exc) from None
+        _wait(ctx, out_dir, timeout_s)
         return [json.loads((out_dir / f"rank{i}.json").read_text()) for i in range(nproc)]
 
 
-def _stop(ctx: Any) -> None:
-    for proc in ctx.processes:
+def _wait(ctx: Any, out_dir: Path, timeout_s: float) -> None:
+    """Wait for every rank; at the first that fails stop the rest and raise its ``RankFailure``.
+
+    The join is done here rather than by ``ProcessContext.join`` so the cause is told apart from
+    its consequences: when one rank dies the others fail too (gloo: "Connection closed by
+    peer"), and several may have ended by the time the parent looks.
+    """
+    from multiprocessing.connection import wait
+
+    procs = ctx.processes
+    pending = {proc.sentinel: index for index, proc in enumerate(procs)}
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        failed = False
+        for sentinel in wait(list(pending), timeout=1.0):
+            proc = procs[pending.pop(sentinel)]
+            proc.join()
+            failed = failed or proc.exitcode != 0
+        if failed:
+            ended = [i for i, proc in enumerate(procs) if not proc.is_alive() and proc.exitcode != 0]
+            _stop(procs)
+            raise _cause(out_dir, procs, ended)
+        if pending and time.monotonic() > deadline:
+            _stop(procs)
+            raise RankFailure(-1, f"the {len(procs)} ranks did not finish within {timeout_s:g} s (--rank-timeout)")
+
+
+def _stop(procs: list[Any]) -> None:
+    """SIGTERM every live rank, SIGKILL those still alive after the grace period."""
+    for proc in procs:
         if proc.is_alive():
             proc.terminate()
-    for proc in ctx.processes:
+    for proc in procs:
         proc.join(_GRACE_S)
         if proc.is_alive():
             proc.kill()
             proc.join()
 
 
-def _first_error(out_dir: Path) -> dict[str, Any] | None:
-    """The earliest error a rank recorded (the cause; peers then fail on closed connections)."""
-    found = []
-    for path in out_dir.glob("rank*.err"):
+def _cause(out_dir: Path, procs: list[Any], ended: list[int]) -> RankFailure:
+    """The failure to report, among the ranks that ``ended`` (non-zero) on their own: a rank
+    that left no error record (killed by a signal, or exited) first, since a rank raising
+    always records one; otherwise the earliest recorded error (its peers then fail on closed
+    connections)."""
+    errors = {}
+    for index in ended:
         with contextlib.suppress(OSError, ValueError):
-            found.append(json.loads(path.read_text()))
-    return min(found, key=lambda e: e["time"]) if found else None
-
-
-def _raised(out_dir: Path, index: int) -> RankFailure:
-    err = _first_error(out_dir)
-    if err is None:
-        return RankFailure(index, f"rank {index} failed (no error recorded)")
+            errors[index] = json.loads((out_dir / f"rank{index}.err").read_text())
+    silent = [i for i in ended if i not in errors]
+    if silent:
+        index = silent[0]
+        code = procs[index].exitcode
+        how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+        return RankFailure(index, f"rank {index} (pid {procs[index].pid}) {how}; the other ranks were stopped")
+    err = min(errors.values(), key=lambda e: e["time"])
     return RankFailure(err["rank"], f"rank {err['rank']} failed: {err['type']}: {err['message']}",
                        bad_input=err["type"] == "MeasureError")
 
 
-def _exited(out_dir: Path, exc: Any) -> RankFailure:
-    err = _first_error(out_dir)
-    if err is not None:  # a rank raised first; the one that exited is a consequence
-        return RankFailure(err["rank"], f"rank {err['rank']} failed: {err['type']}: {err['message']}",
-                           bad_input=err["type"] == "MeasureError")
-    how = f"was killed by {exc.signal_name}" if exc.signal_name else f"exited with code {exc.exit_code}"
-    return RankFailure(exc.error_index, f"rank {exc.error_index} (pid {exc.error_pid}) {how}; the other ranks were stopped")
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _rank_entry(rank: int, nproc: int, rendezvous: str, out_dir: str, timeout_s: float,
