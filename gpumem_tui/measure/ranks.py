@@ -35,6 +35,7 @@ from typing import Any, Callable
 from gpumem_tui.measure.parallel import ParallelSpec, make_optimizer, optimizer_state_tensors
 from gpumem_tui.measure.parallel import wrap_before_tracker, wrap_in_tracker
 from gpumem_tui.measure.runner import MeasureError, MeasureRequest
+from gpumem_tui.text import printable
 
 #: seconds given to the surviving ranks to exit after one failed, before SIGTERM / SIGKILL
 _GRACE_S = 3.0
@@ -140,7 +141,8 @@ def _cause(out_dir: Path, procs: list[Any], ended: list[int]) -> RankFailure:
         how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
         return RankFailure(index, f"rank {index} (pid {procs[index].pid}) {how}; the other ranks were stopped")
     err = min(errors.values(), key=lambda e: e["time"])
-    return RankFailure(err["rank"], f"rank {err['rank']} failed: {err['type']}: {err['message']}",
+    # a rank's message is shown literally, on one line (no terminal control characters)
+    return RankFailure(err["rank"], f"rank {err['rank']} failed: {err['type']}: {printable(err['message'], 300)}",
                        bad_input=err["type"] == "MeasureError")
 
 
