@@ -434,7 +434,6 @@ def _run(req: MeasureRequest, *, capture_modules: tuple[str, ...], hook: Any) ->
         torch.autocast("cpu", dtype=compute_dtype) if req.mixed_precision else contextlib.nullcontext()
     )
     optimizer = None
-    cache = None
     phase_order: list[str] = []
 
     def phase(name: str) -> None:
@@ -444,28 +443,7 @@ def _run(req: MeasureRequest, *, capture_modules: tuple[str, ...], hook: Any) ->
     with tracker:
         optimizer = None if inference else _make_optimizer(req, trainable, torch)
         if inference:
-            model.eval()
-            with torch.no_grad():
-                ids = torch.randint(0, vocab_cfg, (b, s), device=req.on)
-                step_name = "step1"
-                phase("step1.prefill")
-                kwargs: dict[str, Any] = {"use_cache": True}
-                if "logits_to_keep" in inspect.signature(model.forward).parameters:
-                    kwargs["logits_to_keep"] = 1
-                with autocast, _meta_patches(req.on):
-                    out = model(input_ids=ids, **kwargs)
-                cache = getattr(out, "past_key_values", None)
-                if cache is None:
-                    raise MeasureError(f"{type(model).__name__} returned no KV cache (not a decoder?)")
-                tracker.tag_tensors(_cache_tensors(cache), "kv_cache")
-                nxt = out.logits[:, -1:].argmax(-1)
-                del out
-                phase("step1.decode")
-                tracker.reset_mod_stats()  # a second root forward
-                with autocast, _meta_patches(req.on):
-                    out = model(input_ids=nxt, past_key_values=cache, **kwargs)
-                tracker.tag_tensors(_cache_tensors(out.past_key_values), "kv_cache")
-                del out, nxt
+            step_name = _inference_steps(req, model, tracker, phase, autocast, vocab_cfg)
             measured_phases = ["step1.prefill", "step1.decode"]
         else:
             step_name = train_steps(req, model, optimizer, tracker, phase, autocast)
@@ -509,6 +487,42 @@ def _run(req: MeasureRequest, *, capture_modules: tuple[str, ...], hook: Any) ->
         module_tensors=module_tensors,
         peak_tensors=peak_tensors,
     )
+
+
+def _inference_steps(req: MeasureRequest, model: Any, tracker: Any, phase: Any, autocast: Any, vocab_cfg: int) -> str:
+    """A prefill of (b, s) tokens with ``use_cache=True`` (and ``logits_to_keep=1`` where the
+    model takes it, as ``generate()`` passes) then one decode step, under ``tracker``; the KV
+    cache's tensors are tagged ``kv_cache``. Returns the phase prefix ``"step1"``.
+
+    Raises:
+        MeasureError: the model returned no KV cache.
+    """
+    import torch
+
+    b, s = req.batch, req.seq
+    model.eval()
+    with torch.no_grad():
+        ids = torch.randint(0, vocab_cfg, (b, s), device=req.on)
+        step_name = "step1"
+        phase("step1.prefill")
+        kwargs: dict[str, Any] = {"use_cache": True}
+        if "logits_to_keep" in inspect.signature(model.forward).parameters:
+            kwargs["logits_to_keep"] = 1
+        with autocast, _meta_patches(req.on):
+            out = model(input_ids=ids, **kwargs)
+        cache = getattr(out, "past_key_values", None)
+        if cache is None:
+            raise MeasureError(f"{type(model).__name__} returned no KV cache (not a decoder?)")
+        tracker.tag_tensors(_cache_tensors(cache), "kv_cache")
+        nxt = out.logits[:, -1:].argmax(-1)
+        del out
+        phase("step1.decode")
+        tracker.reset_mod_stats()  # a second root forward
+        with autocast, _meta_patches(req.on):
+            out = model(input_ids=nxt, past_key_values=cache, **kwargs)
+        tracker.tag_tensors(_cache_tensors(out.past_key_values), "kv_cache")
+        del out, nxt
+    return step_name
 
 
 def train_steps(req: MeasureRequest, model: Any, optimizer: Any, tracker: Any, phase: Any, autocast: Any,
