@@ -6,6 +6,7 @@ strategy must satisfy (sharded bytes, replicated bytes, equal ranks); one small 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -49,9 +50,14 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def _meta_params(config: dict) -> list[tuple[str, tuple[int, ...], int]]:
     """(name, shape, bytes) of every parameter, built on the meta device independently of measure."""
+    return _meta_params_of(json.dumps(config, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def _meta_params_of(config_json: str) -> list[tuple[str, tuple[int, ...], int]]:
     import transformers
 
-    cfg = dict(config)
+    cfg = json.loads(config_json)
     for key in ("architectures",):
         cfg.pop(key, None)
     cfg = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
