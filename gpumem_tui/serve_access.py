@@ -65,7 +65,7 @@ def canonical_host(name: str) -> str | None:
     except ValueError:
         pass
     match = _HOST.fullmatch(name)
-    if match is None or match["name"] is None:
+    if match is None or match["name"] is None or match["port"] is not None:
         return None
     return name.lower()
 
@@ -192,8 +192,8 @@ class HostRule:
 def terminal_size(width: object, height: object) -> tuple[int, int] | None:
     """``(width, height)`` in cells, each clamped into its ``MIN_*``..``MAX_*`` range.
 
-    Accepts ints (a websocket ``resize`` message) or decimal strings (the ``?width=&height=``
-    query); None (missing) gives the default. Returns None when either is something else
+    Accepts ints (a websocket ``resize`` message) or strings of 1-9 decimal digits (the
+    ``?width=&height=`` query); None (missing) gives the default. Returns None when either is something else
     (a float, a bool, text that is not a whole number): the caller refuses it.
     """
     w = _cells(width, DEFAULT_WIDTH, MIN_WIDTH, MAX_WIDTH)
