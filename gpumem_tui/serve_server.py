@@ -80,6 +80,25 @@ class DashboardSession(AppService):
         self._stdin = process.stdin
         return process
 
+    #: Seconds a write to the dashboard's input may wait for room in the pipe (64 KiB on Linux)
+    #: before the session ends: a dashboard that stops reading would otherwise hold the message
+    #: loop, and a closed socket would go unnoticed.
+    input_stall_s = 10.0
+
+    async def send_bytes(self, data: bytes) -> bool:
+        """Overrides ``AppService.send_bytes`` (keys), whose drain waits without limit."""
+        return await self._bounded(super().send_bytes(data))
+
+    async def send_meta(self, data: dict[str, str | None | int | bool]) -> bool:
+        """Overrides ``AppService.send_meta`` (resize, focus, quit), whose drain waits without limit."""
+        return await self._bounded(super().send_meta(data))
+
+    async def _bounded(self, write) -> bool:
+        try:
+            return await asyncio.wait_for(write, self.input_stall_s)
+        except asyncio.TimeoutError:
+            raise ConnectionError(f"the dashboard has not read its input for {self.input_stall_s:g} s") from None
+
     async def set_terminal_size(self, width: object, height: object) -> None:  # type: ignore[override]
         """Overrides ``AppService.set_terminal_size``, which forwards the browser's numbers as
         they come: here they are clamped (``serve_access.terminal_size``) and non-numbers ignored."""

@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 
 from gpumem_tui.serve_access import MAX_HEIGHT, MAX_WIDTH, MIN_HEIGHT, HostRule
-from gpumem_tui.serve_server import END_WITHIN_S, QUIT_GRACE_S, TERM_GRACE_S, TRY_AGAIN_LATER, GuardedServer
+from gpumem_tui.serve_server import END_WITHIN_S, DashboardSession, QUIT_GRACE_S, TERM_GRACE_S, TRY_AGAIN_LATER, GuardedServer
 
 STUB = Path(__file__).with_name("stub_dashboard.py")
 TOKEN = "test-token-0123456789"
@@ -159,6 +159,20 @@ async def test_sessions_are_capped_and_the_one_over_gets_a_message_and_no_dashbo
             assert page.status == 200
         lines = [json.loads(line) for line in log.read_text().splitlines()]
         assert len([entry for entry in lines if "pid" in entry]) == 2  # no third dashboard ever started
+
+
+async def test_a_dashboard_that_stops_reading_its_input_does_not_hide_a_closed_socket(tmp_path, monkeypatch):
+    # the stubborn stub never reads stdin: once the pipe is full a write waits for room, and
+    # textual-serve's message loop (which would notice the close) waited with it, for ever
+    monkeypatch.setattr(DashboardSession, "input_stall_s", 0.5)
+    log = tmp_path / "stub.log"
+    async with serving(log, "stubborn") as (server, base), aiohttp.ClientSession() as client:
+        async with client.ws_connect(f"{base}/ws?token={TOKEN}") as ws:
+            [started] = await _log_entries(log, "pid")
+            for _ in range(40):  # 40 x 4 KiB of keys: more than the pipe holds
+                await ws.send_json(["stdin", "x" * 4096])
+        await _until(lambda: not server.sessions)
+        await _until(lambda: _gone(started["pid"], started["child"]))
 
 
 async def test_a_malformed_message_ends_its_session_not_the_server(tmp_path):
