@@ -3,8 +3,9 @@
 Two small subclasses of textual-serve 1.1 (https://github.com/Textualize/textual-serve):
 
 * :class:`DashboardSession` (of ``app_service.AppService``): starts the dashboard from an argv
-  list (no shell) in its own process group, clamps resize messages, and ends the whole group
-  within :data:`END_WITHIN_S` seconds (quit, then SIGTERM, then SIGKILL).
+  list (no shell) in its own process group, clamps resize messages, bounds the wait for room
+  in the dashboard's input pipe, and ends the whole group within :data:`END_WITHIN_S` seconds
+  of the socket closing (quit, then SIGTERM, then SIGKILL).
 * :class:`GuardedServer` (of ``server.Server``): checks Host, Origin and the start token on
   every request (:mod:`gpumem_tui.serve_access`), caps concurrent sessions, points the page
   at the address the browser used, and ends every dashboard when serve stops.
