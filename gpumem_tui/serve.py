@@ -18,7 +18,8 @@ Access (rules in :mod:`gpumem_tui.serve_access`, applied in :mod:`gpumem_tui.ser
 * At most ``--max-sessions`` dashboards run (default 4); one more gets a "limit reached" page or
   message and no dashboard. Terminal sizes are clamped to 20x5..500x200 cells.
 * Each dashboard runs in its own process group and ends within 5 s of its socket closing
-  (quit, SIGTERM, SIGKILL); all end when serve ends (SIGINT/SIGTERM).
+  (quit, SIGTERM, SIGKILL); all end when serve ends (SIGINT/SIGTERM), and on Linux the kernel
+  kills them should serve itself be killed (PR_SET_PDEATHSIG).
 
 Loopback by default; any other ``--host`` prints a one-line warning, and ``--allow-signals`` off
 loopback is refused unless ``--allow-remote-signals`` says it is meant. The page's URLs follow

@@ -22,6 +22,7 @@ import logging
 import os
 import shlex
 import signal
+import sys
 from collections.abc import Sequence
 
 from aiohttp import WSCloseCode, web
@@ -44,6 +45,25 @@ TOKEN_PREFIXES = ("/download/",)
 
 #: The websocket close code for "the server is full, try later" (RFC 6455 section 7.4, IANA 1013).
 TRY_AGAIN_LATER = WSCloseCode.TRY_AGAIN_LATER
+
+
+# Run before the dashboard (Linux): prctl(PR_SET_PDEATHSIG = 1, SIGKILL) makes the kernel kill it
+# when serve dies without ending it (SIGKILL, a crash), and survives the exec (prctl(2)). The
+# parent is checked after the call, as serve may have died before it. argv: SERVE_PID ARGV...
+_PARENT_DEATH_LAUNCHER = (
+    "import ctypes, os, signal, sys\n"
+    "if ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL) != 0: sys.exit('prctl failed')\n"
+    "if os.getppid() != int(sys.argv[1]): sys.exit(1)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def with_parent_death_signal(argv: Sequence[str]) -> list[str]:
+    """``argv`` run through :data:`_PARENT_DEATH_LAUNCHER` on Linux (elsewhere unchanged): the
+    same process (it execs), killed by the kernel if serve dies first. ``argv[0]`` must be a path."""
+    if not sys.platform.startswith("linux"):
+        return list(argv)
+    return [sys.executable, "-I", "-S", "-c", _PARENT_DEATH_LAUNCHER, str(os.getpid()), *argv]
 
 
 def _signal_group(pgid: int, signum: int) -> None:
@@ -71,10 +91,11 @@ class DashboardSession(AppService):
         """Overrides ``AppService._open_app_process``, which runs the command through a shell
         in serve's own process group: here it is exec'd directly as the leader of a new session
         (``start_new_session``), so that one ``killpg`` ends it and anything it started, and a
-        Ctrl+C in serve's terminal reaches serve alone (serve then ends the dashboards)."""
+        Ctrl+C in serve's terminal reaches serve alone (serve then ends the dashboards); and
+        the kernel ends it should serve die without doing so (:func:`with_parent_death_signal`)."""
         environment = self._build_environment(width=width, height=height)
         self._process = process = await asyncio.create_subprocess_exec(
-            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            *with_parent_death_signal(self.argv), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=environment, start_new_session=True)
         self.live_groups.add(process.pid)
         assert process.stdin is not None

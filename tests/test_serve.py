@@ -266,3 +266,17 @@ async def test_on_every_interface_the_page_points_back_at_an_allowed_address(fre
                 assert page.status == 200 and f"ws://{host}/ws" in text and f"http://{host}/static/js/textual.js" in text
                 assert "0.0.0.0" not in text
         assert await _status(client, f"{served.base}/{token}", Host=f"evil.example:{port}") == 403
+
+
+async def test_a_dashboard_does_not_outlive_serve_killed_outright(fresh_serve):
+    # SIGKILL gives serve no chance to end its dashboards: the kernel does (PR_SET_PDEATHSIG)
+    served = fresh_serve()
+    async with aiohttp.ClientSession() as client:
+        ws = await client.ws_connect(f"{served.base}/ws?token={served.token}")
+        await _first_output(ws)
+        [dashboard] = served.dashboards()
+        served.proc.kill()
+        served.proc.wait(timeout=HANG_GUARD_S)
+        gone, alive = psutil.wait_procs([dashboard], timeout=HANG_GUARD_S)
+        assert alive == []
+        await ws.close()
