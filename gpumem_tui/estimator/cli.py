@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seq", action="store_true", help="largest sequence length that fits --fit at --batch")
     p.add_argument("--method", default="detailed", help=f"{' | '.join(METHODS)} (default detailed)")
     p.add_argument("--compare-methods", action="store_true", help="print every method's peak beside the detailed one")
+    p.add_argument("--list-recipes", action="store_true",
+                   help="list the training recipes (--recipe) with the source file and version each was read from")
     p.add_argument("--list", action="store_true",
                    help="list the bundled catalogue and the configs in the local Hugging Face cache, then exit")
     from gpumem_tui.estimator.architecture import catalogue_names
@@ -177,6 +179,11 @@ def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.list:
         print(_list_models())
+        return 0
+    if args.list_recipes:
+        from gpumem_tui.estimator.recipes import list_recipes
+
+        print(list_recipes())
         return 0
     arch, spec = spec_from_args(args)
     if args.keep_outputs:

@@ -27,6 +27,8 @@ from typing import Any
 
 from gpumem_tui.estimator import components as C
 from gpumem_tui.estimator.architecture import ModelArchitecture
+from gpumem_tui.estimator.checkpointing import checkpoint_terms
+from gpumem_tui.estimator.recipes import rules as R
 from gpumem_tui.estimator.devices import cuda_kernels, cuda_step_events
 from gpumem_tui.estimator.spec import TrainingSpec, check_spec_for
 
@@ -123,28 +125,13 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     O = C.optimizer_state_bytes(arch, spec)
     G = C.gradient_bytes(arch, spec)
     T = C.optimizer_intermediate_bytes(arch, spec)
-    A = C.activation_bytes(arch, spec, b, s)
+    ck = checkpoint_terms(arch, spec, b, s)  # the recipe's checkpointing policy
+    A, per_saved, recompute, masks_freed = ck.activations, ck.per_saved, ck.recompute, ck.masks_freed
     ids = 8 * b * s  # input ids stay alive through the step
     LL = C.logits_loss_bytes(arch, spec, b, s)
-    layer = C.layer_activations(arch, spec, b, s)
-    per_layer = layer.total / spec.tp
-    if spec.grad_ckpt == "selective":
-        per_layer -= layer.quadratic / spec.tp
     XB = C.layer_backward_excess(arch, spec, b, s)
     X, X_grads = XB.total / spec.tp, XB.grads / (spec.tp * spec.pp)
     X += C.dequant_bytes(arch, spec)  # a 4-bit weight dequantized for its backward matmul
-    recompute = 0
-    masks_freed = 0
-    if spec.grad_ckpt == "full":
-        # one layer re-run in backward (its input is the checkpointed tensor, counted once)
-        recompute = per_layer - C.checkpoint_recompute_shared_bytes(arch, spec, b, s) / spec.tp
-        # while layer 0 runs backward only its own kind of attention mask is left
-        masks_freed = C.checkpoint_mask_bytes(arch, spec, b, s) - C.checkpoint_mask_bytes(
-            arch, spec, b, s, first_layer=True)
-
-        per_saved = C.checkpoint_input_bytes(arch, spec, b, s) / spec.tp
-    else:
-        per_saved = per_layer
     # weight casts held by autocast from forward to backward (torch AMP only)
     amp_casts = 0
     if prec.amp:  # 16-bit copies of every Linear weight (incl. the LM head), cached by autocast
@@ -196,7 +183,7 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     moments.append(("forward", "end of forward", _moment(
         parameters=P, optimizer_states=O, gradients=stored, activations=A + amp_casts,
         logits_and_loss=LL.forward_peak, kv_cache=C.training_cache_forward_bytes(arch, spec, b, s))))
-    if spec.grad_ckpt == "full":
+    if ck.reruns:
         # a checkpointed layer runs forward without saving: its working set is transient, as
         # in a no-grad forward (minus the residual tensors, which are the saved layer inputs)
         work = C.inference_working_bytes(arch, spec, b, s) - 3 * b * s * h * e
@@ -343,6 +330,9 @@ def estimate(arch: ModelArchitecture, spec: TrainingSpec, *, simulate_allocator:
 def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -> list[str]:
     prec = C.precision(spec)
     out = [f"peak at {peak_label}"]
+    if spec.recipe != "torch" and spec.task != "inference":
+        r = R.recipe(spec)
+        out.append(f"recipe {r.name}: {r.title}; read from {r.source} ({r.version})")
     out.extend(arch.notes)
     if spec.task != "inference":
         out.append("steady-state step: optimizer states exist, gradients freed by zero_grad(set_to_none=True)")
@@ -353,11 +343,12 @@ def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -
         impl = {"single": "single-tensor loop", "foreach": "foreach (list-wide temporaries)",
                 "fused": "fused kernel"}[spec.resolved_optimizer_impl]
         if spec.optimizer_impl == "auto":
-            impl += " (DeepSpeed default with ZeRO)" if spec.zero else f" (torch default on {spec.device})"
+            impl += (" (DeepSpeed default with ZeRO)" if spec.zero else f" ({spec.recipe} recipe's default)"
+                     if R.default_optimizer_impl(spec) else f" (torch default on {spec.device})")
         out.append(f"optimizer implementation: {impl}")
         if spec.grads_persist:
             out.append("gradients stay allocated through forward and backward (accumulation / set_to_none=False)")
-        if spec.keep_outputs:
+        if R.keeps_outputs(spec):
             out.append("the loop keeps the model output: its logits stay alive through backward and the optimizer step")
         if C.training_cache_copies(arch, spec):
             out.append("training forward with the config's use_cache=true (as model(input_ids, labels=...) runs): "
