@@ -16,9 +16,11 @@ from dataclasses import dataclass
 
 from gpumem_tui.cli_support import InputError, OneLineParser
 from gpumem_tui.estimator.cli_args import add_spec_arguments, spec_from_args
+from gpumem_tui.estimator.cli_parallel import add_parallel_arguments, job_json, job_lines, max_batch_job, plan_from_args
 from gpumem_tui.estimator.devices import cuda_kernels
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS, Estimate
 from gpumem_tui.estimator.methods import METHODS, run_method
+from gpumem_tui.estimator.parallel.per_rank import estimate_job
 from gpumem_tui.estimator.solve import max_batch, max_seq
 from gpumem_tui.units import GiB, MiB, parse_bytes
 
@@ -35,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         "autocast op lists, caching allocator) and peft LoRA; its context figures were measured on an H100 / CUDA 13.",
     )
     add_spec_arguments(p)
+    add_parallel_arguments(p)
     p.add_argument("--keep-outputs", action="store_true",
                    help="the training loop keeps the model output through backward and the optimizer step "
                    "(outputs = model(...); outputs.loss.backward()): its logits stay alive")
@@ -190,9 +193,16 @@ def run(argv: list[str]) -> int:
         spec = spec.replace(keep_outputs=True)
     if args.method not in METHODS:
         raise InputError(f"unknown --method {args.method!r} (choose from {', '.join(METHODS)})")
-    est = run_method(args.method, arch, spec)
+    plan, spec = plan_from_args(args, arch, spec)
+    if plan is not None and args.method != "detailed":
+        raise InputError("a parallel job uses the detailed method; drop --method")
+    job = estimate_job(arch, spec, plan) if plan is not None else None
+    est = job.largest.estimate if job is not None else run_method(args.method, arch, spec)
     out: dict = est.to_json()
     text = [_table(est)]
+    if job is not None:
+        out.update(job_json(job))
+        text.extend(job_lines(job))
     budget = None
     if args.fit is not None or args.max_batch or args.max_seq:
         fit = _budget(args.fit if args.fit is not None else "24GiB")
@@ -207,16 +217,18 @@ def run(argv: list[str]) -> int:
     if args.max_batch:
         if args.method != "detailed":
             raise InputError("--max-batch uses the detailed method; drop --method")
-        mb = max_batch(arch, spec, budget or 0)
+        mb = max_batch(arch, spec, budget or 0) if plan is None else max_batch_job(arch, spec, plan, budget or 0)
         out["max_batch"] = mb
         text.append(f"largest micro-batch that fits: {mb}" + (" (even batch 1 does not fit)" if mb == 0 else ""))
     if args.max_seq:
+        if plan is not None:
+            raise InputError("--max-seq is not modelled for a parallel job yet; use --max-batch")
         if args.method != "detailed":
             raise InputError("--max-seq uses the detailed method; drop --method")
         ms = max_seq(arch, spec, budget or 0)
         out["max_seq"] = ms
         text.append(f"longest sequence that fits at batch {spec.batch}: {ms:,}" + (" (even 1 token does not fit)" if ms == 0 else ""))
-    if args.compare_methods:
+    if args.compare_methods and plan is None:
         rows = []
         for name in METHODS:
             other = run_method(name, arch, spec)

@@ -1,0 +1,186 @@
+"""The one mechanism that turns a spec and a :class:`ParallelPlan` into per-rank estimates.
+
+1. The plan's degrees go into the spec (ZeRO stage and shard degree ``d``, ``t``, ``p``,
+   ``s / cp``), so the single-device rules shard the model states first-order (ZeRO paper,
+   Rajbhandari et al. 2020, arXiv 1910.02054: stage 1 optimizer states, 2 + gradients,
+   3 + parameters, each ``1/d``).
+2. The strategy description (:mod:`.description`) adds what a rank holds beyond its shard,
+   per phase: unsharded (all-gathered) layers and the prefetched next one, the root unit FSDP
+   keeps unsharded from forward to backward, reduce-scatter inputs, DDP's flat gradient
+   buckets, DeepSpeed's fixed-size buckets and gathered parameters, ring-attention shards;
+   CPU offload takes the offloaded states off the device.
+3. The peak is the largest phase again, per distinct rank role (data-parallel ranks are
+   alike; pipeline stages are given as stage 0, the upper bound of
+   :mod:`gpumem_tui.estimator.components`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpumem_tui.estimator import components as C
+from gpumem_tui.estimator.architecture import ModelArchitecture
+from gpumem_tui.estimator.estimate import COMPONENT_KEYS, Estimate, Phase, estimate
+from gpumem_tui.estimator.parallel import STRATEGIES
+from gpumem_tui.estimator.parallel.description import ParallelPlan, Strategy
+from gpumem_tui.estimator.spec import TrainingSpec
+
+#: components a CPU offload moves off the device
+_STATES = ("parameters", "gradients", "optimizer_states", "optimizer_intermediates")
+
+
+@dataclass(frozen=True)
+class RankEstimate:
+    """One rank role: ``ranks`` ranks that each hold ``estimate`` (bytes; the peak is per rank)."""
+
+    role: str
+    ranks: int
+    estimate: Estimate
+
+    def to_json(self) -> dict[str, Any]:
+        est = self.estimate
+        return {"role": self.role, "ranks": self.ranks, "peak_bytes": int(est.peak_bytes), "peak_phase": est.peak_phase,
+                "allocated_peak_bytes": int(est.allocated_peak_bytes),
+                "components_bytes": {k: int(est.components_bytes.get(k, 0)) for k in COMPONENT_KEYS}}
+
+
+@dataclass(frozen=True)
+class JobEstimate:
+    """Per-rank estimates of a parallel job; ``largest`` is the rank with the highest peak."""
+
+    plan: ParallelPlan
+    strategy: Strategy
+    ranks: tuple[RankEstimate, ...]
+
+    @property
+    def largest(self) -> RankEstimate:
+        return max(self.ranks, key=lambda r: r.estimate.peak_bytes)
+
+
+def rank_spec(spec: TrainingSpec, plan: ParallelPlan) -> TrainingSpec:
+    """The single-device spec of one rank: the plan's ZeRO stage, shard degree, ``t``, ``p``
+    and the sequence split of context parallelism. Non-DeepSpeed strategies keep the torch
+    optimizer the recipe / device would build (the spec's ``auto`` means DeepSpeed's fused
+    Adam once ZeRO is set)."""
+    stage = {"full": 3, "hybrid": 3, "grad-op": 2, "hybrid-grad-op": 2, "none": 0}[plan.sharding]
+    stage = {"deepspeed": plan.zero_stage, "zero-redundancy": 1, "ddp": 0}.get(plan.kind, stage)
+    if plan.kind in ("tp", "pp", "cp"):
+        stage = spec.zero
+    impl = spec.optimizer_impl if plan.kind == "deepspeed" else spec.resolved_optimizer_impl
+    return spec.replace(zero=stage if spec.task != "inference" or stage in (0, 3) else 0,
+                        dp=plan.shard_degree if stage else plan.data_parallel, tp=plan.tp, pp=plan.pp,
+                        seq=math.ceil(spec.seq / plan.cp), optimizer_impl=impl)
+
+
+def _unit_elements(arch: ModelArchitecture, spec: TrainingSpec) -> tuple[float, float]:
+    """Elements of one layer unit on this rank (after tensor parallelism) and of the root
+    unit (embeddings, final norm, LM head)."""
+    parts = arch.param_breakdown()
+    layer = parts["layers"] / max(1, arch.num_layers) / spec.tp
+    return layer, parts["embeddings"] + parts["final_norm"] + parts["head"]
+
+
+def _fsdp_extras(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan, s: Strategy) -> dict[str, dict[str, float]]:
+    """FSDP1 / FSDP2: unsharded units (``gathered_*`` of them, the root kept), reduce-scatter
+    inputs; with ``grad-op`` sharding (no reshard after forward) every layer stays unsharded
+    from its forward to its backward."""
+    if plan.sharding == "none":
+        return {}
+    pb = C.precision(spec).compute  # MixedPrecisionPolicy.param_dtype (the compute dtype)
+    layer, root = _unit_elements(arch, spec)
+    trainable = C.trainable_params(arch, spec) / max(1, arch.total_params)
+    keep_all = plan.sharding in ("grad-op", "hybrid-grad-op") or not plan.reshard_after_forward
+    root_b = root * pb if s.root_stays_gathered else 0
+    fwd = (arch.num_layers if keep_all else s.gathered_forward) * layer * pb + root_b
+    bwd = (arch.num_layers if keep_all else s.gathered_backward) * layer * pb + root_b
+    rs = s.reduce_scatter_units * layer * trainable * pb
+    return {"forward": {"parameters": fwd}, "backward": {"parameters": bwd, "gradients": rs}}
+
+
+def _deepspeed_extras(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan) -> dict[str, dict[str, float]]:
+    """DeepSpeed: stage 1/2 allocate the ``ipg`` reduce buffer(s) in backward; stage 3 its
+    reduce bucket at initialisation and gathers up to ``stage3_max_live_parameters``
+    (the running unit and ``stage3_prefetch_bucket_size`` prefetched) in forward and backward."""
+    prec = C.precision(spec)
+    if spec.task == "inference" or plan.zero_stage == 0:
+        return {}
+    if plan.zero_stage < 3:
+        buffers = (2 if plan.overlap_comm else 1) * plan.reduce_bucket * prec.grad if plan.contiguous_gradients else 0
+        return {"backward": {"gradients": buffers}}
+    layer, root = _unit_elements(arch, spec)
+    parts = arch.param_breakdown()
+    unit = max(layer, parts["embeddings"], parts["head"])
+    gathered = min(plan.max_live_params, unit + plan.prefetch_bucket) * prec.compute
+    bucket = plan.reduce_bucket * prec.grad
+    return {"forward": {"parameters": gathered, "gradients": bucket},
+            "backward": {"parameters": gathered, "gradients": bucket},
+            "optimizer_step": {"gradients": bucket}}
+
+
+def _ring_extras(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan) -> dict[str, dict[str, float]]:
+    """Context parallel ring attention: one more ``(k, v)`` shard in flight (forward), and
+    their gradients too (backward); ``spec`` already holds ``s / cp``."""
+    if plan.cp == 1:
+        return {}
+    kv = 2 * spec.batch * spec.seq * arch.kv_dim * C.precision(spec).compute / spec.tp
+    return {"forward": {"activations": kv}, "backward": {"activations": 2 * kv}}
+
+
+def _extras(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan, s: Strategy) -> dict[str, dict[str, float]]:
+    if plan.kind in ("fsdp1", "fsdp2"):
+        return _fsdp_extras(arch, spec, plan, s)
+    if plan.kind == "deepspeed":
+        return _deepspeed_extras(arch, spec, plan)
+    return _ring_extras(arch, spec, plan)
+
+
+def _offloaded(plan: ParallelPlan) -> tuple[str, ...]:
+    if plan.kind in ("fsdp1", "fsdp2") and plan.offload_params:
+        return _STATES  # FSDP CPUOffload: sharded params, their gradients and the optimizer on the CPU
+    out: tuple[str, ...] = ()
+    if plan.offload_optimizer:
+        out += ("optimizer_states", "optimizer_intermediates")
+    if plan.offload_params and plan.zero_stage == 3:
+        out += ("parameters",)
+    return out
+
+
+def _adjust(est: Estimate, extras: dict[str, dict[str, float]], buckets: float, views: bool,
+            offloaded: tuple[str, ...]) -> Estimate:
+    """``est`` with the strategy's extras added per phase and the peak taken again."""
+    phases = []
+    for p in est.phases:
+        parts = dict(p.components)
+        for key, value in extras.get(p.name, {}).items():
+            parts[key] += int(value)
+        if buckets:
+            parts["gradients"] = int(buckets) if views else parts["gradients"] + int(buckets)
+        for key in offloaded:
+            parts[key] = 0
+        phases.append(Phase(p.name, sum(parts.values()), parts))
+    peak = max(phases, key=lambda p: p.live_bytes)
+    outside = peak.components["cuda_context"] + peak.components["allocator_reserve"]
+    return replace(est, components_bytes=dict(peak.components), peak_bytes=peak.live_bytes, peak_phase=peak.name,
+                   phases=tuple(phases), allocated_peak_bytes=peak.live_bytes - outside)
+
+
+def estimate_job(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan) -> JobEstimate:
+    """Per-rank estimates of ``spec`` run with ``plan`` (bytes per rank).
+
+    Raises:
+        SpecError: the plan's degrees contradict the model (e.g. ``t`` not dividing the heads).
+    """
+    strategy = STRATEGIES[plan.kind]
+    rs = rank_spec(spec, plan)
+    est = estimate(arch, rs)
+    buckets = 0.0
+    if strategy.flat_grad_buckets and spec.task != "inference":
+        buckets = C.trainable_params(arch, rs) * C.precision(rs).grad / (rs.tp * rs.pp)
+    adjusted = _adjust(est, _extras(arch, rs, plan, strategy), buckets, plan.grad_as_bucket_view, _offloaded(plan))
+    notes = (f"parallel: {strategy.title} ({plan.world_size} ranks, from {plan.source}; read from {strategy.source}, "
+             f"{strategy.version})",) + strategy.notes
+    adjusted = replace(adjusted, assumptions=adjusted.assumptions + notes)
+    role = "stage 0 (most in-flight micro-batches; upper bound for every stage)" if plan.pp > 1 else "every rank"
+    return JobEstimate(plan, strategy, (RankEstimate(role, plan.world_size, adjusted),))
