@@ -25,6 +25,7 @@ from gpumem_tui.estimator.parallel import ParallelPlan
 from gpumem_tui.estimator.parallel.per_rank import estimate_job
 from gpumem_tui.estimator.solve import max_batch
 from gpumem_tui.estimator.spec import TrainingSpec
+from gpumem_tui.estimator.suggest import suggest
 
 CASES = [
     ("gpt2", TrainingSpec(batch=8, seq=1024)),
@@ -96,6 +97,15 @@ def _jobs() -> None:
               f"{max_batch_job(arch, spec, plan, BUDGET):>7}")
     print(f"worst median: job estimate {worst_est:.3f} ms (target <= 50 ms), job max-batch {worst_mb:.2f} ms "
           f"(target <= 200 ms), budget {BUDGET >> 30} GiB per rank")
+    worst = 0.0
+    for name, spec, plan in JOB_CASES:
+        arch = load_architecture(name)
+        for budget in (24 << 30, 40 << 30):
+            p50, p95 = _time(lambda: suggest(arch, spec.replace(batch=4), plan, budget), 10)
+            worst = max(worst, p50)
+            print(f"--suggest {name:<14} {spec.recipe:<11} {plan.kind:<10} budget {budget >> 30} GiB: "
+                  f"{p50:.1f} / {p95:.1f} ms (p50/p95)")
+    print(f"worst median --suggest: {worst:.1f} ms (target <= 300 ms)")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="memory budget: a size (24GiB, 80GB); N: the free memory of GPU N on this machine; "
                    "GPU: the GPU here with the most free memory (both read NVML: free = total - used)")
     p.add_argument("--max-batch", action="store_true", help="largest micro-batch that fits --fit (default budget: 24GiB)")
+    p.add_argument("--suggest", action="store_true",
+                   help="with --fit: the changes that make the job fit, each with its predicted peak and cost, cheapest first")
     p.add_argument("--max-seq", action="store_true", help="largest sequence length that fits --fit at --batch")
     p.add_argument("--method", default="detailed", help=f"{' | '.join(METHODS)} (default detailed)")
     p.add_argument("--compare-methods", action="store_true", help="print every method's peak beside the detailed one")
@@ -178,6 +180,23 @@ def _table(est: Estimate) -> str:
     return "\n".join(lines)
 
 
+def _suggestions(arch, spec, plan, budget: int | None, out: dict) -> list[str]:  # type: ignore[no-untyped-def]
+    """``--suggest``: lines for the text output; ``out["suggestions"]`` for JSON."""
+    from gpumem_tui.estimator.suggest import suggest
+
+    if budget is None:
+        raise InputError("--suggest needs --fit SIZE (the budget to fit)")
+    found = suggest(arch, spec, plan, budget)
+    out["suggestions"] = [s.to_json() for s in found]
+    if out.get("fit", {}).get("fits"):
+        return ["it fits as it is; changes that keep it within the budget:"] + [
+            f"  {s.flags:<34}{_fmt(s.peak_bytes):>12}  cost: {s.cost}" for s in found]
+    if not found:
+        return ["no single change or combination of the listed ones makes it fit"]
+    return ["changes that make it fit (per-rank peak, cheapest first):"] + [
+        f"  {s.flags:<34}{_fmt(s.peak_bytes):>12}  cost: {s.cost}" for s in found]
+
+
 def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.list:
@@ -228,6 +247,8 @@ def run(argv: list[str]) -> int:
         ms = max_seq(arch, spec, budget or 0)
         out["max_seq"] = ms
         text.append(f"longest sequence that fits at batch {spec.batch}: {ms:,}" + (" (even 1 token does not fit)" if ms == 0 else ""))
+    if args.suggest:
+        text.extend(_suggestions(arch, spec, plan, budget, out))
     if args.compare_methods and plan is None:
         rows = []
         for name in METHODS:

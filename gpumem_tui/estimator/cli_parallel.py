@@ -102,10 +102,12 @@ def plan_from_args(args: argparse.Namespace, arch: ModelArchitecture,
 
 
 def max_batch_job(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan, budget: int) -> int:
-    """The largest micro-batch whose largest rank fits ``budget`` bytes (0: none), by
-    doubling then bisection on :func:`estimate_job` (the peak grows with the batch)."""
-    def fits(b: int) -> bool:
-        return estimate_job(arch, spec.replace(batch=b), plan).largest.estimate.peak_bytes <= budget
+    """The largest micro-batch whose largest rank fits ``budget`` bytes (0: none): doubling
+    then bisection on :func:`estimate_job` with the analytic allocator reserve (monotone in
+    the batch), then checked with the simulated reserve, stepping down while it does not fit."""
+    def fits(b: int, simulate: bool = False) -> bool:
+        job = estimate_job(arch, spec.replace(batch=b), plan, simulate_allocator=simulate)
+        return job.largest.estimate.peak_bytes <= budget
 
     if not fits(1):
         return 0
@@ -115,6 +117,8 @@ def max_batch_job(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPla
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    while lo > 0 and not fits(lo, simulate=True):
+        lo -= 1
     return lo
 
 

@@ -166,15 +166,17 @@ def _adjust(est: Estimate, extras: dict[str, dict[str, float]], buckets: float, 
                    phases=tuple(phases), allocated_peak_bytes=peak.live_bytes - outside)
 
 
-def estimate_job(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan) -> JobEstimate:
-    """Per-rank estimates of ``spec`` run with ``plan`` (bytes per rank).
+def estimate_job(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan, *,
+                 simulate_allocator: bool = True) -> JobEstimate:
+    """Per-rank estimates of ``spec`` run with ``plan`` (bytes per rank); ``simulate_allocator``
+    as in :func:`gpumem_tui.estimator.estimate.estimate`.
 
     Raises:
         SpecError: the plan's degrees contradict the model (e.g. ``t`` not dividing the heads).
     """
     strategy = STRATEGIES[plan.kind]
     rs = rank_spec(spec, plan)
-    est = estimate(arch, rs)
+    est = estimate(arch, rs, simulate_allocator=simulate_allocator)
     buckets = 0.0
     if strategy.flat_grad_buckets and spec.task != "inference":
         buckets = C.trainable_params(arch, rs) * C.precision(rs).grad / (rs.tp * rs.pp)
