@@ -186,3 +186,20 @@ def test_cli_refuses_a_flag_that_contradicts_the_file(tmp_path) -> None:
     bad.write_text('{"zero_optimization": {"stage": 2, "bucket": 1}}')
     out = _cli("--deepspeed", str(bad), "--world-size", "2")
     assert out.returncode == 2 and "bucket" in out.stderr
+
+
+def test_pipeline_stage_zero_and_last_stage(llama1b) -> None:
+    spec = TrainingSpec(batch=1, seq=1024)
+    job = estimate_job(llama1b, spec, ParallelPlan("pp", 8, pp=4))
+    first, last = job.ranks
+    assert first.ranks == 6 and last.ranks == 2  # 2 data-parallel pipelines of 4 stages
+    parts = llama1b.param_breakdown()
+    f_step = _phase(first.estimate, "optimizer_step")
+    # stage 0: the embeddings whole and a quarter of the layers (bf16), no LM head
+    assert f_step["parameters"] == math.ceil(parts["embeddings"] * 2 + parts["layers"] * 2 / 4) + C.buffer_bytes(llama1b)
+    b_first, b_last = _phase(first.estimate, "forward"), _phase(last.estimate, "forward")
+    n = spec.batch * spec.seq * llama1b.vocab_size
+    assert b_first["logits_and_loss"] < n  # no vocabulary-sized logits on stage 0
+    assert b_last["logits_and_loss"] >= 4 * n  # the last stage computes the loss
+    # 1F1B: stage 0 holds p micro-batches of L/p layers, the last stage one micro-batch of L/p layers
+    assert b_first["activations"] > b_last["activations"]

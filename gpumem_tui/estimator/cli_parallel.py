@@ -138,8 +138,10 @@ def job_lines(job: JobEstimate) -> list[str]:
         return f"{n / GiB:,.2f} GiB" if n >= GiB else f"{n / MiB:,.1f} MiB"
 
     p = job.plan
-    lines = [f"PER RANK above (the largest rank role); {p.kind}, {p.world_size} ranks, shard degree {p.shard_degree}, "
-             f"t={p.tp} p={p.pp} cp={p.cp} (from {p.source})"]
+    shard = f", states sharded over {p.shard_degree}" if job.ranks[0].estimate and p.kind in (
+        "fsdp1", "fsdp2", "deepspeed", "zero-redundancy") and p.sharding != "none" else ""
+    lines = [f"PER RANK above (the largest rank role); {p.kind}, {p.world_size} ranks: d={p.data_parallel} "
+             f"t={p.tp} p={p.pp} cp={p.cp}{shard} (from {p.source})"]
     for r in job.ranks:
         lines.append(f"  {r.role}: {r.ranks} rank(s), peak {fmt(r.estimate.peak_bytes)} each ({r.estimate.peak_phase})")
     total = sum(r.estimate.peak_bytes * r.ranks for r in job.ranks)

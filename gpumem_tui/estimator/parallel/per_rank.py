@@ -166,23 +166,55 @@ def _adjust(est: Estimate, extras: dict[str, dict[str, float]], buckets: float, 
                    phases=tuple(phases), allocated_peak_bytes=peak.live_bytes - outside)
 
 
+def _stage_arches(arch: ModelArchitecture, p: int) -> tuple[ModelArchitecture, ModelArchitecture]:
+    """The model pieces of pipeline stage 0 and of the last stage (1F1B, ``p`` stages).
+
+    Stage 0: the embeddings and ``L / p`` layers, no final norm and no LM head; with the spec's
+    ``pp = p`` the estimator counts ``p`` micro-batches of ``L / p`` layers' activations, i.e.
+    ``L`` layers' worth (Narayanan et al. 2021, Sec. 2.2.1). The last stage: ``L / p`` layers
+    for one micro-batch, the LM head and the logits; it is estimated as a model of ``L / p``
+    layers on one device, so it also counts the token embedding (what Megatron keeps there
+    for a tied head; an over-count for an untied one)."""
+    layers = max(1, math.ceil(arch.num_layers / p))
+    last = replace(arch, num_layers=layers, dense_layers=0,
+                   sliding_layers=math.ceil(arch.sliding_layers * layers / max(1, arch.num_layers)))
+    return replace(arch.with_head("none"), final_norm=False), last
+
+
+def _roles(arch: ModelArchitecture, rs: TrainingSpec, plan: ParallelPlan,
+           simulate: bool) -> list[tuple[str, int, Estimate]]:
+    """(role, ranks, single-device estimate) per distinct rank role."""
+    if plan.pp == 1 or arch.coarse:
+        role = "every rank" if plan.pp == 1 else "every stage (upper bound: stage 0's micro-batches and the head)"
+        return [(role, plan.world_size, estimate(arch, rs, simulate_allocator=simulate))]
+    first, last = _stage_arches(arch, plan.pp)
+    per_stage = plan.world_size // plan.pp
+    roles = [("stage 0 (p micro-batches in flight; middle stages hold fewer)", per_stage * (plan.pp - 1),
+              estimate(first, rs, simulate_allocator=simulate)),
+             (f"stage {plan.pp - 1} (last: LM head and logits)", per_stage,
+              estimate(last, rs.replace(pp=1), simulate_allocator=simulate))]
+    return roles
+
+
 def estimate_job(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan, *,
                  simulate_allocator: bool = True) -> JobEstimate:
     """Per-rank estimates of ``spec`` run with ``plan`` (bytes per rank); ``simulate_allocator``
-    as in :func:`gpumem_tui.estimator.estimate.estimate`.
+    as in :func:`gpumem_tui.estimator.estimate.estimate`. Pipeline stages 1 .. p-2 are given
+    stage 0's figure (they hold fewer micro-batches: an upper bound).
 
     Raises:
         SpecError: the plan's degrees contradict the model (e.g. ``t`` not dividing the heads).
     """
     strategy = STRATEGIES[plan.kind]
     rs = rank_spec(spec, plan)
-    est = estimate(arch, rs, simulate_allocator=simulate_allocator)
+    extras = _extras(arch, rs, plan, strategy)
     buckets = 0.0
     if strategy.flat_grad_buckets and spec.task != "inference":
         buckets = C.trainable_params(arch, rs) * C.precision(rs).grad / (rs.tp * rs.pp)
-    adjusted = _adjust(est, _extras(arch, rs, plan, strategy), buckets, plan.grad_as_bucket_view, _offloaded(plan))
     notes = (f"parallel: {strategy.title} ({plan.world_size} ranks, from {plan.source}; read from {strategy.source}, "
              f"{strategy.version})",) + strategy.notes
-    adjusted = replace(adjusted, assumptions=adjusted.assumptions + notes)
-    role = "stage 0 (most in-flight micro-batches; upper bound for every stage)" if plan.pp > 1 else "every rank"
-    return JobEstimate(plan, strategy, (RankEstimate(role, plan.world_size, adjusted),))
+    ranks = []
+    for role, count, est in _roles(arch, rs, plan, simulate_allocator):
+        adjusted = _adjust(est, extras, buckets, plan.grad_as_bucket_view, _offloaded(plan))
+        ranks.append(RankEstimate(role, count, replace(adjusted, assumptions=adjusted.assumptions + notes)))
+    return JobEstimate(plan, strategy, tuple(ranks))
