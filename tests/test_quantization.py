@@ -145,3 +145,15 @@ def test_cli_refuses_what_it_cannot_size_or_a_contradiction(tmp_path) -> None:
     path = _config(tmp_path, {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"})
     clash = _estimate(path, "--task", "qlora", "--double-quant")
     assert clash.returncode == 2 and "bnb_4bit_use_double_quant" in clash.stderr
+
+
+def test_dequantized_weight_is_in_bnb_compute_dtype() -> None:
+    arch = load_architecture("llama-3.1-8b")
+    largest = max(l.d_in * l.d_out for l in arch.layer_linears())
+    spec = TrainingSpec(task="inference", quant="nf4")
+    assert C.dequant_bytes(arch, spec) == largest * 2  # no format known: the compute dtype, as before
+    # BitsAndBytesConfig without bnb_4bit_compute_dtype computes (and dequantizes) in float32
+    fp32 = spec.replace(quant_format=format_from_config({"load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}))
+    assert C.dequant_bytes(arch, fp32) == largest * 4
+    bf16 = spec.replace(quant_format=QuantFormat("nf4", compute_dtype="bf16"))
+    assert C.dequant_bytes(arch, bf16) == largest * 2

@@ -8,6 +8,7 @@ namespace into ``(ModelArchitecture, TrainingSpec)`` or raises a ``ValueError``
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from gpumem_tui.estimator.architecture import (
     HEADS,
@@ -115,6 +116,8 @@ def _quantization(args: argparse.Namespace, config: object) -> tuple[str, QuantF
     quant = args.quant
     fmt = apply_flags(fmt, quant, getattr(args, "double_quant", None), getattr(args, "quant_bits", None),
                       getattr(args, "group_size", None))
+    if fmt is not None and qc is None and fmt.method in ("nf4", "fp4"):
+        fmt = replace(fmt, compute_dtype=args.dtype)  # flags only: bitsandbytes computes in --dtype
     if fmt is not None and quant == "none":
         quant = fmt.method
     if fmt is not None and args.task == "qlora" and fmt.method == "int8":

@@ -186,3 +186,16 @@ def layer_linears_bytes(arch: Any, task: str, quant: str, fmt: QuantFormat | Non
     if fmt is None:
         fmt = QuantFormat(method, bits=8 if method == "int8" else 4)
     return arch.num_layers * sum(lin.count * linear_bytes(fmt, lin.d_in, lin.d_out) for lin in linears)
+
+
+def dequant_bytes_per_element(fmt: QuantFormat | None, compute: int) -> int:
+    """Bytes per element of the weight a 4-bit Linear dequantizes for its matmul:
+    bitsandbytes ``Linear4bit`` casts its input to ``compute_dtype`` and dequantizes to it
+    (``bitsandbytes/nn/modules.py``), and transformers' ``BitsAndBytesConfig`` leaves
+    ``bnb_4bit_compute_dtype`` at float32 when it is not given; GPTQ / AWQ kernels dequantize
+    to fp16. Without a known format: ``compute`` (the job's compute dtype), as before."""
+    if fmt is None:
+        return compute
+    if fmt.method in ("gptq", "awq"):
+        return 2
+    return {"fp32": 4, "bf16": 2, "fp16": 2}[fmt.compute_dtype or "fp32"]
