@@ -23,7 +23,7 @@ allocated peak (comparable to ``torch.cuda.max_memory_allocated``) and the reser
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from gpumem_tui.estimator import components as C
 from gpumem_tui.estimator.architecture import ModelArchitecture
@@ -260,19 +260,24 @@ def _inference_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tupl
     ]
 
 
-def estimate(arch: ModelArchitecture, spec: TrainingSpec, *, simulate_allocator: bool = True) -> Estimate:
+def estimate(arch: ModelArchitecture, spec: TrainingSpec, *, simulate_allocator: bool = True,
+             moment_extra: Callable[[str, str], dict[str, int]] | None = None) -> Estimate:
     """Estimate the peak memory of one step of ``spec`` on ``arch`` (bytes).
 
     ``simulate_allocator=False`` keeps the analytic allocator reserve on CUDA: fast (no
     allocation replay) and monotone in batch and sequence while the kernels stay the same,
     which :mod:`gpumem_tui.estimator.solve` uses to bracket its answer before checking it
-    with the simulated reserve.
+    with the simulated reserve. ``moment_extra(phase, label)``: bytes per component a parallel
+    strategy adds at that moment of the step (:mod:`gpumem_tui.estimator.parallel.per_rank`).
 
     Raises:
         SpecError: the spec contradicts the architecture (see ``check_spec_for``).
     """
     warnings = check_spec_for(arch, spec)
     moments = _inference_moments(arch, spec) if spec.task == "inference" else _training_moments(arch, spec)
+    for _phase, _label, parts in moments if moment_extra is not None else ():
+        for key, value in moment_extra(_phase, _label).items():
+            parts[key] += int(value)
     ctx = C.cuda_context_bytes(spec, arch)
     if spec.device == "cuda":
         # cuBLAS workspaces: in torch allocated, counted with the transient tensors

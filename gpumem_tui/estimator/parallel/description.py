@@ -22,11 +22,16 @@ class Strategy:
     Fields:
         kind, title, source, version: name, one line, the library file(s) read and version.
         shards_states: ZeRO-style sharding of optimizer states / gradients / parameters applies.
-        gathered_forward, gathered_backward: unsharded layers (units) live at once in forward
-            and backward (the running one + the prefetched next).
+        gathered_forward_end: unsharded layer units (beyond those kept) at the end of forward,
+            when the loss runs (FSDP2: the copy-in all-gather buffer of the last unit).
+        gathered_layer_forward: units unsharded while a layer runs forward (the running one
+            and the prefetched next).
+        gathered_loss_backward: units unsharded while the loss and the LM head run backward
+            (the last layer, prefetched for backward).
+        gathered_layer_backward: units unsharded while a layer runs backward (it and the
+            prefetched next).
         root_stays_gathered: the root unit (embeddings, final norm, LM head) is not resharded
             after forward (FSDP's heuristic), so it stays unsharded from forward to backward.
-        reduce_scatter_units: unsharded layer gradients alive at once in backward.
         flat_grad_buckets: gradients are copied into flat all-reduce buckets that exist for the
             whole job (DDP's ``Reducer``), unless they are bucket views.
         bucketed_collectives: DeepSpeed-style fixed-size reduce / all-gather buckets.
@@ -38,10 +43,11 @@ class Strategy:
     source: str
     version: str
     shards_states: bool = False
-    gathered_forward: int = 0
-    gathered_backward: int = 0
+    gathered_forward_end: int = 0
+    gathered_layer_forward: int = 0
+    gathered_loss_backward: int = 0
+    gathered_layer_backward: int = 0
     root_stays_gathered: bool = False
-    reduce_scatter_units: int = 0
     flat_grad_buckets: bool = False
     bucketed_collectives: bool = False
     notes: tuple[str, ...] = ()

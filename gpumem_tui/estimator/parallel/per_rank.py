@@ -4,21 +4,26 @@
    ``s / cp``), so the single-device rules shard the model states first-order (ZeRO paper,
    Rajbhandari et al. 2020, arXiv 1910.02054: stage 1 optimizer states, 2 + gradients,
    3 + parameters, each ``1/d``).
-2. The strategy description (:mod:`.description`) adds what a rank holds beyond its shard,
-   per phase: unsharded (all-gathered) layers and the prefetched next one, the root unit FSDP
-   keeps unsharded from forward to backward, reduce-scatter inputs, DDP's flat gradient
-   buckets, DeepSpeed's fixed-size buckets and gathered parameters, ring-attention shards;
-   CPU offload takes the offloaded states off the device.
-3. The peak is the largest phase again, per distinct rank role (data-parallel ranks are
-   alike; pipeline stages are given as stage 0, the upper bound of
-   :mod:`gpumem_tui.estimator.components`).
+2. The strategy description (:mod:`.description`) adds what a rank holds beyond its shard
+   at each moment of the step (``estimate(..., moment_extra=...)``): the root unit FSDP keeps
+   unsharded, the layers gathered at that moment (the running one, the prefetched next, or
+   all of them without resharding), DeepSpeed's fixed-size buckets and gathered parameters,
+   ring-attention shards; then DDP's flat gradient buckets (every phase) and CPU offload
+   (the offloaded states leave the device).
+3. The peak is the largest phase again, per distinct rank role: data-parallel ranks are
+   alike; with pipeline parallelism stage 0 and the last stage differ (:func:`_stage_arches`).
+
+Checked against ``gpumem-tui measure --nproc 2 --on cpu`` (torch 2.13, FSDPMemTracker /
+MemTracker; ``tests/data/ranks``): DDP, ZeroRedundancyOptimizer, FSDP2 with and without
+resharding, FSDP1 FULL_SHARD and SHARD_GRAD_OP within 0.1 % per rank; FSDP1 NO_SHARD 4 % low
+(its optimizer step over flat parameters keeps a full-size temporary not modelled).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 from gpumem_tui.estimator import components as C
 from gpumem_tui.estimator.architecture import ModelArchitecture
@@ -64,7 +69,9 @@ def rank_spec(spec: TrainingSpec, plan: ParallelPlan) -> TrainingSpec:
     and the sequence split of context parallelism. Non-DeepSpeed strategies keep the torch
     optimizer the recipe / device would build (the spec's ``auto`` means DeepSpeed's fused
     Adam once ZeRO is set)."""
-    stage = {"full": 3, "hybrid": 3, "grad-op": 2, "hybrid-grad-op": 2, "none": 0}[plan.sharding]
+    # FSDP shards parameters at rest in every sharded mode (SHARD_GRAD_OP only keeps them
+    # unsharded from forward to backward: the per-moment extras), unlike DeepSpeed's ZeRO-2
+    stage = 0 if plan.sharding == "none" else 3
     stage = {"deepspeed": plan.zero_stage, "zero-redundancy": 1, "ddp": 0}.get(plan.kind, stage)
     if plan.kind in ("tp", "pp", "cp"):
         stage = spec.zero
@@ -82,58 +89,73 @@ def _unit_elements(arch: ModelArchitecture, spec: TrainingSpec) -> tuple[float, 
     return layer, parts["embeddings"] + parts["final_norm"] + parts["head"]
 
 
-def _fsdp_extras(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan, s: Strategy) -> dict[str, dict[str, float]]:
-    """FSDP1 / FSDP2: unsharded units (``gathered_*`` of them, the root kept), reduce-scatter
-    inputs; with ``grad-op`` sharding (no reshard after forward) every layer stays unsharded
-    from its forward to its backward."""
+#: moment labels of :func:`gpumem_tui.estimator.estimate._training_moments` by where the step is
+_LOSS_BACKWARD = ("log-softmax backward", "LM head backward", "final norm backward")
+_LAYER_BACKWARD = ("last layer backward", "first layer backward")
+
+Extra = Callable[[str, str], dict[str, float]]
+
+
+def _fsdp_extra(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan, s: Strategy) -> Extra:
+    """FSDP1 / FSDP2 per moment: the root unit kept unsharded and the units gathered at that
+    moment (the strategy's counts); with ``grad-op`` sharding (no reshard after forward) every
+    layer stays unsharded from its forward to its backward. The running layer's unsharded
+    gradients (the reduce-scatter input) are already in the single-device walk of a layer's
+    backward (``components.layer_backward_excess``: its weight gradients, not sharded)."""
     if plan.sharding == "none":
-        return {}
+        return lambda phase, label: {}
     pb = C.precision(spec).compute  # MixedPrecisionPolicy.param_dtype (the compute dtype)
     layer, root = _unit_elements(arch, spec)
-    trainable = C.trainable_params(arch, spec) / max(1, arch.total_params)
-    keep_all = plan.sharding in ("grad-op", "hybrid-grad-op") or not plan.reshard_after_forward
+    kept = arch.num_layers if plan.sharding in ("grad-op", "hybrid-grad-op") or not plan.reshard_after_forward else 0
     root_b = root * pb if s.root_stays_gathered else 0
-    fwd = (arch.num_layers if keep_all else s.gathered_forward) * layer * pb + root_b
-    bwd = (arch.num_layers if keep_all else s.gathered_backward) * layer * pb + root_b
-    rs = s.reduce_scatter_units * layer * trainable * pb
-    return {"forward": {"parameters": fwd}, "backward": {"parameters": bwd, "gradients": rs}}
+
+    def extra(phase: str, label: str) -> dict[str, float]:
+        if phase == "forward":
+            units = s.gathered_forward_end if label == "end of forward" else s.gathered_layer_forward
+            return {"parameters": root_b + max(kept, units if not kept else kept + s.gathered_forward_end) * layer * pb}
+        if label in _LOSS_BACKWARD:
+            return {"parameters": root_b + max(kept, s.gathered_loss_backward) * layer * pb}
+        if label in _LAYER_BACKWARD:
+            return {"parameters": root_b + max(kept, s.gathered_layer_backward) * layer * pb}
+        return {"parameters": root_b} if phase == "backward" else {}
+    return extra
 
 
-def _deepspeed_extras(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan) -> dict[str, dict[str, float]]:
+def _deepspeed_extra(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan) -> Extra:
     """DeepSpeed: stage 1/2 allocate the ``ipg`` reduce buffer(s) in backward; stage 3 its
     reduce bucket at initialisation and gathers up to ``stage3_max_live_parameters``
     (the running unit and ``stage3_prefetch_bucket_size`` prefetched) in forward and backward."""
     prec = C.precision(spec)
     if spec.task == "inference" or plan.zero_stage == 0:
-        return {}
+        return lambda phase, label: {}
     if plan.zero_stage < 3:
         buffers = (2 if plan.overlap_comm else 1) * plan.reduce_bucket * prec.grad if plan.contiguous_gradients else 0
-        return {"backward": {"gradients": buffers}}
-    layer, root = _unit_elements(arch, spec)
+        return lambda phase, label: {"gradients": buffers} if phase == "backward" else {}
+    layer, _root = _unit_elements(arch, spec)
     parts = arch.param_breakdown()
     unit = max(layer, parts["embeddings"], parts["head"])
     gathered = min(plan.max_live_params, unit + plan.prefetch_bucket) * prec.compute
     bucket = plan.reduce_bucket * prec.grad
-    return {"forward": {"parameters": gathered, "gradients": bucket},
-            "backward": {"parameters": gathered, "gradients": bucket},
-            "optimizer_step": {"gradients": bucket}}
+    return lambda phase, label: ({"gradients": bucket} if phase == "optimizer_step"
+                                 else {"parameters": gathered, "gradients": bucket})
 
 
-def _ring_extras(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan) -> dict[str, dict[str, float]]:
-    """Context parallel ring attention: one more ``(k, v)`` shard in flight (forward), and
-    their gradients too (backward); ``spec`` already holds ``s / cp``."""
+def _ring_extra(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan) -> Extra:
+    """Context parallel ring attention while a layer runs: one more ``(k, v)`` shard in flight
+    (forward), and their gradients too (backward); ``spec`` already holds ``s / cp``."""
     if plan.cp == 1:
-        return {}
+        return lambda phase, label: {}
     kv = 2 * spec.batch * spec.seq * arch.kv_dim * C.precision(spec).compute / spec.tp
-    return {"forward": {"activations": kv}, "backward": {"activations": 2 * kv}}
+    return lambda phase, label: ({"activations": 2 * kv} if label in _LAYER_BACKWARD
+                                 else {"activations": kv} if label == "checkpointed layer forward" else {})
 
 
-def _extras(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan, s: Strategy) -> dict[str, dict[str, float]]:
+def _extras(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan, s: Strategy) -> Extra:
     if plan.kind in ("fsdp1", "fsdp2"):
-        return _fsdp_extras(arch, spec, plan, s)
+        return _fsdp_extra(arch, spec, plan, s)
     if plan.kind == "deepspeed":
-        return _deepspeed_extras(arch, spec, plan)
-    return _ring_extras(arch, spec, plan)
+        return _deepspeed_extra(arch, spec, plan)
+    return _ring_extra(arch, spec, plan)
 
 
 def _offloaded(plan: ParallelPlan) -> tuple[str, ...]:
@@ -147,14 +169,11 @@ def _offloaded(plan: ParallelPlan) -> tuple[str, ...]:
     return out
 
 
-def _adjust(est: Estimate, extras: dict[str, dict[str, float]], buckets: float, views: bool,
-            offloaded: tuple[str, ...]) -> Estimate:
-    """``est`` with the strategy's extras added per phase and the peak taken again."""
+def _adjust(est: Estimate, buckets: float, views: bool, offloaded: tuple[str, ...]) -> Estimate:
+    """``est`` with DDP's buckets (every phase) and CPU offload applied, the peak taken again."""
     phases = []
     for p in est.phases:
         parts = dict(p.components)
-        for key, value in extras.get(p.name, {}).items():
-            parts[key] += int(value)
         if buckets:
             parts["gradients"] = int(buckets) if views else parts["gradients"] + int(buckets)
         for key in offloaded:
@@ -181,18 +200,18 @@ def _stage_arches(arch: ModelArchitecture, p: int) -> tuple[ModelArchitecture, M
     return replace(arch.with_head("none"), final_norm=False), last
 
 
-def _roles(arch: ModelArchitecture, rs: TrainingSpec, plan: ParallelPlan,
-           simulate: bool) -> list[tuple[str, int, Estimate]]:
+def _roles(arch: ModelArchitecture, rs: TrainingSpec, plan: ParallelPlan, simulate: bool,
+           extra: Extra) -> list[tuple[str, int, Estimate]]:
     """(role, ranks, single-device estimate) per distinct rank role."""
     if plan.pp == 1 or arch.coarse:
         role = "every rank" if plan.pp == 1 else "every stage (upper bound: stage 0's micro-batches and the head)"
-        return [(role, plan.world_size, estimate(arch, rs, simulate_allocator=simulate))]
+        return [(role, plan.world_size, estimate(arch, rs, simulate_allocator=simulate, moment_extra=extra))]
     first, last = _stage_arches(arch, plan.pp)
     per_stage = plan.world_size // plan.pp
     roles = [("stage 0 (p micro-batches in flight; middle stages hold fewer)", per_stage * (plan.pp - 1),
-              estimate(first, rs, simulate_allocator=simulate)),
+              estimate(first, rs, simulate_allocator=simulate, moment_extra=extra)),
              (f"stage {plan.pp - 1} (last: LM head and logits)", per_stage,
-              estimate(last, rs.replace(pp=1), simulate_allocator=simulate))]
+              estimate(last, rs.replace(pp=1), simulate_allocator=simulate, moment_extra=extra))]
     return roles
 
 
@@ -214,7 +233,7 @@ def estimate_job(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan
     notes = (f"parallel: {strategy.title} ({plan.world_size} ranks, from {plan.source}; read from {strategy.source}, "
              f"{strategy.version})",) + strategy.notes
     ranks = []
-    for role, count, est in _roles(arch, rs, plan, simulate_allocator):
-        adjusted = _adjust(est, extras, buckets, plan.grad_as_bucket_view, _offloaded(plan))
+    for role, count, est in _roles(arch, rs, plan, simulate_allocator, extras):
+        adjusted = _adjust(est, buckets, plan.grad_as_bucket_view, _offloaded(plan))
         ranks.append(RankEstimate(role, count, replace(adjusted, assumptions=adjusted.assumptions + notes)))
     return JobEstimate(plan, strategy, tuple(ranks))
