@@ -1,0 +1,54 @@
+"""Per-rank estimates against per-rank ground truth: ``gpumem-tui measure --nproc N --on cpu``
+(torch 2.13 CPU over gloo, FSDPMemTracker / MemTracker), saved under ``tests/data/ranks``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpumem_tui.estimator.architecture import architecture_from_config
+from gpumem_tui.estimator.parallel import ParallelPlan
+from gpumem_tui.estimator.parallel.per_rank import estimate_job
+from gpumem_tui.estimator.spec import TrainingSpec
+
+CASES = sorted((Path(__file__).parent / "data" / "ranks").glob("*.json"))
+_SHARDING = {"FULL_SHARD": "full", "SHARD_GRAD_OP": "grad-op", "NO_SHARD": "none"}
+#: kinds the estimator models on the CPU profile (tensor parallel needs --device cuda here)
+_MODELLED = ("fsdp2", "fsdp1", "ddp", "zero-redundancy")
+#: known gaps (relative error allowed): FSDP1 NO_SHARD's optimizer step over flat parameters
+#: keeps a full-size temporary the estimator does not model; a tied GPT-2 under resharding
+#: FSDP holds a half-vocabulary gradient temporary at a layer's backward not modelled
+_GAPS = {"llama-tiny-fsdp1-no_shard": 0.05, "gpt2-tiny-fsdp1-full_shard": 0.03, "gpt2-tiny-fsdp2-reshard": 0.03}
+
+
+def _plan(strategy: dict) -> ParallelPlan:
+    kind, world = strategy["kind"], strategy["world_size"]
+    if kind == "fsdp2":
+        return ParallelPlan(kind, world, reshard_after_forward=strategy.get("reshard_after_forward", True))
+    if kind == "fsdp1":
+        return ParallelPlan(kind, world, sharding=_SHARDING[strategy.get("sharding_strategy", "FULL_SHARD")])
+    return ParallelPlan(kind, world, grad_as_bucket_view=strategy.get("gradient_as_bucket_view", False))
+
+
+def test_the_ground_truth_is_there() -> None:
+    kinds = {json.loads(p.read_text())["strategy"]["kind"] for p in CASES}
+    assert set(_MODELLED) <= kinds
+
+
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_largest_rank_matches_the_measured_peak(path: Path) -> None:
+    case = json.loads(path.read_text())
+    if case["strategy"]["kind"] not in _MODELLED:
+        assert case["strategy"]["kind"] == "tp"  # the one kind left out, on purpose
+        return
+    arch = architecture_from_config(case["model"], name=path.stem)
+    fields = dict(case["spec"])
+    fields["lora_targets"] = tuple(fields["lora_targets"])
+    job = estimate_job(arch, TrainingSpec(**fields), _plan(case["strategy"]))
+    measured = max(r["peak_bytes"] for r in case["ranks"])
+    error = job.largest.estimate.peak_bytes / measured - 1
+    case_name = path.stem.rsplit("-w", 1)[0]
+    assert abs(error) <= _GAPS.get(case_name, 0.002), f"{path.stem}: {error:+.2%}"
+    assert job.largest.ranks == case["strategy"]["world_size"]
