@@ -20,7 +20,7 @@ from gpumem_tui.estimator.cli_parallel import add_parallel_arguments, job_json, 
 from gpumem_tui.estimator.devices import cuda_kernels
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS, Estimate
 from gpumem_tui.estimator.methods import METHODS, run_method
-from gpumem_tui.estimator.parallel.per_rank import estimate_job
+from gpumem_tui.estimator.parallel.per_rank import RankEstimate, estimate_job
 from gpumem_tui.estimator.solve import max_batch, max_seq
 from gpumem_tui.units import GiB, MiB, parse_bytes
 
@@ -222,6 +222,8 @@ def run(argv: list[str]) -> int:
     if job is not None:
         out.update(job_json(job))
         text.extend(job_lines(job))
+    else:  # one rank: the same "ranks" shape as a parallel job's
+        out["ranks"] = [RankEstimate("single device", 1, est).to_json()]
     budget = None
     if args.fit is not None or args.max_batch or args.max_seq:
         fit = _budget(args.fit if args.fit is not None else "24GiB")

@@ -9,6 +9,7 @@ naming the file's key (exit 2).
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
 
 from gpumem_tui.estimator.architecture import ModelArchitecture
@@ -76,12 +77,8 @@ def _merge(job: JobConfig, args: argparse.Namespace, spec: TrainingSpec) -> tupl
             raise ConfigFileError(key, f"--{name.replace('_', '-')} {current} contradicts the config's {key} ({value})")
         changes[name] = value
     if plan.tp == 1 and spec.tp > 1 or plan.pp == 1 and spec.pp > 1:
-        plan = ParallelPlan(**{**_plan_dict(plan), "tp": spec.tp, "pp": spec.pp})
+        plan = replace(plan, tp=spec.tp, pp=spec.pp)
     return plan, spec.replace(**changes) if changes else spec
-
-
-def _plan_dict(plan: ParallelPlan) -> dict[str, Any]:
-    return {f: getattr(plan, f) for f in plan.__dataclass_fields__}  # type: ignore[attr-defined]
 
 
 def plan_from_args(args: argparse.Namespace, arch: ModelArchitecture,

@@ -209,13 +209,7 @@ class TrainingSpec:
             t not in LORA_ROLES for t in self.lora_targets
         ):
             raise SpecError("lora_targets", f"lora_targets must be a non-empty tuple of {','.join(LORA_ROLES)}")
-        if self.task == "qlora" and self.dtype == "fp32":
-            raise SpecError("dtype", "QLoRA computes in 16 bits: use --dtype bf16 or fp16")
-        if self.task == "qlora" and self.quant == "int8":
-            raise SpecError("quant", "QLoRA trains over a 4-bit base model; --quant must be nf4, fp4, gptq, awq or none")
-        if self.quant_format is not None and (not isinstance(self.quant_format, QuantFormat)
-                                              or self.quant_format.method != effective_method(self.task, self.quant)):
-            raise SpecError("quant", "the quantization format does not match --quant")
+        self._check_quant()
         if self.task == "inference":
             if self.grad_ckpt != "none":
                 raise SpecError("grad_ckpt", "--grad-ckpt applies to training only (task is inference)")
@@ -237,6 +231,16 @@ class TrainingSpec:
         if self.pp > 1 and self.zero >= 2:
             warnings.append("ZeRO-2/3 with pipeline parallelism is unusual (DeepSpeed forbids it)")
         object.__setattr__(self, "warnings", tuple(warnings))
+
+    def _check_quant(self) -> None:
+        """QLoRA's dtype and base format; a quantization format that matches ``quant``."""
+        if self.task == "qlora" and self.dtype == "fp32":
+            raise SpecError("dtype", "QLoRA computes in 16 bits: use --dtype bf16 or fp16")
+        if self.task == "qlora" and self.quant == "int8":
+            raise SpecError("quant", "QLoRA trains over a 4-bit base model; --quant must be nf4, fp4, gptq, awq or none")
+        if self.quant_format is not None and (not isinstance(self.quant_format, QuantFormat)
+                                              or self.quant_format.method != effective_method(self.task, self.quant)):
+            raise SpecError("quant", "the quantization format does not match --quant")
 
     # ----- derived ----------------------------------------------------------------------
     @property

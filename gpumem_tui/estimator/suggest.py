@@ -14,7 +14,7 @@ only (QLoRA over a 4-bit base).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from gpumem_tui.estimator.architecture import ModelArchitecture
@@ -57,15 +57,13 @@ def _split_batch(spec: TrainingSpec, plan: ParallelPlan | None):  # type: ignore
 def _zero_up(spec: TrainingSpec, plan: ParallelPlan | None):  # type: ignore[no-untyped-def]
     if plan is None or plan.kind != "deepspeed" or plan.zero_stage >= 3:
         return None
-    return spec, ParallelPlan(**{**{f: getattr(plan, f) for f in plan.__dataclass_fields__},  # type: ignore[attr-defined]
-                                 "zero_stage": plan.zero_stage + 1})
+    return spec, replace(plan, zero_stage=plan.zero_stage + 1)
 
 
 def _offload(spec: TrainingSpec, plan: ParallelPlan | None):  # type: ignore[no-untyped-def]
     if plan is None or plan.kind != "deepspeed" or plan.offload_optimizer or not plan.zero_stage:
         return None
-    return spec, ParallelPlan(**{**{f: getattr(plan, f) for f in plan.__dataclass_fields__},  # type: ignore[attr-defined]
-                                 "offload_optimizer": True})
+    return spec, replace(plan, offload_optimizer=True)
 
 
 #: (flags, cost rank, cost in words, change) in cost order
