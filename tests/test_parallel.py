@@ -207,3 +207,12 @@ def test_pipeline_stage_zero_and_last_stage(llama1b) -> None:
     assert b_last["logits_and_loss"] >= 4 * n  # the last stage computes the loss
     # 1F1B: stage 0 holds p micro-batches of L/p layers, the last stage one micro-batch of L/p layers
     assert b_first["activations"] > b_last["activations"]
+
+
+def test_cli_flags_that_do_not_add_up() -> None:
+    out = _cli("--parallel", "ddp", "--world-size", "8", "--dp", "2")
+    assert out.returncode == 2 and "--world-size" in out.stderr
+    out = _cli("--parallel", "fsdp2", "--world-size", "8", "--zero", "2")
+    assert out.returncode == 2 and "--sharding" in out.stderr
+    out = _cli("--world-size", "8")
+    assert out.returncode == 2 and "--parallel" in out.stderr

@@ -9,27 +9,17 @@ from pathlib import Path
 import pytest
 
 from gpumem_tui.estimator.architecture import architecture_from_config
-from gpumem_tui.estimator.parallel import ParallelPlan
+from gpumem_tui.estimator.parallel.configs_read import plan_from_measure
 from gpumem_tui.estimator.parallel.per_rank import estimate_job
 from gpumem_tui.estimator.spec import TrainingSpec
 
 CASES = sorted((Path(__file__).parent / "data" / "ranks").glob("*.json"))
-_SHARDING = {"FULL_SHARD": "full", "SHARD_GRAD_OP": "grad-op", "NO_SHARD": "none"}
 #: kinds the estimator models on the CPU profile (tensor parallel needs --device cuda here)
 _MODELLED = ("fsdp2", "fsdp1", "ddp", "zero-redundancy")
 #: known gaps (relative error allowed): FSDP1 NO_SHARD's optimizer step over flat parameters
 #: keeps a full-size temporary the estimator does not model; a tied GPT-2 under resharding
 #: FSDP holds a half-vocabulary gradient temporary at a layer's backward not modelled
 _GAPS = {"llama-tiny-fsdp1-no_shard": 0.05, "gpt2-tiny-fsdp1-full_shard": 0.03, "gpt2-tiny-fsdp2-reshard": 0.03}
-
-
-def _plan(strategy: dict) -> ParallelPlan:
-    kind, world = strategy["kind"], strategy["world_size"]
-    if kind == "fsdp2":
-        return ParallelPlan(kind, world, reshard_after_forward=strategy.get("reshard_after_forward", True))
-    if kind == "fsdp1":
-        return ParallelPlan(kind, world, sharding=_SHARDING[strategy.get("sharding_strategy", "FULL_SHARD")])
-    return ParallelPlan(kind, world, grad_as_bucket_view=strategy.get("gradient_as_bucket_view", False))
 
 
 def test_the_ground_truth_is_there() -> None:
@@ -46,7 +36,7 @@ def test_largest_rank_matches_the_measured_peak(path: Path) -> None:
     arch = architecture_from_config(case["model"], name=path.stem)
     fields = dict(case["spec"])
     fields["lora_targets"] = tuple(fields["lora_targets"])
-    job = estimate_job(arch, TrainingSpec(**fields), _plan(case["strategy"]))
+    job = estimate_job(arch, TrainingSpec(**fields), plan_from_measure(case["strategy"]))
     measured = max(r["peak_bytes"] for r in case["ranks"])
     error = job.largest.estimate.peak_bytes / measured - 1
     case_name = path.stem.rsplit("-w", 1)[0]

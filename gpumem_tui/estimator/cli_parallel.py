@@ -44,6 +44,10 @@ def _from_flags(args: argparse.Namespace, spec: TrainingSpec) -> ParallelPlan:
     if kind == "cp" and cp == 1:
         cp = args.world_size or 1
     world = args.world_size or spec.dp * tp * pp * cp
+    if spec.dp > 1 and world != spec.dp * tp * pp * cp:
+        raise ValueError(f"--world-size {world} is not --dp x --tp x --pp x --cp = {spec.dp * tp * pp * cp}")
+    if spec.zero and kind not in ("deepspeed", "tp", "pp", "cp"):
+        raise ValueError(f"--zero applies to --parallel deepspeed; {kind} shards with --sharding")
     return ParallelPlan(kind=kind, world_size=world, sharding=args.sharding, zero_stage=spec.zero,
                         shard_group=args.shard_group, tp=tp, pp=pp, cp=cp)
 

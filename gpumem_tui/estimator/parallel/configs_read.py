@@ -122,6 +122,8 @@ def read_accelerate(path: str, hidden: int) -> JobConfig:
         raise ConfigFileError("file", f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     cfg = _check_keys(cfg, _ACCELERATE_TOP, "")
     world = _count(cfg.get("num_processes"), "num_processes", 1)
+    if world < 1:
+        raise ConfigFileError("num_processes", f"num_processes must be >= 1, got {world}")
     machines = max(1, _count(cfg.get("num_machines"), "num_machines", 1))
     mp = cfg.get("mixed_precision", "no")
     if mp not in _MP:
@@ -151,3 +153,34 @@ def _accelerate_deepspeed(cfg: dict[str, Any], world: int, hidden: int, fields: 
     accum = ds.get("gradient_accumulation_steps")
     extra = {"grad_accum": _count(accum, "gradient_accumulation_steps", 1)} if accum not in (None, "auto") else {}
     return JobConfig(out.plan, {**fields, **extra})
+
+
+_FSDP1_SHARDING = {"FULL_SHARD": "full", "SHARD_GRAD_OP": "grad-op", "NO_SHARD": "none", "HYBRID_SHARD": "hybrid"}
+
+
+def plan_from_measure(strategy: Any) -> ParallelPlan:
+    """The plan of a ``gpumem-tui measure --nproc N`` result's ``strategy`` object
+    (``{"kind", "world_size", ...options}``: ``reshard_after_forward`` for fsdp2,
+    ``sharding_strategy`` for fsdp1, ``gradient_as_bucket_view`` for ddp / zero-redundancy).
+
+    Raises:
+        ConfigFileError: not an object, an unknown kind or option value (names the key).
+    """
+    if not isinstance(strategy, dict):
+        raise ConfigFileError("strategy", "strategy must be an object")
+    kind = strategy.get("kind")
+    world = _count(strategy.get("world_size"), "world_size", 1)
+    if kind == "tp":
+        return ParallelPlan("tp", world, tp=world, source="measure")
+    if kind == "fsdp2":
+        return ParallelPlan(kind, world, source="measure", reshard_after_forward=_flag(
+            strategy.get("reshard_after_forward"), "reshard_after_forward", True))
+    if kind == "fsdp1":
+        sharding = strategy.get("sharding_strategy", "FULL_SHARD")
+        if sharding not in _FSDP1_SHARDING:
+            raise ConfigFileError("sharding_strategy", f"sharding_strategy {sharding!r} unknown")
+        return ParallelPlan(kind, world, sharding=_FSDP1_SHARDING[sharding], source="measure")
+    if kind in ("ddp", "zero-redundancy"):
+        return ParallelPlan(kind, world, source="measure", grad_as_bucket_view=_flag(
+            strategy.get("gradient_as_bucket_view"), "gradient_as_bucket_view", False))
+    raise ConfigFileError("kind", f"strategy kind {kind!r} unknown")
