@@ -12,7 +12,7 @@ import pytest
 from gpumem_tui.estimator import components as C
 from gpumem_tui.estimator.architecture import load_architecture
 from gpumem_tui.estimator.checkpointing import checkpoint_terms, op_sac_saved_bytes
-from gpumem_tui.estimator.cli_args import add_spec_arguments, spec_from_args
+from gpumem_tui.estimator.cli_args import add_estimate_arguments, add_spec_arguments, spec_from_args
 from gpumem_tui.estimator.estimate import estimate
 from gpumem_tui.estimator.recipes import RECIPES, list_recipes
 from gpumem_tui.estimator.recipes.description import Recipe
@@ -121,6 +121,7 @@ def test_peft_kbit_casts_unquantized_parameters_to_fp32(llama8b) -> None:
 def test_peft_kbit_turns_checkpointing_on_unless_told() -> None:
     parser = argparse.ArgumentParser()
     add_spec_arguments(parser)
+    add_estimate_arguments(parser)
     _, spec = spec_from_args(parser.parse_args(["llama-3.2-1b", "--task", "qlora", "--recipe", "peft-kbit"]))
     assert spec.grad_ckpt == "full"
     _, spec = spec_from_args(parser.parse_args(

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 
 from gpumem_tui.cli_support import InputError, OneLineParser
-from gpumem_tui.estimator.cli_args import add_spec_arguments, spec_from_args
+from gpumem_tui.estimator.cli_args import add_estimate_arguments, add_spec_arguments, spec_from_args
 from gpumem_tui.estimator.cli_parallel import add_parallel_arguments, job_json, job_lines, max_batch_job, plan_from_args
 from gpumem_tui.estimator.devices import cuda_kernels
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS, Estimate
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         "autocast op lists, caching allocator) and peft LoRA; its context figures were measured on an H100 / CUDA 13.",
     )
     add_spec_arguments(p)
+    add_estimate_arguments(p)
     add_parallel_arguments(p)
     p.add_argument("--keep-outputs", action="store_true",
                    help="the training loop keeps the model output through backward and the optimizer step "

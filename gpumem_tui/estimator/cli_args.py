@@ -65,8 +65,6 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--optimizer", default="adamw", help=f"{' | '.join(OPTIMIZERS)} (default adamw)")
     parser.add_argument("--grad-ckpt", default=None,
                         help=f"{' | '.join(GRAD_CKPT)} (default none, or what --recipe turns on)")
-    parser.add_argument("--recipe", default="torch",
-                        help="training framework around the model (see --list-recipes; default torch)")
     parser.add_argument("--attention", default="sdpa", help=f"{' | '.join(ATTENTION)} (default sdpa)")
     parser.add_argument("--zero", type=int, default=0, help="ZeRO stage 0-3 (default 0)")
     parser.add_argument("--dp", type=int, default=1, help="data-parallel degree (default 1)")
@@ -78,12 +76,6 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--kv-dtype", default=None, help=f"KV-cache dtype for inference: {' | '.join(KV_DTYPES)}")
     parser.add_argument("--quant", default="none", help=f"inference weight quantization: {' | '.join(QUANT)}")
-    parser.add_argument("--double-quant", dest="double_quant", action="store_true", default=None,
-                        help="bitsandbytes 4-bit with double quantization (bnb_4bit_use_double_quant)")
-    parser.add_argument("--no-double-quant", dest="double_quant", action="store_false",
-                        help="bitsandbytes 4-bit without double quantization")
-    parser.add_argument("--quant-bits", type=int, default=None, help="GPTQ / AWQ bits (default 4)")
-    parser.add_argument("--group-size", type=int, default=None, help="GPTQ / AWQ group size (default 128; -1: one group)")
     parser.add_argument("--head", default=None, help=f"model head: {' | '.join(HEADS)} (default from config)")
     parser.add_argument("--num-labels", type=int, default=2, help="labels of a classification head (default 2)")
     parser.add_argument(
@@ -103,6 +95,19 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
         "--device", default="cuda",
         help=f"kernel profile: {' | '.join(DEVICES)} (cuda adds CUDA context + allocator reserve; default cuda)",
     )
+
+
+def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags only ``estimate`` has (``measure`` runs its own loop and loads its own
+    weights): ``--recipe`` and the quantization format's details."""
+    parser.add_argument("--recipe", default="torch",
+                        help="training framework around the model (see --list-recipes; default torch)")
+    parser.add_argument("--double-quant", dest="double_quant", action="store_true", default=None,
+                        help="bitsandbytes 4-bit with double quantization (bnb_4bit_use_double_quant)")
+    parser.add_argument("--no-double-quant", dest="double_quant", action="store_false",
+                        help="bitsandbytes 4-bit without double quantization")
+    parser.add_argument("--quant-bits", type=int, default=None, help="GPTQ / AWQ bits (default 4)")
+    parser.add_argument("--group-size", type=int, default=None, help="GPTQ / AWQ group size (default 128; -1: one group)")
 
 
 def _quantization(args: argparse.Namespace, config: object) -> tuple[str, QuantFormat | None]:
@@ -156,7 +161,8 @@ def spec_from_args(args: argparse.Namespace) -> tuple[ModelArchitecture, Trainin
     grad_ckpt = args.grad_ckpt
     if grad_ckpt is None:  # the recipe's default (peft-kbit turns checkpointing on), never for inference
         grad_ckpt = grad_ckpt_default(recipe) if args.task != "inference" else "none"
-    quant, fmt = _quantization(args, config)
+    # estimate reads the config's quantization_config and the format flags; measure loads its own
+    quant, fmt = _quantization(args, config) if hasattr(args, "quant_bits") else (args.quant, None)
     spec = TrainingSpec(
         task=args.task, batch=args.batch, seq=args.seq, dtype=args.dtype, mixed_precision=bool(args.mixed_precision),
         optimizer=args.optimizer, grad_ckpt=grad_ckpt, attention=args.attention, zero=args.zero, dp=args.dp,
@@ -169,4 +175,4 @@ def spec_from_args(args: argparse.Namespace) -> tuple[ModelArchitecture, Trainin
     return arch, spec
 
 
-__all__ = ["add_spec_arguments", "spec_from_args", "ArchitectureError", "SpecError"]
+__all__ = ["add_spec_arguments", "add_estimate_arguments", "spec_from_args", "ArchitectureError", "SpecError"]
