@@ -10,7 +10,9 @@ elements and prefetched ``stage3_prefetch_bucket_size`` ahead) and
 ``allgather_bucket_size`` 5e8, ``stage3_max_live_parameters`` 1e9,
 ``stage3_prefetch_bucket_size`` 5e7, ``overlap_comm`` False, ``contiguous_gradients`` True).
 ``offload_optimizer`` keeps the fp32 master weights and optimizer states on the CPU;
-``offload_param`` (stage 3) the parameters.
+``offload_param`` (stage 3) the parameters. Not modelled: the stage 1/2 all-gather after the
+step (it gathers into the flat 16-bit partitions in place, no buffer beyond them is assumed)
+and ``stage3_param_persistence_threshold`` (small parameters kept whole; norms and biases).
 """
 
 from gpumem_tui.estimator.parallel.description import Strategy
