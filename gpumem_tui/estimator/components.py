@@ -959,8 +959,10 @@ def head_gradient_temporaries(arch: ModelArchitecture, spec: TrainingSpec) -> He
     if spec.task != "train" or arch.head not in ("lm", "mlm"):
         return HeadGradTemps(0, 0, 0)
     prec = precision(spec)
-    shard = (spec.tp * spec.pp) * (spec.dp if spec.zero >= 2 else 1)
-    vh = arch.vocab_size * arch.embed_width * prec.grad / shard
+    # autograd builds each (V, h) gradient whole; ZeRO-2/3 and FSDP shard it only after the
+    # backward of the parameter (measured, MemTracker / FSDPMemTracker, tied tiny GPT-2 under
+    # FSDP on 2 and 4 ranks: the missing bytes were V h 4 (1 - 1/d))
+    vh = arch.vocab_size * arch.embed_width * prec.grad / (spec.tp * spec.pp)
     if arch.tie_word_embeddings:
         return HeadGradTemps(pending=int(vh), head_new=0, embedding=int((3 if spec.grads_persist else 2) * vh))
     if spec.grads_persist:

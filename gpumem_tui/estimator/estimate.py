@@ -168,7 +168,9 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     # adds its part and AccumulateGrad stores the sum: report it with the activations (and,
     # without stored gradients, take it out of the partial gradient sums below)
     tied_temp = HT.pending
-    tied_sub = 0 if persist else tied_temp
+    # the partial sums below count the head's (sharded) stored gradient, which a tied head
+    # does not have yet
+    tied_sub = 0 if persist or not tied_temp else head_w
 
     stored = G if persist else 0  # gradients that exist before backward starts
 

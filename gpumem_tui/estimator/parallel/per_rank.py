@@ -13,10 +13,11 @@
 3. The peak is the largest phase again, per distinct rank role: data-parallel ranks are
    alike; with pipeline parallelism stage 0 and the last stage differ (:func:`_stage_arches`).
 
-Checked against ``gpumem-tui measure --nproc 2 --on cpu`` (torch 2.13, FSDPMemTracker /
-MemTracker; ``tests/data/ranks``): DDP, ZeroRedundancyOptimizer, FSDP2 with and without
-resharding, FSDP1 FULL_SHARD and SHARD_GRAD_OP within 0.1 % per rank; FSDP1 NO_SHARD 4 % low
-(its optimizer step over flat parameters keeps a full-size temporary not modelled).
+Checked against ``gpumem-tui measure --nproc 2|4 --on cpu`` (torch 2.13, FSDPMemTracker /
+MemTracker; ``tests/data/ranks``, tiny Llama and GPT-2): DDP, ZeroRedundancyOptimizer, FSDP2
+with and without resharding, FSDP1 FULL_SHARD and SHARD_GRAD_OP within 0.1 % per rank (23
+cases); FSDP1 NO_SHARD on the Llama 4 % low (its optimizer step over flat parameters keeps a
+full-size temporary not modelled).
 """
 
 from __future__ import annotations
