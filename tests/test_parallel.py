@@ -216,3 +216,25 @@ def test_cli_flags_that_do_not_add_up() -> None:
     assert out.returncode == 2 and "--sharding" in out.stderr
     out = _cli("--world-size", "8")
     assert out.returncode == 2 and "--parallel" in out.stderr
+
+
+def test_hybrid_shard_shards_within_a_node(tmp_path, llama1b) -> None:
+    path = tmp_path / "hybrid.yaml"
+    path.write_text("distributed_type: FSDP\nnum_machines: 2\nnum_processes: 16\nmixed_precision: 'no'\n"
+                    "fsdp_config:\n  fsdp_sharding_strategy: HYBRID_SHARD\n  fsdp_version: 1\n")
+    plan = read_accelerate(str(path), llama1b.hidden_size).plan
+    assert (plan.sharding, plan.shard_degree, plan.data_parallel) == ("hybrid", 8, 16)
+    est = estimate_job(llama1b, TrainingSpec(seq=256), plan).largest.estimate
+    # ZeRO-3 over the 8 ranks of a node: bf16 parameters P x 2 / 8 at the optimizer step
+    assert _phase(est, "optimizer_step")["parameters"] == math.ceil(llama1b.total_params * 2 / 8) + C.buffer_bytes(llama1b)
+
+
+def test_fsdp_cpu_offload_leaves_only_gathered_units(llama1b) -> None:
+    spec = TrainingSpec(seq=256)
+    est = estimate_job(llama1b, spec, ParallelPlan("fsdp2", 8, offload_params=True)).largest.estimate
+    step = _phase(est, "optimizer_step")
+    assert step["parameters"] == step["gradients"] == step["optimizer_states"] == 0
+    parts = llama1b.param_breakdown()
+    root = parts["embeddings"] + parts["final_norm"] + parts["head"]
+    # end of forward: the root and FSDP2's all-gather buffer of the last unit stay on the device
+    assert _phase(est, "forward")["parameters"] == int(root * 2 + parts["layers"] / llama1b.num_layers * 2)

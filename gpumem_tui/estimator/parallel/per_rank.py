@@ -33,8 +33,6 @@ from gpumem_tui.estimator.parallel import STRATEGIES
 from gpumem_tui.estimator.parallel.description import ParallelPlan, Strategy
 from gpumem_tui.estimator.spec import TrainingSpec
 
-#: components a CPU offload moves off the device
-_STATES = ("parameters", "gradients", "optimizer_states", "optimizer_intermediates")
 
 
 @dataclass(frozen=True)
@@ -159,26 +157,33 @@ def _extras(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan, s: 
     return _ring_extra(arch, spec, plan)
 
 
-def _offloaded(plan: ParallelPlan) -> tuple[str, ...]:
-    if plan.kind in ("fsdp1", "fsdp2") and plan.offload_params:
-        return _STATES  # FSDP CPUOffload: sharded params, their gradients and the optimizer on the CPU
-    out: tuple[str, ...] = ()
-    if plan.offload_optimizer:
-        out += ("optimizer_states", "optimizer_intermediates")
-    if plan.offload_params and plan.zero_stage == 3:
-        out += ("parameters",)
+def _offloaded(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan) -> dict[str, int]:
+    """Bytes per component CPU offload keeps off the device: the rank's shard of the
+    parameters (FSDP ``CPUOffload``, DeepSpeed ``offload_param``), of the gradients (FSDP),
+    and the optimizer states and step (FSDP, DeepSpeed ``offload_optimizer``); the units
+    gathered for compute stay on the device."""
+    big = 1 << 62  # all of it
+    out: dict[str, int] = {}
+    fsdp = plan.kind in ("fsdp1", "fsdp2") and plan.offload_params
+    if fsdp or plan.offload_optimizer:
+        out.update(optimizer_states=big, optimizer_intermediates=big)
+    if fsdp or (plan.offload_params and plan.zero_stage == 3):
+        out["parameters"] = C.parameter_bytes(arch, spec)
+    if fsdp:
+        out["gradients"] = C.gradient_bytes(arch, spec)
     return out
 
 
-def _adjust(est: Estimate, buckets: float, views: bool, offloaded: tuple[str, ...]) -> Estimate:
-    """``est`` with DDP's buckets (every phase) and CPU offload applied, the peak taken again."""
+def _adjust(est: Estimate, buckets: float, views: bool, offloaded: dict[str, int]) -> Estimate:
+    """``est`` with DDP's buckets (every phase) and CPU offload (``offloaded``: bytes per
+    component that live on the CPU instead) applied, the peak taken again."""
     phases = []
     for p in est.phases:
         parts = dict(p.components)
         if buckets:
             parts["gradients"] = int(buckets) if views else parts["gradients"] + int(buckets)
-        for key in offloaded:
-            parts[key] = 0
+        for key, moved in offloaded.items():
+            parts[key] = max(0, parts[key] - moved)
         phases.append(Phase(p.name, sum(parts.values()), parts))
     peak = max(phases, key=lambda p: p.live_bytes)
     outside = peak.components["cuda_context"] + peak.components["allocator_reserve"]
@@ -235,6 +240,6 @@ def estimate_job(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan
              f"{strategy.version})",) + strategy.notes
     ranks = []
     for role, count, est in _roles(arch, rs, plan, simulate_allocator, extras):
-        adjusted = _adjust(est, buckets, plan.grad_as_bucket_view, _offloaded(plan))
+        adjusted = _adjust(est, buckets, plan.grad_as_bucket_view, _offloaded(arch, rs, plan))
         ranks.append(RankEstimate(role, count, replace(adjusted, assumptions=adjusted.assumptions + notes)))
     return JobEstimate(plan, strategy, tuple(ranks))
