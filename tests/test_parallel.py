@@ -238,3 +238,21 @@ def test_fsdp_cpu_offload_leaves_only_gathered_units(llama1b) -> None:
     root = parts["embeddings"] + parts["final_norm"] + parts["head"]
     # end of forward: the root and FSDP2's all-gather buffer of the last unit stay on the device
     assert _phase(est, "forward")["parameters"] == int(root * 2 + parts["layers"] / llama1b.num_layers * 2)
+
+
+def test_dtensor_tensor_parallel_splits_layer_linears_and_their_regions(llama1b) -> None:
+    spec = TrainingSpec(batch=1, seq=512)
+    t = 4
+    est = estimate_job(llama1b, spec, ParallelPlan("tp", t, tp=t)).largest.estimate
+    one = estimate(llama1b, spec)
+    lin = llama1b.linear_weight_params
+    f = 1 - 1 / t
+    step_t, step_1 = _phase(est, "optimizer_step"), _phase(one, "optimizer_step")
+    # Colwise/Rowwise: each layer Linear's weight 1/t; embeddings (tied head) and norms whole
+    assert step_1["parameters"] - step_t["parameters"] == int(lin * 2 * f)
+    layer = C.layer_activations(llama1b, spec, 1, 512)
+    fwd_t, fwd_1 = _phase(est, "forward"), _phase(one, "forward")
+    # every layer's attention / MLP region tensors 1/t, the residual stream and norms whole
+    assert fwd_1["activations"] - fwd_t["activations"] == pytest.approx(llama1b.num_layers * layer.parallel * f, abs=2)
+    megatron = estimate_job(llama1b, spec, ParallelPlan("tp", t, tp=t, sequence_parallel=True)).largest.estimate
+    assert megatron.peak_bytes < est.peak_bytes  # sequence parallelism also splits the replicated tensors

@@ -32,6 +32,9 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sharding", default="full", help=f"FSDP sharding: {' | '.join(SHARDING)} (default full)")
     parser.add_argument("--shard-group", type=int, default=None, help="ranks one shard spans (hybrid sharding)")
     parser.add_argument("--cp", type=int, default=1, help="context-parallel degree (default 1)")
+    parser.add_argument("--sequence-parallel", action="store_true",
+                        help="--parallel tp with sequence parallelism and a vocabulary-parallel head (Megatron); "
+                        "default: torch DTensor's Colwise/Rowwise split, norms, embeddings and head replicated")
     parser.add_argument("--accelerate-config", default=None, metavar="FILE", help="accelerate config YAML of the job")
     parser.add_argument("--deepspeed", default=None, metavar="FILE", help="DeepSpeed JSON config of the job")
 
@@ -48,8 +51,10 @@ def _from_flags(args: argparse.Namespace, spec: TrainingSpec) -> ParallelPlan:
         raise ValueError(f"--world-size {world} is not --dp x --tp x --pp x --cp = {spec.dp * tp * pp * cp}")
     if spec.zero and kind not in ("deepspeed", "tp", "pp", "cp"):
         raise ValueError(f"--zero applies to --parallel deepspeed; {kind} shards with --sharding")
+    # --tp given with another kind keeps the estimator's own (Megatron, sequence-parallel) rules
+    sp = bool(getattr(args, "sequence_parallel", False)) or (kind != "tp" and spec.tp > 1)
     return ParallelPlan(kind=kind, world_size=world, sharding=args.sharding, zero_stage=spec.zero,
-                        shard_group=args.shard_group, tp=tp, pp=pp, cp=cp)
+                        shard_group=args.shard_group, tp=tp, pp=pp, cp=cp, sequence_parallel=sp)
 
 
 def _from_file(args: argparse.Namespace, arch: ModelArchitecture) -> JobConfig:
@@ -81,7 +86,7 @@ def _merge(job: JobConfig, args: argparse.Namespace, spec: TrainingSpec) -> tupl
             raise ConfigFileError(key, f"--{name.replace('_', '-')} {current} contradicts the config's {key} ({value})")
         changes[name] = value
     if plan.tp == 1 and spec.tp > 1 or plan.pp == 1 and spec.pp > 1:
-        plan = replace(plan, tp=spec.tp, pp=spec.pp)
+        plan = replace(plan, tp=spec.tp, pp=spec.pp, sequence_parallel=spec.tp > 1)
     return plan, spec.replace(**changes) if changes else spec
 
 

@@ -64,7 +64,10 @@ class ParallelPlan:
     ``offload_optimizer``: kept on the CPU; DeepSpeed buckets in elements:
     ``reduce_bucket``, ``allgather_bucket``, ``max_live_params``, ``prefetch_bucket``,
     ``overlap_comm``, ``contiguous_gradients``; DDP ``grad_as_bucket_view``; ``tp``, ``pp``,
-    ``cp`` degrees; ``source``: where the plan was read (flags, a file).
+    ``cp`` degrees; ``sequence_parallel``: tensor parallelism with sequence parallelism and a
+    vocabulary-parallel head (Megatron; the estimator's ``--tp`` rules) rather than torch
+    DTensor's Colwise/Rowwise split with replicated norms, embeddings and head
+    (:mod:`.tp_rules`); ``source``: where the plan was read (flags, a file).
     """
 
     kind: str
@@ -85,6 +88,7 @@ class ParallelPlan:
     tp: int = 1
     pp: int = 1
     cp: int = 1
+    sequence_parallel: bool = False
     source: str = "flags"
 
     def __post_init__(self) -> None:

@@ -15,8 +15,8 @@
 
 Checked against ``gpumem-tui measure --nproc 2|4 --on cpu`` (torch 2.13, FSDPMemTracker /
 MemTracker; ``tests/data/ranks``, tiny Llama and GPT-2): DDP, ZeroRedundancyOptimizer, FSDP2
-with and without resharding, FSDP1 FULL_SHARD and SHARD_GRAD_OP within 0.1 % per rank (23
-cases); FSDP1 NO_SHARD on the Llama 4 % low (its optimizer step over flat parameters keeps a
+with and without resharding, FSDP1 FULL_SHARD and SHARD_GRAD_OP, DTensor tensor parallel within 0.1 % per rank
+(27 cases); FSDP1 NO_SHARD on the Llama 4 % low (its optimizer step over flat parameters keeps a
 full-size temporary not modelled).
 """
 
@@ -31,6 +31,7 @@ from gpumem_tui.estimator.architecture import ModelArchitecture
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS, Estimate, Phase, estimate
 from gpumem_tui.estimator.parallel import STRATEGIES
 from gpumem_tui.estimator.parallel.description import ParallelPlan, Strategy
+from gpumem_tui.estimator.parallel.tp_rules import dtensor_tp_extra
 from gpumem_tui.estimator.spec import TrainingSpec
 
 
@@ -75,8 +76,9 @@ def rank_spec(spec: TrainingSpec, plan: ParallelPlan) -> TrainingSpec:
     if plan.kind in ("tp", "pp", "cp"):
         stage = spec.zero
     impl = spec.optimizer_impl if plan.kind == "deepspeed" else spec.resolved_optimizer_impl
+    tp = plan.tp if plan.sequence_parallel else 1  # DTensor's split: per-moment reductions (tp_rules)
     return spec.replace(zero=stage if spec.task != "inference" or stage in (0, 3) else 0,
-                        dp=plan.shard_degree if stage else plan.data_parallel, tp=plan.tp, pp=plan.pp,
+                        dp=plan.shard_degree if stage else plan.data_parallel, tp=tp, pp=plan.pp,
                         seq=math.ceil(spec.seq / plan.cp), optimizer_impl=impl)
 
 
@@ -151,10 +153,21 @@ def _ring_extra(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan)
 
 def _extras(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan, s: Strategy) -> Extra:
     if plan.kind in ("fsdp1", "fsdp2"):
-        return _fsdp_extra(arch, spec, plan, s)
-    if plan.kind == "deepspeed":
-        return _deepspeed_extra(arch, spec, plan)
-    return _ring_extra(arch, spec, plan)
+        own = _fsdp_extra(arch, spec, plan, s)
+    elif plan.kind == "deepspeed":
+        own = _deepspeed_extra(arch, spec, plan)
+    else:
+        own = _ring_extra(arch, spec, plan)
+    if plan.tp == 1 or plan.sequence_parallel:
+        return own
+    split = dtensor_tp_extra(arch, spec, plan.tp)
+
+    def both(phase: str, label: str) -> dict[str, float]:
+        out = dict(own(phase, label))
+        for key, value in split(phase, label).items():
+            out[key] = out.get(key, 0) + value
+        return out
+    return both
 
 
 def _offloaded(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan) -> dict[str, int]:
