@@ -52,7 +52,8 @@ def _from_flags(args: argparse.Namespace, spec: TrainingSpec) -> ParallelPlan:
     if spec.zero and kind not in ("deepspeed", "tp", "pp", "cp"):
         raise ValueError(f"--zero applies to --parallel deepspeed; {kind} shards with --sharding")
     # --tp given with another kind keeps the estimator's own (Megatron, sequence-parallel) rules
-    sp = bool(getattr(args, "sequence_parallel", False)) or (kind != "tp" and spec.tp > 1)
+    # (and so does tensor parallelism inside a pipeline: Megatron's 3-D layout)
+    sp = bool(getattr(args, "sequence_parallel", False)) or (kind != "tp" and spec.tp > 1) or (tp > 1 and pp > 1)
     return ParallelPlan(kind=kind, world_size=world, sharding=args.sharding, zero_stage=spec.zero,
                         shard_group=args.shard_group, tp=tp, pp=pp, cp=cp, sequence_parallel=sp)
 

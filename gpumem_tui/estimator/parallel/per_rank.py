@@ -35,7 +35,6 @@ from gpumem_tui.estimator.parallel.tp_rules import dtensor_tp_extra
 from gpumem_tui.estimator.spec import TrainingSpec
 
 
-
 @dataclass(frozen=True)
 class RankEstimate:
     """One rank role: ``ranks`` ranks that each hold ``estimate`` (bytes; the peak is per rank)."""
