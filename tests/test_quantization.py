@@ -157,3 +157,28 @@ def test_dequantized_weight_is_in_bnb_compute_dtype() -> None:
     assert C.dequant_bytes(arch, fp32) == largest * 4
     bf16 = spec.replace(quant_format=QuantFormat("nf4", compute_dtype="bf16"))
     assert C.dequant_bytes(arch, bf16) == largest * 2
+
+
+def test_lora_over_an_int8_base(tmp_path) -> None:
+    path = _config(tmp_path, {"quant_method": "bitsandbytes", "load_in_8bit": True})
+    out = _estimate(path, "--task", "lora", "--json", "--device", "cpu")
+    assert out.returncode == 0, out.stderr
+    arch = load_architecture("llama-3.1-8b")
+    spec = TrainingSpec(task="lora", device="cpu")
+    lora = C.parameter_bytes(arch, spec)
+    rows = arch.num_layers * sum(l.count * l.d_out for l in arch.layer_linears())
+    # LLM.int8(): each layer Linear weight 1 byte per element + an fp32 scale per output row
+    expected = lora - arch.linear_weight_params * 2 + arch.linear_weight_params + 4 * rows
+    assert json.loads(out.stdout)["components_bytes"]["parameters"] == expected
+    qlora = _estimate(path, "--task", "qlora")
+    assert qlora.returncode == 2 and "load_in_8bit" in qlora.stderr
+    with pytest.raises(SpecError):
+        TrainingSpec(task="train", quant="int8")
+
+
+def test_int8_weight_is_dequantized_for_backward_only() -> None:
+    arch = load_architecture("llama-3.1-8b")
+    largest = max(l.d_in * l.d_out for l in arch.layer_linears())
+    spec = TrainingSpec(task="lora", quant="int8")
+    assert C.dequant_bytes(arch, spec) == 0  # LLM.int8() forward runs int8 matmuls
+    assert C.dequant_bytes(arch, spec, backward=True) == largest * 2  # MatMul8bitLt.backward: CB -> bf16

@@ -126,7 +126,7 @@ def _quantization(args: argparse.Namespace, config: object) -> tuple[str, QuantF
     if fmt is not None and quant == "none":
         quant = fmt.method
     if fmt is not None and args.task == "qlora" and fmt.method == "int8":
-        raise QuantConfigError("load_in_8bit", "an 8-bit (load_in_8bit) model is LoRA over int8, not --task qlora")
+        raise QuantConfigError("load_in_8bit", "an 8-bit (load_in_8bit) model trains as --task lora, not --task qlora")
     return quant, fmt
 
 

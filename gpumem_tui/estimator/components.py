@@ -146,16 +146,20 @@ def parameter_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
     return int(math.ceil(total)) + buffer_bytes(arch)
 
 
-def dequant_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
-    """Transient 16-bit copy of one 4-bit weight: bitsandbytes dequantizes an NF4 Linear's
+def dequant_bytes(arch: ModelArchitecture, spec: TrainingSpec, backward: bool = False) -> int:
+    """Transient 16-bit copy of one quantized weight: bitsandbytes dequantizes an NF4 Linear's
     weight to the compute dtype for each matmul, forward and backward (QLoRA, Dettmers et
-    al. 2023, Sec. 3: "we dequantize the storage data type to the computation data type").
-    The largest layer Linear (one expert for MoE); 0 without 4-bit weights. The copy is in
-    bitsandbytes' ``bnb_4bit_compute_dtype`` when the format is known
-    (:func:`gpumem_tui.estimator.quantization.dequant_bytes_per_element`)."""
-    if Q.effective_method(spec.task, spec.quant) not in ("nf4", "fp4", "gptq", "awq") or arch.coarse:
+    al. 2023, Sec. 3: "we dequantize the storage data type to the computation data type"); an
+    LLM.int8() Linear only in backward, for its input gradient (``MatMul8bitLt.backward``:
+    ``state.CB.to(ctx.dtype_A, copy=True).mul_(SCB / 127)``, bitsandbytes
+    ``autograd/_functions.py``). The largest layer Linear (one expert for MoE); 0 without
+    quantized weights. The 4-bit copy is in bitsandbytes' ``bnb_4bit_compute_dtype`` when the
+    format is known (:func:`gpumem_tui.estimator.quantization.dequant_bytes_per_element`)."""
+    method = Q.effective_method(spec.task, spec.quant)
+    if arch.coarse or method not in ("nf4", "fp4", "gptq", "awq") and not (method == "int8" and backward):
         return 0
-    e = Q.dequant_bytes_per_element(spec.quant_format, precision(spec).compute)
+    e = precision(spec).compute if method == "int8" else Q.dequant_bytes_per_element(
+        spec.quant_format, precision(spec).compute)
     return int(max(l.d_in * l.d_out for l in arch.layer_linears()) * e / spec.tp)
 
 

@@ -131,7 +131,7 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     LL = C.logits_loss_bytes(arch, spec, b, s)
     XB = C.layer_backward_excess(arch, spec, b, s)
     X, X_grads = XB.total / spec.tp, XB.grads / (spec.tp * spec.pp)
-    X += C.dequant_bytes(arch, spec)  # a 4-bit weight dequantized for its backward matmul
+    X += C.dequant_bytes(arch, spec, backward=True)  # a quantized weight dequantized for its backward matmul
     # weight casts held by autocast from forward to backward (torch AMP only)
     amp_casts = 0
     if prec.amp:  # 16-bit copies of every Linear weight (incl. the LM head), cached by autocast

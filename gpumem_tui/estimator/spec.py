@@ -224,8 +224,8 @@ class TrainingSpec:
         else:
             if self.kv_dtype is not None:
                 raise SpecError("kv_dtype", f"--kv-dtype applies to inference only (task is {self.task})")
-            if self.quant != "none" and self.task != "qlora":
-                raise SpecError("quant", f"--quant applies to inference (or QLoRA), not task {self.task}")
+            if self.quant != "none" and self.task != "qlora" and not (self.task == "lora" and self.quant == "int8"):
+                raise SpecError("quant", f"--quant applies to inference, QLoRA or LoRA over int8, not task {self.task}")
         if self.kv_dtype is not None:
             _choice("kv_dtype", self.kv_dtype, KV_DTYPES)
         if self.pp > 1 and self.zero >= 2:
