@@ -10,6 +10,7 @@ line on stderr), 1 a runtime failure (NVML unavailable for ``--fit 0`` / ``--fit
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from gpumem_tui.estimator.devices import cuda_kernels
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS, Estimate
 from gpumem_tui.estimator.methods import METHODS, run_method
 from gpumem_tui.estimator.parallel.per_rank import RankEstimate, estimate_job
+from gpumem_tui.estimator.recipes import recipe_for
 from gpumem_tui.estimator.solve import max_batch, max_seq
 from gpumem_tui.units import GiB, MiB, parse_bytes
 
@@ -219,6 +221,10 @@ def run(argv: list[str]) -> int:
     job = estimate_job(arch, spec, plan) if plan is not None else None
     est = job.largest.estimate if job is not None else run_method(args.method, arch, spec)
     out: dict = est.to_json()
+    recipe = recipe_for(spec.recipe)
+    out["recipe"] = {"name": recipe.name, "source": recipe.source, "version": recipe.version}
+    if spec.quant_format is not None:
+        out["quantization"] = dataclasses.asdict(spec.quant_format)
     text = [_table(est)]
     if job is not None:
         out.update(job_json(job))
