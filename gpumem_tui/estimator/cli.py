@@ -10,7 +10,6 @@ line on stderr), 1 a runtime failure (NVML unavailable for ``--fit 0`` / ``--fit
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from dataclasses import dataclass
@@ -224,7 +223,7 @@ def run(argv: list[str]) -> int:
     recipe = recipe_for(spec.recipe)
     out["recipe"] = {"name": recipe.name, "source": recipe.source, "version": recipe.version}
     if spec.quant_format is not None:
-        out["quantization"] = dataclasses.asdict(spec.quant_format)
+        out["quantization"] = spec.quant_format.to_json()
     text = [_table(est)]
     if job is not None:
         out.update(job_json(job))

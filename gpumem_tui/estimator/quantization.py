@@ -60,6 +60,15 @@ class QuantFormat:
     storage_bytes: int = 1
     compute_dtype: str | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        """The fields that apply to this format's library."""
+        if self.method in ("nf4", "fp4"):
+            return {"method": self.method, "blocksize": BNB_BLOCKSIZE, "double_quant": self.double_quant,
+                    "storage_bytes": self.storage_bytes, "compute_dtype": self.compute_dtype or "fp32"}
+        if self.method == "int8":
+            return {"method": "int8", "scale": "fp32 per output row"}
+        return {"method": self.method, "bits": self.bits, "group_size": self.group_size}
+
 
 def linear_bytes(fmt: QuantFormat, d_in: int, d_out: int) -> int:
     """Bytes of one quantized ``d_in x d_out`` Linear weight in ``fmt`` (module docstring)."""
