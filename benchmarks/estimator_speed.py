@@ -46,6 +46,7 @@ JOB_CASES = [
      ParallelPlan("ddp", 4)),
     ("mistral-7b", TrainingSpec(batch=2, seq=8192, attention="flash", recipe="torchtune"),
      ParallelPlan("cp", 4, cp=4)),
+    ("llama-3.1-8b", TrainingSpec(batch=1, seq=8192, attention="flash"), ParallelPlan("cp", 4, cp=4)),
 ]
 
 

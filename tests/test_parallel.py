@@ -162,7 +162,7 @@ def test_context_parallel_splits_the_sequence(llama1b) -> None:
     assert ring("forward", "checkpointed layer forward") == {"activations": kv}
     assert ring("backward", "log-softmax backward") == {}
     est = estimate_job(llama1b, spec, plan).largest.estimate
-    assert est.peak_bytes >= estimate(llama1b, rs).peak_bytes
+    assert est.peak_bytes >= estimate(llama1b, rs, simulate_allocator=False).peak_bytes
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess:

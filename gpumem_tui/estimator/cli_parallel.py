@@ -110,11 +110,9 @@ def plan_from_args(args: argparse.Namespace, arch: ModelArchitecture,
 
 def max_batch_job(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan, budget: int) -> int:
     """The largest micro-batch whose largest rank fits ``budget`` bytes (0: none): doubling
-    then bisection on :func:`estimate_job` with the analytic allocator reserve (monotone in
-    the batch), then checked with the simulated reserve, stepping down while it does not fit."""
-    def fits(b: int, simulate: bool = False) -> bool:
-        job = estimate_job(arch, spec.replace(batch=b), plan, simulate_allocator=simulate)
-        return job.largest.estimate.peak_bytes <= budget
+    then bisection on :func:`estimate_job` (analytic reserve: monotone in the batch)."""
+    def fits(b: int) -> bool:
+        return estimate_job(arch, spec.replace(batch=b), plan).largest.estimate.peak_bytes <= budget
 
     if not fits(1):
         return 0
@@ -124,8 +122,6 @@ def max_batch_job(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPla
     while hi - lo > 1:
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    while lo > 0 and not fits(lo, simulate=True):
-        lo -= 1
     return lo
 
 

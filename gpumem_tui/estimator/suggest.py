@@ -84,7 +84,7 @@ CANDIDATES: tuple[tuple[str, int, str, Change], ...] = (
 def _peak(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan | None, simulate: bool) -> int:
     if plan is None:
         return estimate(arch, spec, simulate_allocator=simulate).peak_bytes
-    return estimate_job(arch, spec, plan, simulate_allocator=simulate).largest.estimate.peak_bytes
+    return estimate_job(arch, spec, plan).largest.estimate.peak_bytes
 
 
 def suggest(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan | None, budget: int,

@@ -234,9 +234,11 @@ def _roles(arch: ModelArchitecture, rs: TrainingSpec, plan: ParallelPlan, simula
 
 
 def estimate_job(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan, *,
-                 simulate_allocator: bool = True) -> JobEstimate:
-    """Per-rank estimates of ``spec`` run with ``plan`` (bytes per rank); ``simulate_allocator``
-    as in :func:`gpumem_tui.estimator.estimate.estimate`. Pipeline stages 1 .. p-2 are given
+                 simulate_allocator: bool = False) -> JobEstimate:
+    """Per-rank estimates of ``spec`` run with ``plan`` (bytes per rank). The allocator reserve
+    is the analytic share by default: the simulated allocation order
+    (:mod:`gpumem_tui.estimator.devices.cuda_step_events`) is one device's step, without a
+    rank's all-gathers and buckets (``simulate_allocator=True`` replays it anyway). Pipeline stages 1 .. p-2 are given
     stage 0's figure (they hold fewer micro-batches: an upper bound).
 
     Raises:
