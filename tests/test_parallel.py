@@ -256,3 +256,17 @@ def test_dtensor_tensor_parallel_splits_layer_linears_and_their_regions(llama1b)
     assert fwd_1["activations"] - fwd_t["activations"] == pytest.approx(llama1b.num_layers * layer.parallel * f, abs=2)
     megatron = estimate_job(llama1b, spec, ParallelPlan("tp", t, tp=t, sequence_parallel=True)).largest.estimate
     assert megatron.peak_bytes < est.peak_bytes  # sequence parallelism also splits the replicated tensors
+
+
+def test_zero_redundancy_hands_out_whole_tensors_largest_first() -> None:
+    from gpumem_tui.estimator.parallel.zero_redundancy import largest_partition_fraction, parameter_tensor_sizes
+
+    gpt2 = load_architecture("gpt2")
+    sizes = parameter_tensor_sizes(gpt2)
+    assert sum(sizes) == gpt2.total_params  # the same tensors the architecture counts
+    assert largest_partition_fraction(gpt2, 1) == 1.0
+    # 2 ranks: the 38.6M-element token embedding alone outweighs everything else but not all of it
+    loads = [0, 0]
+    for size in sorted(sizes, reverse=True):
+        loads[loads.index(min(loads))] += size
+    assert largest_partition_fraction(gpt2, 2) == max(loads) / sum(sizes) > 0.5

@@ -32,6 +32,7 @@ from gpumem_tui.estimator.estimate import COMPONENT_KEYS, Estimate, Phase, estim
 from gpumem_tui.estimator.parallel import STRATEGIES
 from gpumem_tui.estimator.parallel.description import ParallelPlan, Strategy
 from gpumem_tui.estimator.parallel.tp_rules import dtensor_tp_extra
+from gpumem_tui.estimator.parallel.zero_redundancy import largest_partition_fraction
 from gpumem_tui.estimator.spec import TrainingSpec
 
 
@@ -169,6 +170,15 @@ def _extras(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan, s: 
     return both
 
 
+def _plus(extra: Extra, key: str, value: float) -> Extra:
+    """``extra`` with ``value`` bytes more of component ``key`` at every moment."""
+    def out(phase: str, label: str) -> dict[str, float]:
+        parts = dict(extra(phase, label))
+        parts[key] = parts.get(key, 0) + value
+        return parts
+    return out
+
+
 def _offloaded(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan) -> dict[str, int]:
     """Bytes per component CPU offload keeps off the device: the rank's shard of the
     parameters (FSDP ``CPUOffload``, DeepSpeed ``offload_param``), of the gradients (FSDP),
@@ -252,6 +262,10 @@ def estimate_job(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan
         buckets = C.trainable_params(arch, rs) * C.precision(rs).grad / (rs.tp * rs.pp)
     notes = (f"parallel: {strategy.title} ({plan.world_size} ranks, from {plan.source}; read from {strategy.source}, "
              f"{strategy.version})",) + strategy.notes
+    if plan.kind == "zero-redundancy" and spec.task == "train" and not arch.coarse:
+        # the most loaded rank's optimizer: whole tensors per rank, not an even 1/d
+        share = largest_partition_fraction(arch, plan.data_parallel) * plan.data_parallel
+        extras = _plus(extras, "optimizer_states", C.optimizer_state_bytes(arch, rs) * (share - 1))
     ranks = []
     for role, count, est in _roles(arch, rs, plan, simulate_allocator, extras):
         adjusted = _adjust(est, buckets, plan.grad_as_bucket_view, _offloaded(arch, rs, plan))
