@@ -703,6 +703,16 @@ def load_architecture(source: str) -> ModelArchitecture:
         ArchitectureError: unknown name (with close catalogue names suggested), unreadable
             file, invalid JSON, or a config that cannot be modelled.
     """
+    config, name = load_config(source)
+    return architecture_from_config(config, name=name)
+
+
+def load_config(source: str) -> tuple[Any, str]:
+    """The parsed ``config.json`` of ``source`` (see :func:`load_architecture`) and its name.
+
+    Raises:
+        ArchitectureError: as :func:`load_architecture`, before the config is modelled.
+    """
     if not isinstance(source, str) or not source.strip():
         raise ArchitectureError("model must be a catalogue name or a path to config.json")
     path = Path(source).expanduser()
@@ -722,7 +732,7 @@ def load_architecture(source: str) -> ModelArchitecture:
             raise ArchitectureError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
         except ValueError as exc:  # nested too deeply
             raise ArchitectureError(f"{path}: {exc}") from None
-        return architecture_from_config(config, name=str(path))
+        return config, str(path)
     key = _normalise(source)
     names = catalogue_names()
     if key not in names:
@@ -732,5 +742,4 @@ def load_architecture(source: str) -> ModelArchitecture:
         raise ArchitectureError(
             f"unknown model {source!r}{hint} (catalogue: {', '.join(names)}; or give a path to config.json)"
         )
-    config = json.loads((CATALOGUE_DIR / f"{key}.json").read_text(encoding="utf-8"))
-    return architecture_from_config(config, name=key)
+    return json.loads((CATALOGUE_DIR / f"{key}.json").read_text(encoding="utf-8")), key
