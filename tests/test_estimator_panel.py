@@ -17,6 +17,7 @@ from gpumem_tui.estimator.estimate import estimate
 from gpumem_tui.estimator.solve import max_batch
 from gpumem_tui.estimator.spec import TrainingSpec
 from gpumem_tui.telemetry.model import ProbeInfo
+from gpumem_tui.ui.memory_bar import MemoryBar
 from gpumem_tui.process_estimate import from_probe_info
 from gpumem_tui.ui.estimator_panel import EstimatorPanel
 from gpumem_tui.ui.memory_bar import MemoryBar, bands_from_estimate
@@ -101,7 +102,7 @@ async def test_typing_a_batch_updates_the_estimate():
         assert panel.last_update_seconds is not None and panel.last_update_seconds < 0.5
 
 
-async def test_bad_value_marks_the_field_and_keeps_the_last_estimate():
+async def test_bad_value_marks_the_field_and_shows_no_stale_figure():
     app = Host()
     async with app.run_test(size=SIZE) as pilot:
         await _settle(app, pilot)
@@ -115,10 +116,15 @@ async def test_bad_value_marks_the_field_and_keeps_the_last_estimate():
         assert "batch" in panel.invalid_fields
         assert panel.query_one("#est-batch").has_class("-invalid")
         assert panel.query_one("#est-batch-label").has_class("-invalid")
-        assert panel.estimate is good  # last good estimate stays
+        assert panel.estimate is good  # kept for when the form is good again, but not shown:
         assert len(app.changes) == posted  # nothing new posted for a bad form
         message = _text(panel.query_one("#est-message", Static))
-        assert "batch" in message and "last valid" in message
+        assert "batch" in message and "last valid" not in message
+        # no figure of batch 4 stays on screen as if it were the estimate of what the form says
+        shown = " ".join(_text(panel.query_one(f"#est-{name}", Static)) for name in ("fit", "maxbatch", "breakdown"))
+        assert "GiB" not in shown and "MiB" not in shown and "largest" not in shown, shown
+        assert "no estimate for this form" in _text(panel.query_one("#est-fit", Static))
+        assert panel.query_one(MemoryBar)._segments == []  # an empty bar
         # an empty field is just as bad, and a later good value clears the marks
         panel.query_one("#est-batch", Input).value = ""
         await _settle(app, pilot)

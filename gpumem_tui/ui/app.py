@@ -115,11 +115,19 @@ class GpuMemApp(App[None]):
         Binding("q", "quit", "Quit", id="quit", tooltip="Quit gpumem-tui"),
         Binding("question_mark", "help", "Help", id="help", tooltip="Show the key bindings"),
         Binding("slash", "filter", "Filter", id="filter", tooltip="Filter processes: user:NAME gpu:N words"),
+        # Esc: out of a form field, tab bar or the GPU panel back to the table; in the filter
+        # box (or on the table) it clears the filter. Two bindings so that each says what it does.
+        Binding("escape", "leave_field", "Back to table", id="leave_field",
+                tooltip="Leave the form / tabs and go back to the process table"),
         Binding("escape", "clear_filter", "Clear filter", show=False, id="clear_filter",
                 tooltip="Clear the process filter"),
         Binding("enter", "detail", "Detail", id="detail", tooltip="Show everything about the selected process"),
         Binding("c", "chart_target", "Chart GPU/proc", id="chart_target",
                 tooltip="Chart the selected process or its GPU"),
+        Binding("p", "job_estimate", "Job's estimate", id="job_estimate",
+                tooltip="Drop the what-if: back to the job's own estimate (from its probe)"),
+        Binding("ctrl+r", "job_estimate_in_field", "Job's estimate", id="job_estimate_in_field",
+                tooltip="The same from a form field (where p is typed)"),
         Binding("b", "toggle_bands", "Bands", id="toggle_bands", tooltip="Show or hide the predicted bands"),
         Binding("t", "toggle_fit_total", "Scale to total", show=False, id="toggle_fit_total",
                 tooltip="Scale the chart to the GPU total (or to the data)"),
@@ -128,6 +136,8 @@ class GpuMemApp(App[None]):
         Binding("right_square_bracket", "window(1)", "Zoom out", show=False, id="window_longer",
                 tooltip="Show a longer time window"),
         Binding("e", "toggle_side", "Estimator", id="toggle_side", tooltip="Show or hide the estimator pane"),
+        # Priority (the table would scroll with the arrows), but only while the focus is on the
+        # table, the GPU panel or the chart: a tab bar, a text field, a checkbox keeps its keys.
         Binding("space", "replay_pause", "Pause", id="replay_pause", priority=True, tooltip="Pause or resume the replay"),
         Binding("left", "replay_seek(-10)", "-10 s", id="replay_back", priority=True, tooltip="Seek back 10 s"),
         Binding("right", "replay_seek(10)", "+10 s", id="replay_forward", priority=True, tooltip="Seek forward 10 s"),
@@ -175,6 +185,7 @@ class GpuMemApp(App[None]):
         self.probe_devices: dict[int, str] = {}
         self.probe_samples: OrderedDict[int, deque[ProbeSample]] = OrderedDict()
         self._side_toggled = False
+        self._what_if_shown: int | None = None  # the PID whose what-if `p` drops, when shown
         self.chart_target: tuple[str, int] | None = None
         self.chart_window = chart_window
         self.bands: list[Band] = []  # the predicted bands drawn now (of the charted process)
@@ -470,45 +481,55 @@ class GpuMemApp(App[None]):
 
     # ---- status ---------------------------------------------------------------------------
     def status_text(self) -> Text:
-        """The one-line status: NVML state, counts, sort/filter, poll errors."""
+        """The one-line status: NVML state, counts, sort/filter, poll errors, fitted to the
+        terminal's width by :func:`gpumem_tui.ui.status_line.fit` (what the user set or must
+        act on stays; driver versions and the banner give way first)."""
+        from gpumem_tui.ui import status_line as sl
+
         snap = self.snapshot
-        text = Text()
-        text.append("gpumem-tui ", style="bold")
+        parts = [sl.segment(Text("gpumem-tui", style="bold"), sl.TITLE)]
         if snap is None:
-            text.append("waiting for the first sample…")
+            parts.append(sl.segment("waiting for the first sample…", sl.NVML))
         elif snap.nvml_error:
-            narrow = self.size_class == "narrow"  # the same facts in a line that fits 80 columns
-            text.append("no NVML: " if narrow else "NVML not available: ", style="bold")
-            text.append(printable(snap.nvml_error, 300))
-            text.append(f" · {'' if narrow else 'showing '}{len(snap.processes)} host processes")
-            if not narrow and not self.banner and not snap.probes:
-                text.append(" · `gpumem-tui demo` runs a built-in training job to watch")
+            error = printable(snap.nvml_error, 300)
+            full = Text("NVML not available: ", style="bold") + Text(error)
+            short = Text("no NVML: ", style="bold") + Text(error if len(error) <= 40 else error[:39] + "…")
+            parts.append(sl.segment(full, sl.NVML, short))
+            parts.append(sl.segment(f"showing {len(snap.processes)} host processes", sl.PROCESSES,
+                                    f"{len(snap.processes)} host processes"))
+            if not self.banner and not snap.probes:
+                parts.append(sl.segment("`gpumem-tui demo` runs a built-in training job to watch", sl.DEMO_HINT))
         else:
-            text.append(f"{len(snap.devices)} GPU{'s' if len(snap.devices) != 1 else ''}")
+            parts.append(sl.segment(f"{len(snap.devices)} GPU{'s' if len(snap.devices) != 1 else ''}", sl.NVML))
             if snap.driver_version:
-                text.append(f" · driver {printable(snap.driver_version, 32)}")
+                parts.append(sl.segment(f"driver {printable(snap.driver_version, 32)}", sl.DRIVER))
             if snap.cuda_driver_version:
-                text.append(f" · CUDA {printable(snap.cuda_driver_version, 32)}")
-            text.append(f" · {len(snap.processes)} processes")
-            if self.table.hidden_rows:
-                text.append(f" ({self.table.hidden_rows} not listed: / filters)")
+                parts.append(sl.segment(f"CUDA {printable(snap.cuda_driver_version, 32)}", sl.DRIVER))
+            count = f"{len(snap.processes)} processes"
+            hidden = self.table.hidden_rows
+            parts.append(sl.segment(f"{count} ({hidden} not listed: / filters)" if hidden else count,
+                                    sl.PROCESSES, f"{count} ({hidden} not listed)" if hidden else None))
         if self.banner:
-            text.append(f" · {self.banner}")
+            banner = printable(self.banner, 200)
+            parts.append(sl.segment(banner, sl.BANNER, banner[:29] + "…" if len(banner) > 30 else None))
         if self.is_mounted:
             table = self.table
-            if table.filter.active:
-                text.append(f" · filter: {printable(self.filter_box.value, 80)}")
+            if table.filter.active or table.filter.problems:
+                query = printable(self.filter_box.value.strip(), 80)
+                parts.append(sl.segment(f"filter: {query}", sl.FILTER,
+                                        f"filter: {query[:23]}…" if len(query) > 24 else None))
             if table.filter.problems:
-                text.append(f" ({'; '.join(table.filter.problems)})")
+                parts.append(sl.segment(printable("; ".join(table.filter.problems), 200), sl.FILTER_PROBLEM,
+                                        style="bold"))
         if self.readonly:
-            text.append(" · read-only")
+            parts.append(sl.segment("read-only", sl.READ_ONLY))
         if self.side_pane_hidden and not self._side_toggled:
-            text.append(" · e: estimator")  # the pane left with the width: say how to get it
+            parts.append(sl.segment("e: estimator", sl.ESTIMATOR_HINT))  # the pane left with the width
         if self.poll_error:
-            text.append(" · poll failed: ", style="bold")
-            text.append(printable(self.poll_error, 300))
-            text.append(" (retrying)")
-        return text
+            error = printable(self.poll_error, 300)
+            parts.append(sl.segment(Text("poll failed: ", style="bold") + Text(f"{error} (retrying)"),
+                                    sl.POLL_ERROR, Text("poll failed (retrying)", style="bold")))
+        return sl.fit(parts, max(20, (self.size.width or 160) - 2))
 
     def _watch_poll(self) -> None:
         stuck = self.poller.in_flight_seconds()
@@ -526,22 +547,18 @@ class GpuMemApp(App[None]):
             self.replay_bar.update(self.replay_text(), layout=False)
 
     def replay_text(self) -> Text:
+        """The replay line: playing / paused / ended, position, speed and (not narrow) the keys."""
+        from gpumem_tui.ui.status_line import replay_line
+
         src = self.source
-        paused = bool(getattr(src, "paused", False))
-        pos = getattr(src, "position", None)
-        dur = getattr(src, "duration", None)
-        speed = getattr(src, "speed", None)
-        text = Text("replay ", style="bold")
-        text.append("⏸ paused" if paused else "▶ playing")
-        if isinstance(pos, (int, float)):
-            text.append(f" · {pos:.1f} s")
-            if isinstance(dur, (int, float)):
-                text.append(f" / {dur:.1f} s")
-        if isinstance(speed, (int, float)):
-            text.append(f" · ×{speed:g}")
-        if self.size_class != "narrow":  # narrow: the key line lists them
-            text.append(" · space pause · ←/→ seek 10 s · +/- speed")
-        return text
+        return replay_line(
+            paused=bool(getattr(src, "paused", False)),
+            ended=bool(getattr(src, "finished", False)),
+            position=getattr(src, "position", None),
+            duration=getattr(src, "duration", None),
+            speed=getattr(src, "speed", None),
+            keys=self.size_class != "narrow",  # narrow: the key line lists them
+        )
 
     # ---- chart ----------------------------------------------------------------------------
     def device_total(self, index: int | None) -> int | None:
@@ -659,8 +676,14 @@ class GpuMemApp(App[None]):
     # ---- side pane (estimator / comparison) -------------------------------------------------
     def on_estimator_panel_estimate_changed(self, message: Any) -> None:
         """A change of the form is the estimate of the process the form belonged to (if any):
-        it becomes that PID's estimate, drawn on its chart and compared with its samples."""
+        it becomes that PID's estimate, drawn on its chart; on a probed PID it is a what-if,
+        shown beside (not instead of) the comparison of the job's own estimate. The form
+        showing the PID's estimate as it is (its probe's, or the what-if already set) is no
+        change."""
         if message.pid is None:
+            return
+        current = self.process_estimates.get(message.pid)
+        if current is not None and (current.architecture, current.spec) == (message.architecture, message.spec):
             return
         self.process_estimates.set_user(message.pid, message.architecture, message.spec, message.estimate, message.model)
         if self.chart_target == ("proc", message.pid):
@@ -711,12 +734,17 @@ class GpuMemApp(App[None]):
             gpu_label=self.device_name(gpu),
             pid=pid,
             process=self.process_estimates.get(pid),
+            job=self.process_estimates.probe_estimate(pid) if pid is not None else None,
             samples=tuple(self.probe_samples.get(pid, ())) if pid is not None else (),
             processes=procs,
             marks=tuple(self.phase_marks.get(pid, ())) if pid is not None else (),
             published_params=dict(info.setup).get("total_params") if info is not None else None,
             gpu_context=self.gpu_contexts.get(gpu) if gpu is not None else None,
         )
+        what_if = self._what_if_pid()
+        if what_if != self._what_if_shown:  # `p` (back to the job's estimate) comes or goes
+            self._what_if_shown = what_if
+            self.refresh_bindings()
         error = pane.push(self.screen_stack[0], self._pane_state, selection)
         if error:
             self.notify(error, title="Estimator", severity="error", markup=False)
@@ -755,14 +783,31 @@ class GpuMemApp(App[None]):
     # ---- actions --------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in REPLAY_ACTIONS:
-            # The replay keys are priority bindings (the table would take the arrows), but a
-            # text field's arrows, space and +/- are the user's typing: the field gets them.
-            return self.replay and not isinstance(self.focused, (Input, TextArea))
+            # Priority bindings (the table would take the arrows), so only where no focused
+            # widget needs these keys: tabs switch with the arrows, fields type, checkboxes
+            # toggle with space. Elsewhere the key goes to that widget.
+            return self.replay and self.focus_on_dashboard
+        if action == "leave_field":
+            return not self.focus_on_dashboard and self.focused is not self.filter_box
+        if action in ("job_estimate", "job_estimate_in_field"):
+            in_field = isinstance(self.focused, (Input, TextArea))
+            if in_field != (action == "job_estimate_in_field"):
+                return False  # one of the two keys is shown, the one that works here
+            return True if self._what_if_pid() is not None else None
         if action == "signal" and self.readonly:
             return False
         if action == "toggle_side":
             return self.has_side_pane
         return True
+
+    @property
+    def focus_on_dashboard(self) -> bool:
+        """True when nothing or one of the dashboard's own widgets (table, GPU panel, chart)
+        has the focus, not a form field, tab bar or filter box."""
+        return self.focused is None or isinstance(self.focused, (ProcessTable, DevicePanel, MemoryChart))
+
+    def action_leave_field(self) -> None:
+        self.table.focus()
 
     def help_rows(self) -> list[tuple[str, str, str]]:
         """(keys, description, id) for every binding that is active here."""
@@ -865,6 +910,28 @@ class GpuMemApp(App[None]):
             self.chart_target = ("proc", proc.pid)
         self._update_chart()
         self._update_side()
+
+    def _what_if_pid(self) -> int | None:
+        """The charted PID when its estimate is the user's what-if and its job's own (probe's)
+        estimate exists to go back to; else None."""
+        pid = self.chart_pid() if self.chart_target is None or self.chart_target[0] == "proc" else None
+        process = self.process_estimates.get(pid)
+        if pid is None or process is None or not process.is_what_if:
+            return None
+        return pid if self.process_estimates.probe_estimate(pid) is not None else None
+
+    def action_job_estimate(self) -> None:
+        pid = self._what_if_pid()
+        if pid is None:
+            self.notify("no what-if to drop: the selected process shows its job's own estimate", timeout=3)
+            return
+        self.process_estimates.clear_user(pid)
+        self.notify(f"PID {pid}: back to its job's own estimate (from its probe)", timeout=3, markup=False)
+        self._update_chart()
+        self._update_side()
+
+    def action_job_estimate_in_field(self) -> None:
+        self.action_job_estimate()
 
     def action_toggle_bands(self) -> None:
         chart = self.chart

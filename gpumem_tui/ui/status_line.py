@@ -1,0 +1,107 @@
+"""The dashboard's status and replay lines, built to fit the terminal's width.
+
+A status line is a list of :class:`Segment` s joined by `` · ``. Each has a priority and
+may have a shorter form; :func:`fit` uses the short forms of the least important segments
+first, then drops the least important ones, until the line fits. What the user set or must
+act on (a filter and its error, a failed poll, `e` opening the hidden estimator pane) has the
+highest priorities, so it is what stays at 80 columns; the driver and CUDA versions go first.
+
+Headless apart from Rich's Text: no Textual import, so it is tested without an app.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rich.text import Text
+
+SEPARATOR = " · "
+
+# Priorities (higher stays longer).
+TITLE = 100
+POLL_ERROR = 95
+FILTER = 90
+FILTER_PROBLEM = 89
+ESTIMATOR_HINT = 85
+NVML = 70
+PROCESSES = 60
+READ_ONLY = 55
+BANNER = 40
+DRIVER = 30
+DEMO_HINT = 10
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One item of the status line: ``text`` (literal Text), its ``priority`` (see the
+    constants above) and an optional ``short`` form used when the line is too long."""
+
+    text: Text
+    priority: int
+    short: Text | None = None
+
+
+def segment(text: str | Text, priority: int, short: str | Text | None = None, style: str = "") -> Segment:
+    """A :class:`Segment` from plain strings (never parsed as markup)."""
+
+    def as_text(value: str | Text) -> Text:
+        return value if isinstance(value, Text) else Text(value, style=style)
+
+    return Segment(as_text(text), priority, None if short is None else as_text(short))
+
+
+def fit(segments: Sequence[Segment], width: int) -> Text:
+    """Join ``segments`` (in their order) into one line of at most ``width`` cells.
+
+    Short forms are taken from the lowest priority up, then segments are dropped from the
+    lowest priority up; the highest-priority segment is never dropped, but cut with "…" when
+    even it alone is too wide. Ties: the later segment gives way first.
+    """
+    chosen: list[Text | None] = [s.text for s in segments]
+
+    def length() -> int:
+        parts = [t for t in chosen if t is not None]
+        return sum(t.cell_len for t in parts) + len(SEPARATOR) * max(0, len(parts) - 1)
+
+    order = sorted(range(len(segments)), key=lambda i: (segments[i].priority, -i))
+    for index in order:
+        if length() <= width:
+            break
+        if segments[index].short is not None:
+            chosen[index] = segments[index].short
+    for index in order[:-1]:
+        if length() <= width:
+            break
+        chosen[index] = None
+    line = Text(no_wrap=True, overflow="ellipsis")
+    for part in (t for t in chosen if t is not None):
+        if line.plain:
+            line.append(SEPARATOR)
+        line.append_text(part)
+    if line.cell_len > width > 0:
+        line.truncate(width - 1)
+        line.append("…")
+    return line
+
+
+def speed_text(speed: float) -> str:
+    """``×0.5``, ``×1``, ``×2``, ``×0.125``: the replay speed factor as typed."""
+    return f"×{speed:g}"
+
+
+def replay_line(*, paused: bool, ended: bool, position: object, duration: object, speed: object,
+                keys: bool) -> Text:
+    """The replay line: state (playing / paused / ended), position of duration in seconds,
+    speed factor, and (``keys``) the replay keys."""
+    text = Text("replay ", style="bold")
+    text.append("■ ended" if ended else "⏸ paused" if paused else "▶ playing")
+    if isinstance(position, (int, float)):
+        text.append(f" · {position:.1f} s")
+        if isinstance(duration, (int, float)):
+            text.append(f" / {duration:.1f} s")
+    if isinstance(speed, (int, float)):
+        text.append(f" · {speed_text(speed)}")
+    if keys:
+        text.append(" · space pause · ←/→ seek 10 s · +/- speed")
+    return text
