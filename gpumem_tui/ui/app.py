@@ -119,7 +119,7 @@ class GpuMemApp(App[None]):
         # box (or on the table) it clears the filter. Two bindings so that each says what it does.
         Binding("escape", "leave_field", "Back to table", id="leave_field",
                 tooltip="Leave the form / tabs and go back to the process table"),
-        Binding("escape", "clear_filter", "Clear filter", show=False, id="clear_filter",
+        Binding("escape", "clear_filter", "Clear filter", id="clear_filter",
                 tooltip="Clear the process filter"),
         Binding("enter", "detail", "Detail", id="detail", tooltip="Show everything about the selected process"),
         Binding("c", "chart_target", "Chart GPU/proc", id="chart_target",
@@ -185,6 +185,8 @@ class GpuMemApp(App[None]):
         self.probe_devices: dict[int, str] = {}
         self.probe_samples: OrderedDict[int, deque[ProbeSample]] = OrderedDict()
         self._side_toggled = False
+        self._position_notice: Any = None  # the replay's last "replay at ..." notification
+        self._target_before_filter: tuple[str, int] | None = None  # charted before a filter hid all
         self._what_if_shown: int | None = None  # the PID whose what-if `p` drops, when shown
         self.chart_target: tuple[str, int] | None = None
         self.chart_window = chart_window
@@ -342,7 +344,7 @@ class GpuMemApp(App[None]):
         self.poll_error = None
         self._record(snap)
         for notice in snap.notices:
-            self.notify(printable(notice, 1024), severity="information", timeout=8, markup=False)
+            self._show_notice(printable(notice, 1024))
         devices = self.device_panel
         devices.display = bool(snap.devices)
         devices.show(snap.devices, fit_width=self._left_column.size.width or None)
@@ -380,6 +382,22 @@ class GpuMemApp(App[None]):
         if self.freeze_gc_after_start and not self._gc_frozen and (self.has_side_pane or not self.side_pane_enabled):
             self._gc_frozen = True
             self.call_after_refresh(self._freeze_gc)
+
+    #: a replay's notices that say where it is now: each replaces the previous one (seeking
+    #: four times leaves one notice, the position, not four stacked over the pane)
+    POSITION_NOTICES = ("replay at ", "replay finished")
+
+    def _show_notice(self, text: str) -> None:
+        """Show a notice of the source; a replay's position notice replaces the last one."""
+        if not (self.replay and text.startswith(self.POSITION_NOTICES)):
+            self.notify(text, severity="information", timeout=8, markup=False)
+            return
+        from textual.notifications import Notification, Notify
+
+        if self._position_notice is not None:
+            self._unnotify(self._position_notice)  # gone already (timed out): nothing happens
+        self._position_notice = Notification(text, timeout=8, markup=False)
+        self.post_message(Notify(self._position_notice))
 
     @staticmethod
     def _freeze_gc() -> None:
@@ -494,9 +512,9 @@ class GpuMemApp(App[None]):
             error = printable(snap.nvml_error, 300)
             full = Text("NVML not available: ", style="bold") + Text(error)
             short = Text("no NVML: ", style="bold") + Text(error if len(error) <= 40 else error[:39] + "…")
-            parts.append(sl.segment(full, sl.NVML, short))
+            parts.append(sl.segment(full, sl.NVML, short, reword=True))
             parts.append(sl.segment(f"showing {len(snap.processes)} host processes", sl.PROCESSES,
-                                    f"{len(snap.processes)} host processes"))
+                                    f"{len(snap.processes)} host processes", reword=True))
             if not self.banner and not snap.probes:
                 parts.append(sl.segment("`gpumem-tui demo` runs a built-in training job to watch", sl.DEMO_HINT))
         else:
@@ -529,7 +547,7 @@ class GpuMemApp(App[None]):
             error = printable(self.poll_error, 300)
             parts.append(sl.segment(Text("poll failed: ", style="bold") + Text(f"{error} (retrying)"),
                                     sl.POLL_ERROR, Text("poll failed (retrying)", style="bold")))
-        return sl.fit(parts, max(20, (self.size.width or 160) - 2))
+        return sl.fit(parts, max(20, (self.size.width or 160) - 2), first_separator=" ")
 
     def _watch_poll(self) -> None:
         stuck = self.poller.in_flight_seconds()
@@ -647,13 +665,20 @@ class GpuMemApp(App[None]):
             where = f"GPU {proc.device_index}" if proc is not None and proc.device_index is not None else "host"
             chart.set_title(f"PID {ident} ({where}) {name}".rstrip())
             if not curves:
-                chart.set_message(f"PID {ident}: no memory figure to chart (NVML reports none for it)")
+                chart.set_message(self._no_curve_reason(ident, snap))
         chart.set_series(curves, snap.time)
         chart.set_total(total, "GPU total")
         chart.set_phase_marks(marks)
         chart.set_phase_peaks(self.phase_peaks.get(ident, ()) if kind == "proc" else ())
         self.bands, note = self._predicted_bands(target)
         chart.set_bands(self.bands, note)  # replots
+
+    @staticmethod
+    def _no_curve_reason(pid: int, snap: Snapshot) -> str:
+        """Why PID ``pid`` has no curve: no NVML at all, or NVML gives no figure for it."""
+        if snap.nvml_error:
+            return f"no NVML ({printable(snap.nvml_error, 40)}): no GPU memory to chart for PID {pid}"
+        return f"PID {pid}: no memory figure to chart (NVML reports none for it)"
 
     def _predicted_bands(self, target: tuple[str, int]) -> tuple[list[Band], str | None]:
         """The bands to draw for the chart's target and the legend's note about them.
@@ -789,11 +814,13 @@ class GpuMemApp(App[None]):
             return self.replay and self.focus_on_dashboard
         if action == "leave_field":
             return not self.focus_on_dashboard and self.focused is not self.filter_box
+        if action == "clear_filter":  # shown (and acting) while there is a filter to clear
+            return self.focused is self.filter_box or self.filter_box.display or bool(self.filter_box.value)
         if action in ("job_estimate", "job_estimate_in_field"):
             in_field = isinstance(self.focused, (Input, TextArea))
             if in_field != (action == "job_estimate_in_field"):
                 return False  # one of the two keys is shown, the one that works here
-            return True if self._what_if_pid() is not None else None
+            return self._what_if_pid() is not None  # hidden, not greyed: the footer is short
         if action == "signal" and self.readonly:
             return False
         if action == "toggle_side":
@@ -821,10 +848,18 @@ class GpuMemApp(App[None]):
             if binding.action.split("(")[0] in REPLAY_ACTIONS and not self.replay:
                 continue
             seen.add(ident)
-            keys = self._keymap.get(binding.id, binding.key) if binding.id else binding.key
-            display = ", ".join(self.get_key_display(Binding(k.strip(), "")) for k in keys.split(","))
-            rows.append((display, binding.tooltip or binding.description, binding.id or ""))
+            rows.append((self._keys_shown(binding), binding.tooltip or binding.description, binding.id or ""))
+        # the form field's key for the job's estimate is one row with the table's key
+        merged = {row[2]: row for row in rows}
+        if "job_estimate" in merged and "job_estimate_in_field" in merged:
+            field_keys = merged["job_estimate_in_field"][0]
+            rows = [(f"{keys}, {field_keys} (in a field)", description, ident) if ident == "job_estimate" else
+                    (keys, description, ident) for keys, description, ident in rows if ident != "job_estimate_in_field"]
         return rows
+
+    def _keys_shown(self, binding: Binding) -> str:
+        keys = self._keymap.get(binding.id, binding.key) if binding.id else binding.key
+        return ", ".join(self.get_key_display(Binding(k.strip(), "")) for k in keys.split(","))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.help_rows()))
@@ -877,7 +912,12 @@ class GpuMemApp(App[None]):
             self.table_empty.update(note)
         target = self.chart_target
         if target is None and not empty and table.selected is not None:  # the filter was eased
-            self.chart_target = ("proc", table.selected.pid)
+            # back to the process charted before the filter hid every row, if it is listed
+            before, self._target_before_filter = self._target_before_filter, None
+            if before is not None and before[0] == "proc" and table.select_pid(before[1]):
+                self.chart_target = before
+            else:
+                self.chart_target = ("proc", table.selected.pid)
             self._highlighted_key = table.selected_key
             return True
         if not table.filter.active or target is None or target[0] != "proc":
@@ -885,6 +925,8 @@ class GpuMemApp(App[None]):
         if any(p.pid == target[1] for p in table.shown):
             return False
         selected = table.selected
+        if selected is None:
+            self._target_before_filter = target  # what Esc (or a wider filter) goes back to
         self.chart_target = ("proc", selected.pid) if selected is not None else None
         self._highlighted_key = table.selected_key
         return True
@@ -904,6 +946,12 @@ class GpuMemApp(App[None]):
     def action_chart_target(self) -> None:
         proc = self.table.selected
         target = self.chart_target
+        if proc is not None and proc.device_index is None and target in (None, ("proc", proc.pid)):
+            # nothing to switch to: say why rather than do nothing
+            snap = self.snapshot
+            why = (f"NVML is not available ({printable(snap.nvml_error, 80)})" if snap is not None and snap.nvml_error
+                   else f"PID {proc.pid} is on no GPU")
+            self.notify(f"no GPU chart: {why}; the chart shows the process", title="Chart", timeout=4, markup=False)
         if target and target[0] == "proc" and proc is not None and proc.device_index is not None:
             self.chart_target = ("gpu", proc.device_index)
         elif proc is not None:

@@ -35,49 +35,62 @@ DEMO_HINT = 10
 @dataclass(frozen=True)
 class Segment:
     """One item of the status line: ``text`` (literal Text), its ``priority`` (see the
-    constants above) and an optional ``short`` form used when the line is too long."""
+    constants above) and an optional ``short`` form used when the line is too long.
+    ``reword``: the short form says the same in fewer words, so it is taken before any
+    segment is dropped (otherwise it loses something and is taken only as a last step
+    before the segment goes)."""
 
     text: Text
     priority: int
     short: Text | None = None
+    reword: bool = False
 
 
-def segment(text: str | Text, priority: int, short: str | Text | None = None, style: str = "") -> Segment:
+def segment(text: str | Text, priority: int, short: str | Text | None = None, style: str = "",
+            reword: bool = False) -> Segment:
     """A :class:`Segment` from plain strings (never parsed as markup)."""
 
     def as_text(value: str | Text) -> Text:
         return value if isinstance(value, Text) else Text(value, style=style)
 
-    return Segment(as_text(text), priority, None if short is None else as_text(short))
+    return Segment(as_text(text), priority, None if short is None else as_text(short), reword)
 
 
-def fit(segments: Sequence[Segment], width: int) -> Text:
+def fit(segments: Sequence[Segment], width: int, first_separator: str = SEPARATOR) -> Text:
     """Join ``segments`` (in their order) into one line of at most ``width`` cells.
 
-    Short forms are taken from the lowest priority up, then segments are dropped from the
-    lowest priority up; the highest-priority segment is never dropped, but cut with "…" when
-    even it alone is too wide. Ties: the later segment gives way first.
+    First the short forms that only reword (``reword``) are taken, from the lowest priority
+    up; then, from the lowest priority up, each segment is replaced by its short form, and
+    dropped if the line is still too long, until the line fits: a segment loses something
+    only once every less important one is gone. The highest-priority segment is never dropped, but cut with
+    "…" when even it alone is too wide. Ties: the later segment gives way first.
+    ``first_separator`` goes between the first two parts shown (the status line puts only a
+    space after its title).
     """
     chosen: list[Text | None] = [s.text for s in segments]
 
     def length() -> int:
         parts = [t for t in chosen if t is not None]
-        return sum(t.cell_len for t in parts) + len(SEPARATOR) * max(0, len(parts) - 1)
+        glue = len(first_separator) + len(SEPARATOR) * (len(parts) - 2) if len(parts) > 1 else 0
+        return sum(t.cell_len for t in parts) + glue
 
     order = sorted(range(len(segments)), key=lambda i: (segments[i].priority, -i))
     for index in order:
         if length() <= width:
             break
-        if segments[index].short is not None:
+        if segments[index].reword and segments[index].short is not None:
             chosen[index] = segments[index].short
-    for index in order[:-1]:
+    for index in order:  # least important first: its short form, else it goes
         if length() <= width:
             break
-        chosen[index] = None
+        if segments[index].short is not None:
+            chosen[index] = segments[index].short
+        if length() > width and index != order[-1]:
+            chosen[index] = None
     line = Text(no_wrap=True, overflow="ellipsis")
-    for part in (t for t in chosen if t is not None):
-        if line.plain:
-            line.append(SEPARATOR)
+    for count, part in enumerate(t for t in chosen if t is not None):
+        if count:
+            line.append(first_separator if count == 1 else SEPARATOR)
         line.append_text(part)
     if line.cell_len > width > 0:
         line.truncate(width - 1)
