@@ -17,7 +17,6 @@ from gpumem_tui.estimator.estimate import estimate
 from gpumem_tui.estimator.solve import max_batch
 from gpumem_tui.estimator.spec import TrainingSpec
 from gpumem_tui.telemetry.model import ProbeInfo
-from gpumem_tui.ui.memory_bar import MemoryBar
 from gpumem_tui.process_estimate import from_probe_info
 from gpumem_tui.ui.estimator_panel import EstimatorPanel
 from gpumem_tui.ui.memory_bar import MemoryBar, bands_from_estimate
@@ -418,3 +417,23 @@ async def test_model_picker_offers_models_from_the_hf_cache(tmp_path, monkeypatc
         select.value = str(snap / "config.json")
         await _settle(app, pilot)
         assert panel.architecture.model_type == "qwen3" and panel.architecture.num_layers == 3
+
+
+async def test_a_state_space_config_is_named_as_unsupported_in_the_form_s_words(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mamba", "hidden_size": 768, "num_hidden_layers": 24,
+                                "vocab_size": 50280, "state_size": 16, "conv_kernel": 4}))
+    app = Host()
+    async with app.run_test(size=SIZE) as pilot:
+        await _settle(app, pilot)
+        panel = app.query_one(EstimatorPanel)
+        panel.set_form(config=str(path))
+        for _ in range(100):  # the file is read off the UI thread
+            await _settle(app, pilot)
+            if "reading" not in panel.invalid_fields.get("config", "reading"):
+                break
+        message = _text(panel.query_one("#est-message", Static))
+        assert "model_type 'mamba' is a state-space model" in message and "not supported" in message
+        assert "(config 1.4e9 for 1.4 B)" in message and "--params" not in message
+        assert "lacks field" not in message
+        assert "no estimate for this form" in _text(panel.query_one("#est-fit", Static))

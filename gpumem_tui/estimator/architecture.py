@@ -596,7 +596,7 @@ def architecture_from_config(config: Any, name: str = "config.json") -> ModelArc
             any(config.get(f) is not None for f in STATE_SPACE_FIELDS) and not any(f in config for f in HEAD_FIELDS))):
         raise ArchitectureError(
             f"{name}: model_type {mt!r} is a state-space model (no attention heads): this family is not supported; "
-            "estimate it from its parameter count instead (--params, e.g. --params 1.4e9)"
+            "give its parameter count instead (--params 1.4e9 for 1.4 B)"
         )
     note = None
     if family is None:

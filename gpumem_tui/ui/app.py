@@ -505,13 +505,14 @@ class GpuMemApp(App[None]):
         from gpumem_tui.ui import status_line as sl
 
         snap = self.snapshot
-        parts = [sl.segment(Text("gpumem-tui", style="bold"), sl.TITLE)]
+        parts = [sl.segment(Text("gpumem-tui ", style="bold"), sl.TITLE)]  # its space: the first separator
         if snap is None:
             parts.append(sl.segment("waiting for the first sample…", sl.NVML))
         elif snap.nvml_error:
             error = printable(snap.nvml_error, 300)
-            full = Text("NVML not available: ", style="bold") + Text(error)
-            short = Text("no NVML: ", style="bold") + Text(error if len(error) <= 40 else error[:39] + "…")
+            # Text.assemble: the label bold, the error plain (Text + Text would make all bold)
+            full = Text.assemble(("NVML not available: ", "bold"), error)
+            short = Text.assemble(("no NVML: ", "bold"), error if len(error) <= 40 else error[:39] + "…")
             parts.append(sl.segment(full, sl.NVML, short, reword=True))
             parts.append(sl.segment(f"showing {len(snap.processes)} host processes", sl.PROCESSES,
                                     f"{len(snap.processes)} host processes", reword=True))
@@ -545,9 +546,9 @@ class GpuMemApp(App[None]):
             parts.append(sl.segment("e: estimator", sl.ESTIMATOR_HINT))  # the pane left with the width
         if self.poll_error:
             error = printable(self.poll_error, 300)
-            parts.append(sl.segment(Text("poll failed: ", style="bold") + Text(f"{error} (retrying)"),
+            parts.append(sl.segment(Text.assemble(("poll failed: ", "bold"), f"{error} (retrying)"),
                                     sl.POLL_ERROR, Text("poll failed (retrying)", style="bold")))
-        return sl.fit(parts, max(20, (self.size.width or 160) - 2), first_separator=" ")
+        return sl.fit(parts, max(20, (self.size.width or 160) - 2), first_separator="")
 
     def _watch_poll(self) -> None:
         stuck = self.poller.in_flight_seconds()

@@ -60,6 +60,7 @@ _FIELD_LABELS = {
     "seq": "seq", "dtype": "dtype", "mixed_precision": "mixed", "optimizer": "optim",
     "grad_ckpt": "ckpt", "attention": "attn", "zero": "ZeRO", "dp": "dp", "tp": "tp", "pp": "pp",
     "lora_rank": "LoRA r", "budget": "GPU mem",
+    "params": "config",  # the CLI's --params is a count typed in the config field
 }  # fmt: skip
 _PROBE_KEY = "\x00probe"  # Select value of a probed model's config (never a catalogue name)
 _INT_FIELDS = ("batch", "seq", "dp", "tp", "pp", "lora_rank")
