@@ -499,56 +499,10 @@ class GpuMemApp(App[None]):
 
     # ---- status ---------------------------------------------------------------------------
     def status_text(self) -> Text:
-        """The one-line status: NVML state, counts, sort/filter, poll errors, fitted to the
-        terminal's width by :func:`gpumem_tui.ui.status_line.fit` (what the user set or must
-        act on stays; driver versions and the banner give way first)."""
-        from gpumem_tui.ui import status_line as sl
+        """The one-line status (:func:`gpumem_tui.ui.status_line.dashboard_status`)."""
+        from gpumem_tui.ui.status_line import dashboard_status
 
-        snap = self.snapshot
-        parts = [sl.segment(Text("gpumem-tui ", style="bold"), sl.TITLE)]  # its space: the first separator
-        if snap is None:
-            parts.append(sl.segment("waiting for the first sample…", sl.NVML))
-        elif snap.nvml_error:
-            error = printable(snap.nvml_error, 300)
-            # Text.assemble: the label bold, the error plain (Text + Text would make all bold)
-            full = Text.assemble(("NVML not available: ", "bold"), error)
-            short = Text.assemble(("no NVML: ", "bold"), error if len(error) <= 40 else error[:39] + "…")
-            parts.append(sl.segment(full, sl.NVML, short, reword=True))
-            parts.append(sl.segment(f"showing {len(snap.processes)} host processes", sl.PROCESSES,
-                                    f"{len(snap.processes)} host processes", reword=True))
-            if not self.banner and not snap.probes:
-                parts.append(sl.segment("`gpumem-tui demo` runs a built-in training job to watch", sl.DEMO_HINT))
-        else:
-            parts.append(sl.segment(f"{len(snap.devices)} GPU{'s' if len(snap.devices) != 1 else ''}", sl.NVML))
-            if snap.driver_version:
-                parts.append(sl.segment(f"driver {printable(snap.driver_version, 32)}", sl.DRIVER))
-            if snap.cuda_driver_version:
-                parts.append(sl.segment(f"CUDA {printable(snap.cuda_driver_version, 32)}", sl.DRIVER))
-            count = f"{len(snap.processes)} processes"
-            hidden = self.table.hidden_rows
-            parts.append(sl.segment(f"{count} ({hidden} not listed: / filters)" if hidden else count,
-                                    sl.PROCESSES, f"{count} ({hidden} not listed)" if hidden else None))
-        if self.banner:
-            banner = printable(self.banner, 200)
-            parts.append(sl.segment(banner, sl.BANNER, banner[:29] + "…" if len(banner) > 30 else None))
-        if self.is_mounted:
-            table = self.table
-            if table.filter.active or table.filter.problems:
-                query = printable(self.filter_box.value.strip(), 80)
-                parts.append(sl.segment(f"filter: {query}", sl.FILTER,
-                                        f"filter: {query[:23]}…" if len(query) > 24 else None))
-            if table.filter.problems:
-                parts.append(sl.segment(printable("; ".join(table.filter.problems), 200), sl.FILTER_PROBLEM,
-                                        style="bold"))
-        if self.readonly:
-            parts.append(sl.segment("read-only", sl.READ_ONLY))
-        if self.side_pane_hidden and not self._side_toggled:
-            parts.append(sl.segment("e: estimator", sl.ESTIMATOR_HINT))  # the pane left with the width
-        if self.poll_error:
-            error = printable(self.poll_error, 300)
-            parts.append(sl.segment(Text.assemble(("poll failed: ", "bold"), f"{error} (retrying)"),
-                                    sl.POLL_ERROR, Text("poll failed (retrying)", style="bold")))
-        return sl.fit(parts, max(20, (self.size.width or 160) - 2), first_separator="")
+        return dashboard_status(self)
 
     def _watch_poll(self) -> None:
         stuck = self.poller.in_flight_seconds()
@@ -733,6 +687,11 @@ class GpuMemApp(App[None]):
             self.set_class(name == wanted, f"-size-{name}")
         for footer in self.screen_stack[0].query(Footer) if self.screen_stack else ():
             footer.compact = wanted != "wide"
+
+    @property
+    def side_pane_toggled(self) -> bool:
+        """True once the user showed or hid the pane with `e` (it no longer follows the width)."""
+        return self._side_toggled
 
     @property
     def side_pane_hidden(self) -> bool:
@@ -1076,30 +1035,11 @@ class GpuMemApp(App[None]):
     def deliver_screenshot(
         self, filename: str | None = None, path: str | None = None, time_format: str | None = None
     ) -> str | None:
-        """Save an SVG screenshot and say where, or why not.
+        """Save an SVG screenshot and say where, or why not (see
+        :func:`gpumem_tui.ui.screenshots.save_screenshot`). Returns the path written, or None."""
+        from gpumem_tui.ui.screenshots import save_screenshot
 
-        Textual's default saves into ~/Downloads and only says "Failed to save screenshot"
-        when that folder is missing (common on servers); here it goes to ``screenshot_dir``
-        or the working directory, written 0600 (it shows command lines) and never over a file.
-        Returns the path written, or None.
-        """
-        import os
-        import time as _time
-
-        folder = Path(os.path.expanduser(path or self.screenshot_dir or os.getcwd()))
-        name = filename or _time.strftime(f"{self.title}_%Y-%m-%dT%H_%M_%S.svg")
-        target = folder / name
-        try:
-            svg = self.export_screenshot()
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(svg)
-        except OSError as exc:
-            self.notify(f"screenshot not saved to {printable(str(target), 300)}: {exc.strerror or exc}",
-                        title="Screenshot", severity="error", timeout=10, markup=False)
-            return None
-        self.notify(f"saved to {printable(str(target), 300)}", title="Screenshot", timeout=10, markup=False)
-        return str(target)
+        return save_screenshot(self, filename, path)
 
     async def action_quit(self) -> None:
         self.poller.stop()

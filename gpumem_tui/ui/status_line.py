@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rich.text import Text
 
@@ -118,3 +119,56 @@ def replay_line(*, paused: bool, ended: bool, position: object, duration: object
     if keys:
         text.append(" · space pause · ←/→ seek 10 s · +/- speed")
     return text
+
+
+def dashboard_status(app: Any) -> Text:
+    """The dashboard's status line: NVML state, counts, filter and its error, poll errors,
+    the `e` hint, fitted to ``app``'s width by :func:`fit` (what the user set or must act on
+    stays; driver versions and the banner give way first). ``app`` is the GpuMemApp."""
+    from gpumem_tui.text import printable
+
+    snap = app.snapshot
+    parts = [segment(Text("gpumem-tui ", style="bold"), TITLE)]  # its space: the first separator
+    if snap is None:
+        parts.append(segment("waiting for the first sample…", NVML))
+    elif snap.nvml_error:
+        error = printable(snap.nvml_error, 300)
+        # Text.assemble: the label bold, the error plain (Text + Text would make all bold)
+        full = Text.assemble(("NVML not available: ", "bold"), error)
+        short = Text.assemble(("no NVML: ", "bold"), error if len(error) <= 40 else error[:39] + "…")
+        parts.append(segment(full, NVML, short, reword=True))
+        parts.append(segment(f"showing {len(snap.processes)} host processes", PROCESSES,
+                                f"{len(snap.processes)} host processes", reword=True))
+        if not app.banner and not snap.probes:
+            parts.append(segment("`gpumem-tui demo` runs a built-in training job to watch", DEMO_HINT))
+    else:
+        parts.append(segment(f"{len(snap.devices)} GPU{'s' if len(snap.devices) != 1 else ''}", NVML))
+        if snap.driver_version:
+            parts.append(segment(f"driver {printable(snap.driver_version, 32)}", DRIVER))
+        if snap.cuda_driver_version:
+            parts.append(segment(f"CUDA {printable(snap.cuda_driver_version, 32)}", DRIVER))
+        count = f"{len(snap.processes)} processes"
+        hidden = app.table.hidden_rows
+        parts.append(segment(f"{count} ({hidden} not listed: / filters)" if hidden else count,
+                                PROCESSES, f"{count} ({hidden} not listed)" if hidden else None))
+    if app.banner:
+        banner = printable(app.banner, 200)
+        parts.append(segment(banner, BANNER, banner[:29] + "…" if len(banner) > 30 else None))
+    if app.is_mounted:
+        table = app.table
+        if table.filter.active or table.filter.problems:
+            query = printable(app.filter_box.value.strip(), 80)
+            parts.append(segment(f"filter: {query}", FILTER,
+                                    f"filter: {query[:23]}…" if len(query) > 24 else None))
+        if table.filter.problems:
+            parts.append(segment(printable("; ".join(table.filter.problems), 200), FILTER_PROBLEM,
+                                    style="bold"))
+    if app.readonly:
+        parts.append(segment("read-only", READ_ONLY))
+    if app.side_pane_hidden and not app.side_pane_toggled:
+        parts.append(segment("e: estimator", ESTIMATOR_HINT))  # the pane left with the width
+    if app.poll_error:
+        error = printable(app.poll_error, 300)
+        parts.append(segment(Text.assemble(("poll failed: ", "bold"), f"{error} (retrying)"),
+                                POLL_ERROR, Text("poll failed (retrying)", style="bold")))
+    return fit(parts, max(20, (app.size.width or 160) - 2), first_separator="")
