@@ -210,3 +210,44 @@ def test_estimate_help_and_readme_give_the_torch_versions_the_code_and_data_give
 def test_text_helpers_are_literal():
     line = status_line.replay_line(paused=False, ended=True, position=20.0, duration=20.0, speed=0.5, keys=False)
     assert isinstance(line, Text) and line.plain == "replay ■ ended · 20.0 s / 20.0 s · ×0.5"
+
+
+class _Reordering:
+    """30 host processes without NVML; once ``moved`` is set, PID 1020 has the most RSS (it
+    moves from row 20 to the top)."""
+
+    def __init__(self) -> None:
+        self.polls = 0
+        self.moved = False
+
+    def poll(self):
+        from gpumem_tui.telemetry.model import ProcessSample, ProcessType, Snapshot
+
+        self.polls += 1
+        rows = []
+        for i in range(30):
+            pid = 1000 + i
+            rss = 500 * 2**20 if pid == 1020 and self.moved else (100 - i) * 2**20
+            rows.append(ProcessSample(pid, None, ProcessType.HOST, None, None, "u", f"job {i}", 1.0, rss, None))
+        return Snapshot(time=1_700_000_000.0 + self.polls, driver_version=None, cuda_driver_version=None,
+                        nvml_error="NVML Shared Library Not Found", devices=(), processes=tuple(rows))
+
+    def close(self) -> None:
+        pass
+
+
+async def test_the_charted_row_stays_in_sight_when_the_sort_moves_it():
+    source = _Reordering()
+    app = make_app(source, select_pid=1020, interval=0.1)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: app.chart_target == ("proc", 1020))
+        table = app.query_one(ProcessTable)
+        await pilot.pause(0.3)
+        assert table.cursor_row == 20
+        assert table.cursor_row in table.rows_on_screen()  # selected at start: scrolled to it
+        assert table.rows_on_screen().start > 0
+        source.moved = True
+        await wait_for(pilot, lambda: table.shown and table.shown[0].pid == 1020)  # now the largest
+        await pilot.pause()
+        assert table.selected.pid == 1020 and table.cursor_row == 0
+        assert table.cursor_row in table.rows_on_screen()  # followed, not left above the view

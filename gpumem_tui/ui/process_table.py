@@ -324,7 +324,12 @@ class ProcessTable(LineTable):
             Text(_BY_KEY[k].label + ((" ▼" if reverse else " ▲") if k == column else "  "), style="bold")
             for k in self.visible_columns
         ]
+        # The selected row is the charted one: a re-sort that moves it out of view scrolls
+        # just enough to keep it in sight (the view stays put while it is in sight).
+        in_sight = self.cursor_row in self.rows_on_screen()
         self.set_rows(headers, cells_by_key, keep, grow_only=old_keys == cells_by_key.keys())
+        if in_sight and keep is None and self.cursor_row not in self.rows_on_screen():
+            self._scroll_cursor_into_view()
 
     def _render_rows(self) -> dict[str, list[Text]]:
         """Cells of every shown row, in order. A row whose sample is unchanged keeps its
