@@ -251,3 +251,34 @@ async def test_the_charted_row_stays_in_sight_when_the_sort_moves_it():
         await pilot.pause()
         assert table.selected.pid == 1020 and table.cursor_row == 0
         assert table.cursor_row in table.rows_on_screen()  # followed, not left above the view
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    parts=st.lists(st.tuples(st.text(alphabet="abc xyz", min_size=1, max_size=30), st.integers(0, 99),
+                             st.one_of(st.none(), st.text(alphabet="ab", min_size=1, max_size=8)), st.booleans()),
+                   min_size=1, max_size=8),
+    width=st.integers(10, 200),
+)
+def test_fit_always_fits_and_drops_by_priority(parts, width):
+    # each segment is marked <i> (its full form) or {i} (its short form) to see what stayed
+    segments = [status_line.segment("TITLE", 100)] + [
+        status_line.segment(f"<{i}>{t}", p, None if s is None else f"{{{i}}}{s}", reword=r)
+        for i, (t, p, s, r) in enumerate(parts)]
+    line = status_line.fit(segments, width).plain
+    assert len(line) <= width
+    assert line.startswith("TITLE"[: width - 1])
+    if len(line) < len("TITLE") + 2:
+        return  # only the title, cut: nothing else to check
+    for i, (_, priority, short, reword) in enumerate(parts):
+        dropped = f"<{i}>" not in line and f"{{{i}}}" not in line
+        lost_words = f"{{{i}}}" in line and not reword  # its short form loses something
+        if dropped or lost_words:
+            # every strictly less important segment went before it
+            for j, (_, other, _, _) in enumerate(parts):
+                if other < priority:
+                    assert f"<{j}>" not in line and f"{{{j}}}" not in line, (i, j, line)

@@ -143,3 +143,21 @@ async def test_replay_keys_leave_the_tab_bar_and_fields_their_keys_and_esc_leave
         await pilot.press("escape")
         assert isinstance(app.focused, ProcessTable)
         assert "escape" not in _shown_keys(app)
+
+
+def test_what_if_changes_name_each_setting_in_the_form_s_words():
+    import dataclasses
+
+    from gpumem_tui.estimator.architecture import load_architecture
+    from gpumem_tui.estimator.spec import TrainingSpec
+    from gpumem_tui.process_estimate import SOURCE_PROBE, ProcessEstimate, what_if_changes
+
+    arch = load_architecture("gpt2")
+    spec = TrainingSpec(task="train", batch=4, seq=1024, grad_ckpt="none", mixed_precision=True)
+    job = ProcessEstimate(7, SOURCE_PROBE, "gpt2 (probe, pid 7)", arch, spec, object(), model="gpt2")
+    assert what_if_changes(job, arch, spec, "gpt2") == ()
+    mine = dataclasses.replace(spec, batch=8, grad_ckpt="full", mixed_precision=False, measured_context=123)
+    assert what_if_changes(job, arch, mine, "gpt2") == (
+        "batch 8 (job: 4)", "fp32 master off (job: on)", "ckpt full (job: none)")  # not the box's context
+    other = load_architecture("llama-3.2-1b")
+    assert what_if_changes(job, other, spec, "llama-3.2-1b") == ("model llama-3.2-1b (job: gpt2)",)
