@@ -282,3 +282,19 @@ def test_fit_always_fits_and_drops_by_priority(parts, width):
             for j, (_, other, _, _) in enumerate(parts):
                 if other < priority:
                     assert f"<{j}>" not in line and f"{{{j}}}" not in line, (i, j, line)
+
+
+async def test_the_estimator_key_is_offered_before_the_pane_mounts_and_brings_it():
+    """A served page starts unfocused and Textual's Footer does not redraw while the app lacks
+    focus, so the `e` binding must be active from the first frame, not only once the pane (mounted
+    after the first frame) is there; pressing it then mounts the pane and toggles it."""
+    app = make_app(FakeSource(steps=2), side_pane=True)
+    app._mount_side_pane = lambda: None  # hold the pane back, as a slow first frame would  # type: ignore[method-assign]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert not app.has_side_pane
+        assert "toggle_side" in {b.action for _, b, enabled, _ in app.active_bindings.values() if enabled}
+        del app._mount_side_pane  # the real method again
+        await pilot.press("e")
+        await wait_for(pilot, lambda: app.has_side_pane)
+        assert app.query_one("#side").display  # narrow size class: hidden by default, shown by `e`
