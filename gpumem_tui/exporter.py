@@ -6,9 +6,9 @@
 The main loop polls the same telemetry source as the dashboard
 (:class:`gpumem_tui.telemetry.live.LiveSource`: NVML, host details, probe streams) every
 ``--interval`` seconds and keeps what it saw in an :class:`ExporterState`; a scrape only reads
-that state (the HTTP server of :mod:`gpumem_tui.exporter_http`, prometheus_client's WSGI app
-behind a Host check, timeouts and a connection cap, answers in its own threads), so a slow
-NVML call never makes a scrape wait. Metrics (bytes, hertz, watts, degrees Celsius, ratios 0-1;
+that state (the HTTP server of :mod:`gpumem_tui.exporter_http`: the text exposition of
+:mod:`gpumem_tui.exporter_text`, encoded once per poll, behind a Host check, timeouts and a
+connection cap, answered in its own threads), so a slow NVML call never makes a scrape wait. Metrics (bytes, hertz, watts, degrees Celsius, ratios 0-1;
 the GPU and process series are listed in :mod:`gpumem_tui.exporter_series`, beside
 dcgm-exporter's names in ``docs/exporter.md``):
 
@@ -55,13 +55,15 @@ from pathlib import Path
 from gpumem_tui.cli_support import InputError, OneLineParser, positive_seconds
 from gpumem_tui.exporter_http import HostPolicy, host_name, serve_metrics
 from gpumem_tui.exporter_series import COMMAND_LIMIT, gpu_families, probe_families, process_families
+from gpumem_tui.exporter_text import TextEncoder, metrics_app
 from gpumem_tui.process_estimate import ProcessEstimates
 from gpumem_tui.telemetry.model import PhaseMark, Snapshot
 
 PROG = "gpumem-tui exporter"
 DEFAULT_LISTEN = "127.0.0.1:9835"
 
-__all__ = ["COMMAND_LIMIT", "ExporterState", "build_registry", "main", "parse_listen", "poll_into"]
+__all__ = ["COMMAND_LIMIT", "ExporterState", "build_registry", "exposition", "main", "parse_listen", "poll_into",
+           "state_app"]
 
 
 @dataclass
@@ -88,6 +90,7 @@ class ExporterState:
     last_poll_error: str | None = None
     probed: dict[int, _Probed] = field(default_factory=dict)
     estimates: ProcessEstimates = field(default_factory=ProcessEstimates)
+    generation: int = 0  # counts updates and failed polls: the served bytes change only with it
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def update(self, snap: Snapshot, poll_seconds: float) -> None:
@@ -117,12 +120,14 @@ class ExporterState:
             self.estimates.prune(self.probed)
             self.snapshot = snap
             self.poll_seconds = poll_seconds
+            self.generation += 1
 
     def poll_failed(self, error: str) -> None:
         """Count a poll that raised (``error``: its one-line text); the last good data stays."""
         with self.lock:
             self.poll_errors += 1
             self.last_poll_error = error
+            self.generation += 1
 
 
 def poll_into(source, state: ExporterState) -> str | None:  # noqa: ANN001 - anything with .poll() -> Snapshot
@@ -166,8 +171,19 @@ def _families(state: ExporterState) -> Iterator[object]:
     yield from probe_families(probed)
 
 
+def exposition(state: ExporterState) -> bytes:
+    """The ``/metrics`` body for ``state`` now (text format 0.0.4, as :func:`metrics_app` serves it)."""
+    return TextEncoder().encode(_families(state))
+
+
+def state_app(state: ExporterState):  # noqa: ANN201 - a WSGI callable
+    """The WSGI app serving ``state``: encoded once per poll, whoever scrapes."""
+    return metrics_app(lambda: (state.generation, _families(state)))
+
+
 def build_registry(state: ExporterState):  # noqa: ANN201 - prometheus_client's CollectorRegistry
-    """A registry whose only collector reads ``state`` at each scrape (no process metrics)."""
+    """A prometheus_client registry whose only collector reads ``state`` (no process metrics):
+    the same families as :func:`exposition`, for prometheus_client's own encoders."""
     from prometheus_client.registry import CollectorRegistry
 
     class _StateCollector:
@@ -248,7 +264,7 @@ def main(argv: Sequence[str]) -> int:
     state = ExporterState()
     try:
         policy = HostPolicy(host, remote=args.allow_remote, extra=args.allow_host)
-        server, _thread = serve_metrics(host, port, build_registry(state), policy)
+        server, _thread = serve_metrics(host, port, state_app(state), policy)
     except OSError as exc:
         print(f"{PROG}: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
         return 2

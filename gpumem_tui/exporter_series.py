@@ -102,8 +102,14 @@ def _instance(value: int | None) -> str:
 
 
 def process_families(snap: Snapshot) -> Iterator[object]:
-    """The per-process families of ``snap``: GPU figures per (GPU, PID), host figures per PID."""
+    """The per-process families of ``snap``: GPU figures per (GPU, PID), host figures per PID.
+
+    Runs per row at every scrape (512 rows: ~1,800 samples), so each row's label dict is made
+    once and shared by its samples (prometheus_client ``Sample`` tuples appended directly,
+    which is what ``add_metric`` builds, without a dict per sample).
+    """
     from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.samples import Sample
 
     used = GaugeMetricFamily("gpumem_process_memory_used_bytes", "NVML used memory of a process on a GPU",
                              labels=PROCESS_LABELS)
@@ -118,18 +124,24 @@ def process_families(snap: Snapshot) -> Iterator[object]:
                             labels=HOST_LABELS)
     uuids = {d.index: d.uuid or "" for d in snap.devices}
     on_host: set[int] = set()
+    commands: dict[str | None, str] = {}  # a data-parallel job's command repeats on every GPU
+    used_name, sm_name, mem_name = used.name, sm.name, mem.name
+    used_add, sm_add, mem_add = used.samples.append, sm.samples.append, mem.samples.append
     for proc in snap.processes:
         pid, user = str(proc.pid), proc.user or ""
-        command = printable(proc.command or "", COMMAND_LIMIT)
+        command = commands.get(proc.command)
+        if command is None:
+            command = commands[proc.command] = printable(proc.command or "", COMMAND_LIMIT)
         if proc.device_index is not None:
-            label_values = [str(proc.device_index), uuids.get(proc.device_index, ""), pid, user, command,
-                            _instance(proc.gpu_instance_id), _instance(proc.compute_instance_id)]
+            labels = {"gpu": str(proc.device_index), "uuid": uuids.get(proc.device_index, ""), "pid": pid,
+                      "user": user, "command": command, "gpu_instance": _instance(proc.gpu_instance_id),
+                      "compute_instance": _instance(proc.compute_instance_id)}
             if proc.used_memory_bytes is not None:
-                used.add_metric(label_values, float(proc.used_memory_bytes))
+                used_add(Sample(used_name, labels, float(proc.used_memory_bytes)))
             if (value := _finite(proc.sm_percent)) is not None:
-                sm.add_metric(label_values, value / 100.0)
+                sm_add(Sample(sm_name, labels, value / 100.0))
             if (value := _finite(proc.mem_percent)) is not None:
-                mem.add_metric(label_values, value / 100.0)
+                mem_add(Sample(mem_name, labels, value / 100.0))
         if proc.pid in on_host:
             continue
         on_host.add(proc.pid)

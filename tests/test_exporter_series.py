@@ -153,3 +153,68 @@ def test_nan_host_figures_are_left_out_and_host_rows_without_gpu_have_only_host_
     assert 'gpumem_process_host_cpu_ratio{command="",pid="8",user=""} 2.5' in text
     assert 'pid="7"' not in text.split("gpumem_process_host_cpu_ratio", 1)[1].split("# HELP")[0]
     assert "gpumem_process_memory_used_bytes{" not in text and "gpumem_process_sm_utilization_ratio{" not in text
+
+
+# -- the fast text encoder: the same series as prometheus_client's own encoder -----------------
+
+import gzip  # noqa: E402
+import urllib.request  # noqa: E402
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from gpumem_tui.exporter import exposition, state_app  # noqa: E402
+from gpumem_tui.exporter_http import HostPolicy, serve_metrics  # noqa: E402
+from gpumem_tui.telemetry.model import DeviceSample  # noqa: E402
+
+
+def _parsed(text: str) -> list:
+    return [(f.name, f.type, f.documentation, sorted((s.name, sorted(s.labels.items()), s.value) for s in f.samples))
+            for f in text_string_to_metric_families(text)]
+
+
+def _state(user: str, command: str, name: str, used: int) -> ExporterState:
+    devices = tuple(DeviceSample(index=i, name=name, uuid=f"GPU-{i}", memory_total_bytes=80 * GiB,
+                                 memory_used_bytes=used, utilization_gpu_percent=12.5 + i, temperature_c=50.0,
+                                 power_draw_w=99.5, power_limit_w=None, nvlink_tx_bytes=7 * GiB) for i in range(4))
+    rows = tuple(ProcessSample(pid=100 + i, device_index=0, type=ProcessType.COMPUTE, used_memory_bytes=used // 2,
+                               sm_percent=33.0, mem_percent=4.0, user=user, command=command, cpu_percent=150.0,
+                               rss_bytes=MiB, gpu_instance_id=i or None) for i in range(3))
+    state = ExporterState()
+    state.update(Snapshot(time=1.0, devices=devices, processes=rows), 0.25)
+    return state
+
+
+@settings(max_examples=60, deadline=None)
+@given(user=st.text(max_size=20), command=st.text(max_size=120), name=st.text(max_size=70),
+       used=st.integers(0, 2**60))
+def test_the_fast_exposition_parses_to_prometheus_clients_series(user, command, name, used):
+    state = _state(user, command, name, used)
+    reference = generate_latest(build_registry(state)).decode()
+    ours = exposition(state).decode()
+    assert _parsed(ours) == _parsed(reference)
+
+
+def test_the_served_body_is_encoded_once_per_poll_and_gzipped_when_asked():
+    state = _state('al"ice', "python train.py \\ --x", "H100", 30 * GiB)
+    server, _ = serve_metrics("127.0.0.1", 0, state_app(state), HostPolicy("127.0.0.1"))
+    port = server.server_address[1]
+
+    def get(gzip_ok: bool) -> tuple[bytes, str | None]:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                         headers={"Accept-Encoding": "gzip"} if gzip_ok else {})
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.read(), resp.headers.get("Content-Encoding")
+
+    try:
+        plain, encoding = get(False)
+        assert encoding is None and plain == exposition(state)
+        packed, encoding = get(True)
+        assert encoding == "gzip" and gzip.decompress(packed) == plain
+        state.update(Snapshot(time=2.0, devices=_state("u", "c", "H100", 31 * GiB).snapshot.devices), 0.1)
+        fresh, _ = get(False)  # a new poll: new bytes
+        assert b"gpumem_gpu_memory_used_bytes" in fresh and str(float(31 * GiB)).encode() in fresh
+        assert b"gpumem_process_memory_used_bytes{" not in fresh  # its processes ended
+    finally:
+        server.shutdown()
+        server.server_close()
