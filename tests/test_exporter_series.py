@@ -218,3 +218,13 @@ def test_the_served_body_is_encoded_once_per_poll_and_gzipped_when_asked():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_an_implausible_memory_bandwidth_sample_is_none_while_its_sm_figure_stands(fake_nvml):
+    fake_nvml.add_process(0, 4242, sm=30, mem=2**31)  # a garbage memUtil in an otherwise good sample
+    fake_nvml.gpus[1].memory_used = fake_nvml.gpus[1].memory_total + 1  # free would be negative
+    reading = NvmlSource().poll()
+    (row,) = reading.processes
+    assert (row.sm_percent, row.mem_percent) == (30.0, None)
+    assert reading.devices[0].memory_free_bytes == fake_nvml.gpus[0].memory_total - fake_nvml.gpus[0].memory_used
+    assert reading.devices[1].memory_free_bytes is None  # not invented from total - used

@@ -281,9 +281,8 @@ class NvmlSource:
             uuid = get("uuid", "nvmlDeviceGetUUID")
             dev.uuid = _text(uuid) if uuid is not None else None
         mem = get("memory", "nvmlDeviceGetMemoryInfo")
-        total = self._plausible("memory total", _ull(getattr(mem, "total", None)), MAX_BYTES) if mem is not None else None
-        used = self._plausible("memory used", _ull(getattr(mem, "used", None)), MAX_BYTES) if mem is not None else None
-        free = self._plausible("memory free", _ull(getattr(mem, "free", None)), MAX_BYTES) if mem is not None else None
+        total, used, free = (self._plausible(f"memory {key}", _ull(getattr(mem, key, None)), MAX_BYTES)
+                             if mem is not None else None for key in ("total", "used", "free"))
         if mem is not None and (total is None or used is None):
             errors.append(("memory", NOT_AVAILABLE))
         util = get("utilization_gpu_percent", "nvmlDeviceGetUtilizationRates")
