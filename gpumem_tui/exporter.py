@@ -62,8 +62,8 @@ from gpumem_tui.telemetry.model import PhaseMark, Snapshot
 PROG = "gpumem-tui exporter"
 DEFAULT_LISTEN = "127.0.0.1:9835"
 
-__all__ = ["COMMAND_LIMIT", "ExporterState", "build_registry", "exposition", "main", "parse_listen", "poll_into",
-           "state_app"]
+__all__ = ["COMMAND_LIMIT", "ExporterState", "build_registry", "exposition", "main", "metric_families", "parse_listen",
+           "poll_into", "state_app"]
 
 
 @dataclass
@@ -147,7 +147,9 @@ def poll_into(source, state: ExporterState) -> str | None:  # noqa: ANN001 - any
     return None
 
 
-def _families(state: ExporterState) -> Iterator[object]:
+def metric_families(state: ExporterState) -> Iterator[object]:
+    """The prometheus_client metric families of ``state`` now (read under its lock at the first
+    ``next``); what every encoder of the exporter writes."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     with state.lock:
@@ -173,12 +175,12 @@ def _families(state: ExporterState) -> Iterator[object]:
 
 def exposition(state: ExporterState) -> bytes:
     """The ``/metrics`` body for ``state`` now (text format 0.0.4, as :func:`metrics_app` serves it)."""
-    return TextEncoder().encode(_families(state))
+    return TextEncoder().encode(metric_families(state))
 
 
 def state_app(state: ExporterState):  # noqa: ANN201 - a WSGI callable
     """The WSGI app serving ``state``: encoded once per poll, whoever scrapes."""
-    return metrics_app(lambda: (state.generation, _families(state)))
+    return metrics_app(lambda: (state.generation, metric_families(state)))
 
 
 def build_registry(state: ExporterState):  # noqa: ANN201 - prometheus_client's CollectorRegistry
@@ -188,7 +190,7 @@ def build_registry(state: ExporterState):  # noqa: ANN201 - prometheus_client's 
 
     class _StateCollector:
         def collect(self) -> Iterator[object]:
-            return _families(state)
+            return metric_families(state)
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_StateCollector())
