@@ -55,7 +55,7 @@ from pathlib import Path
 from gpumem_tui.cli_support import InputError, OneLineParser, positive_seconds
 from gpumem_tui.exporter_http import HostPolicy, host_name, serve_metrics
 from gpumem_tui.exporter_series import COMMAND_LIMIT, gpu_families, probe_families, process_families
-from gpumem_tui.exporter_text import TextEncoder, metrics_app
+from gpumem_tui.exporter_text import MetricsApp, TextEncoder
 from gpumem_tui.process_estimate import ProcessEstimates
 from gpumem_tui.telemetry.model import PhaseMark, Snapshot
 
@@ -174,13 +174,13 @@ def metric_families(state: ExporterState) -> Iterator[object]:
 
 
 def exposition(state: ExporterState) -> bytes:
-    """The ``/metrics`` body for ``state`` now (text format 0.0.4, as :func:`metrics_app` serves it)."""
+    """The ``/metrics`` body for ``state`` now (text format 0.0.4, as :class:`~gpumem_tui.exporter_text.MetricsApp` serves it)."""
     return TextEncoder().encode(metric_families(state))
 
 
-def state_app(state: ExporterState):  # noqa: ANN201 - a WSGI callable
+def state_app(state: ExporterState) -> MetricsApp:
     """The WSGI app serving ``state``: encoded once per poll, whoever scrapes."""
-    return metrics_app(lambda: (state.generation, metric_families(state)))
+    return MetricsApp(lambda: (state.generation, metric_families(state)))
 
 
 def build_registry(state: ExporterState):  # noqa: ANN201 - prometheus_client's CollectorRegistry
@@ -266,7 +266,8 @@ def main(argv: Sequence[str]) -> int:
     state = ExporterState()
     try:
         policy = HostPolicy(host, remote=args.allow_remote, extra=args.allow_host)
-        server, _thread = serve_metrics(host, port, state_app(state), policy)
+        app = state_app(state)
+        server, _thread = serve_metrics(host, port, app, policy)
     except OSError as exc:
         print(f"{PROG}: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
@@ -280,6 +281,7 @@ def main(argv: Sequence[str]) -> int:
         while not stop.is_set():
             started = time.monotonic()
             error = poll_into(source, state)
+            app.prepare()  # encode for the next scrape now, not while it waits
             if error is not None and error != reported:  # one line per new kind of failure, not per poll
                 print(f"{PROG}: poll failed (serving the last good data): {error}", file=sys.stderr, flush=True)
             reported = error

@@ -3,7 +3,7 @@ connection deadline and a cap on concurrent connections (issue: DNS rebinding an
 connections).
 
 The exposition itself is the WSGI app it is given (the exporter's is
-:func:`gpumem_tui.exporter_text.metrics_app`; prometheus_client's ``make_wsgi_app(registry)``
+:class:`gpumem_tui.exporter_text.MetricsApp`; prometheus_client's ``make_wsgi_app(registry)``
 works the same), served by prometheus_client's ``ThreadingWSGIServer`` (one thread per
 connection, as ``start_http_server`` does); this module only adds the limits around it.
 

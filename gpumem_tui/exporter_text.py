@@ -5,8 +5,9 @@ series) it spends ~30 ms a scrape checking and escaping every label name and val
 sample again (prometheus_client 0.26, ``exposition.sample_line``), over the issue's 10 ms.
 :class:`TextEncoder` writes the same format from the same prometheus_client metric families,
 keeping each label set's rendered text from one scrape to the next (process rows and their
-labels change little between polls), and :func:`metrics_app` serves one rendering per poll to
-every scraper (gzip when asked, as prometheus_client's app does).
+labels change little between polls), and :class:`MetricsApp` serves one rendering per poll to
+every scraper (gzip when asked, as prometheus_client's app does), encoded by the polling loop
+right after the poll while somebody scrapes.
 
 Format: https://prometheus.io/docs/instrumenting/exposition_formats/ ("Text-based format"):
 ``# HELP`` text escapes backslash and line feed; label values escape backslash, double quote
@@ -79,38 +80,53 @@ class TextEncoder:
         return "".join(out).encode("utf-8")
 
 
-def metrics_app(render: Callable[[], tuple[object, Iterable[object]]]) -> Callable:
+class MetricsApp:
     """A WSGI app answering every GET with the exposition of ``render()``'s families.
 
     ``render() -> (version, families)``: ``version`` changes whenever the data changes (the
     exporter's poll counter); while it does not, every scraper gets the same bytes without
     encoding again. Gzip when the request's ``Accept-Encoding`` names it.
+
+    :meth:`prepare`, called by the polling loop after each poll, encodes the new data at once
+    when somebody scraped since the previous poll (in the form that scrape asked for), so the
+    next scrape only sends bytes; nobody scraping, nothing is encoded ahead.
     """
-    encoder = TextEncoder()
-    lock = threading.Lock()
-    cache: dict[str, object] = {"version": object(), "plain": b"", "gzip": None}
 
-    def body(compressed: bool) -> bytes:
-        with lock:
-            version, families = render()
-            if version != cache["version"] or version is None:
-                cache.update(version=version, plain=encoder.encode(families), gzip=None)
+    def __init__(self, render: Callable[[], tuple[object, Iterable[object]]]) -> None:
+        self._render = render
+        self._encoder = TextEncoder()
+        self._lock = threading.Lock()
+        self._version: object = object()
+        self._plain = b""
+        self._gzip: bytes | None = None
+        self._asked: bool | None = None  # the last scrape's gzip wish, None: no scrape since prepare
+
+    def _body(self, compressed: bool) -> bytes:
+        with self._lock:
+            version, families = self._render()
+            if version != self._version or version is None:
+                self._version, self._plain, self._gzip = version, self._encoder.encode(families), None
             if not compressed:
-                return cache["plain"]  # type: ignore[return-value]
-            if cache["gzip"] is None:
-                cache["gzip"] = gzip.compress(cache["plain"], compresslevel=GZIP_LEVEL)  # type: ignore[arg-type]
-            return cache["gzip"]  # type: ignore[return-value]
+                return self._plain
+            if self._gzip is None:
+                self._gzip = gzip.compress(self._plain, compresslevel=GZIP_LEVEL)
+            return self._gzip
 
-    def app(environ: dict, start_response: Callable) -> Iterator[bytes] | list[bytes]:
+    def prepare(self) -> None:
+        """Encode the current data now if a scrape came since the last call (else nothing)."""
+        asked, self._asked = self._asked, None
+        if asked is not None:
+            self._body(asked)
+
+    def __call__(self, environ: dict, start_response: Callable) -> Iterator[bytes] | list[bytes]:
         if environ.get("PATH_INFO") == "/favicon.ico":
             start_response("404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", "0")])
             return [b""]
         compressed = "gzip" in environ.get("HTTP_ACCEPT_ENCODING", "")
-        data = body(compressed)
+        self._asked = compressed
+        data = self._body(compressed)
         headers = [("Content-Type", CONTENT_TYPE), ("Content-Length", str(len(data)))]
         if compressed:
             headers.append(("Content-Encoding", "gzip"))
         start_response("200 OK", headers)
         return [data]
-
-    return app

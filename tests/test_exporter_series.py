@@ -163,7 +163,7 @@ import urllib.request  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from gpumem_tui.exporter import exposition, state_app  # noqa: E402
+from gpumem_tui.exporter import exposition, metric_families, state_app  # noqa: E402
 from gpumem_tui.exporter_http import HostPolicy, serve_metrics  # noqa: E402
 from gpumem_tui.telemetry.model import DeviceSample  # noqa: E402
 
@@ -228,3 +228,40 @@ def test_an_implausible_memory_bandwidth_sample_is_none_while_its_sm_figure_stan
     assert (row.sm_percent, row.mem_percent) == (30.0, None)
     assert reading.devices[0].memory_free_bytes == fake_nvml.gpus[0].memory_total - fake_nvml.gpus[0].memory_used
     assert reading.devices[1].memory_free_bytes is None  # not invented from total - used
+
+
+def test_the_polling_loop_encodes_ahead_only_while_somebody_scrapes():
+    from gpumem_tui.exporter_text import MetricsApp
+
+    encoded: list[int] = []
+    version = [0]
+
+    def render():
+        def families():
+            encoded.append(version[0])  # runs only when the encoder reads the families
+            yield from metric_families(state)
+        return version[0], families()
+
+    state = _state("u", "c", "H100", GiB)
+    app = MetricsApp(render)
+    app.prepare()
+    assert encoded == []  # nobody scraped: nothing encoded ahead
+
+    def scrape(headers: dict) -> tuple[str, dict, bytes]:
+        got = {}
+        body = b"".join(app({"PATH_INFO": "/metrics", **headers}, lambda status, hdrs: got.update(status=status,
+                                                                                              headers=dict(hdrs))))
+        return got["status"], got["headers"], body
+
+    status, headers, body = scrape({"HTTP_ACCEPT_ENCODING": "gzip"})
+    assert status == "200 OK" and headers["Content-Encoding"] == "gzip" and encoded == [0]
+    assert gzip.decompress(body) == exposition(state)
+    version[0] = 1  # a poll
+    app.prepare()
+    assert encoded == [0, 1]  # encoded by the loop, in the form last asked for
+    _, _, again = scrape({"HTTP_ACCEPT_ENCODING": "gzip"})
+    assert encoded == [0, 1] and gzip.decompress(again) == exposition(state)  # the scrape only sent bytes
+    version[0] = 2
+    app.prepare()
+    app.prepare()
+    assert encoded == [0, 1, 2]  # no scrape since: the second prepare does nothing
