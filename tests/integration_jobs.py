@@ -123,7 +123,7 @@ def run_accelerate(steps: int, probe: bool, timer: StepTimer, out_dir: str) -> N
     if probe:
         from gpumem_tui.integrations.accelerate import attach
 
-        attach(accelerator, model, optimizer, seq=SEQ)
+        attach(accelerator, model, optimizer)
     model.train()
     for batch in loader:
         timer.tick()

@@ -67,6 +67,7 @@ class ProbeSession:
         self.name = name
         self.probe: Any = None
         self.failed: str | None = None
+        self._disarm: Callable[[], Any] | None = None
 
     def warn(self, what: str, exc: BaseException | None = None) -> None:
         """Warn once for this session (``RuntimeWarning``) and stop probing; training goes on."""
@@ -94,6 +95,36 @@ class ProbeSession:
             self.failed = f"{self.name}: the probe is not streaming: {writer_failed}"
         return True
 
+    def attach_at_first_forward(self, model: Any, optimizer: Any, setup: dict[str, Any],
+                                user: dict[str, Any], batch: int | None = None) -> None:
+        """Attach when ``model`` is first called, with ``b`` and ``s`` read from that call's
+        inputs (:func:`sequence_length`; ``batch`` when the inputs show none), ``setup`` and
+        the user's arguments ``user`` (:func:`probe_options`). A torch forward pre-hook
+        (``with_kwargs=True``) does it and removes itself; the first forward is marked, as the
+        probe's own pre-hook joins only from the next call. Warns once if ``model`` cannot be
+        hooked or the inputs have no sequence dimension (unless ``user`` gives ``seq``)."""
+        register = getattr(model, "register_forward_pre_hook", None)
+        if not callable(register):
+            self.warn(f"cannot hook {type(model).__name__} (not a torch module)")
+            return
+        handle: list[Any] = []
+
+        def first_forward(module: Any, args: tuple, kwargs: dict) -> None:
+            while handle:
+                handle.pop().remove()  # torch runs the hooks from a copy: removing here is safe
+            self._disarm = None
+            seen_batch, seq = sequence_length(args, kwargs)
+            options = probe_options(setup, user, seen_batch or batch, seq)
+            if options["seq"] is None:
+                self.warn("the first batch has no (batch, sequence) shaped input; pass seq=")
+            elif self.attach(model, optimizer, **options):
+                self.mark("forward")
+
+        result = self.guarded("cannot hook the model", register, first_forward, with_kwargs=True)
+        if result is not None:
+            handle.append(result)
+            self._disarm = lambda: [h.remove() for h in handle]
+
     def mark(self, phase: str) -> None:
         """Mark ``phase`` now when a probe is attached; an error warns once."""
         probe = self.probe
@@ -115,7 +146,11 @@ class ProbeSession:
             return None
 
     def close(self) -> None:
-        """Close the probe (its end record is written); idempotent, never raises."""
+        """Close the probe (its end record is written) or remove a first-forward hook still
+        waiting; idempotent, never raises."""
+        disarm, self._disarm = self._disarm, None
+        if disarm is not None:
+            disarm()
         probe, self.probe = self.probe, None
         if probe is not None:
             try:

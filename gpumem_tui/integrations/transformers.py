@@ -44,7 +44,7 @@ from gpumem_tui.integrations.model_setup import (
     precision_setup,
     unwrap_optimizer,
 )
-from gpumem_tui.integrations.session import ProbeSession, probe_options, sequence_length
+from gpumem_tui.integrations.session import ProbeSession
 
 __all__ = ["GpumemCallback", "trainer_setup"]
 
@@ -105,8 +105,6 @@ class GpumemCallback(TrainerCallback):
     def __init__(self, **probe_kwargs: Any) -> None:
         self.probe_kwargs = dict(probe_kwargs)
         self.session = ProbeSession("GpumemCallback (transformers)")
-        self._pending: dict[str, Any] | None = None
-        self._hook: Any = None
 
     @property
     def probe(self) -> Any:
@@ -126,28 +124,9 @@ class GpumemCallback(TrainerCallback):
         max_steps = getattr(state, "max_steps", None)
         if isinstance(max_steps, int) and max_steps > 0:
             setup["max_steps"] = max_steps
-        self._pending = {"model": model, "optimizer": torch_optimizer, "setup": setup,
-                         "batch": getattr(args, "per_device_train_batch_size", None)}
-        register = getattr(model, "register_forward_pre_hook", None)
-        if not callable(register):
-            self.session.warn(f"cannot hook {type(model).__name__} (not a torch module)")
-            return
-        self._hook = self.session.guarded("cannot hook the model", register, self._first_forward, with_kwargs=True)
-
-    def _first_forward(self, module: Any, args: tuple, kwargs: dict) -> None:
-        hook, self._hook = self._hook, None
-        if hook is not None:
-            hook.remove()  # torch iterates over a copy of the hooks: removing here is safe
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        batch, seq = sequence_length(args, kwargs)
-        options = probe_options(pending["setup"], self.probe_kwargs, batch or pending["batch"], seq)
-        if options["seq"] is None:
-            self.session.warn("the first batch has no (batch, sequence) shaped input_ids; pass seq=")
-            return
-        if self.session.attach(pending["model"], pending["optimizer"], **options):
-            self.session.mark("forward")  # the probe's own pre-hook joined after this call began
+        self.session.attach_at_first_forward(
+            model, torch_optimizer, setup, self.probe_kwargs, getattr(args, "per_device_train_batch_size", None)
+        )
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """The optimizer step starts (after gradient clipping)."""
@@ -159,7 +138,4 @@ class GpumemCallback(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Close the probe: its last samples, peaks and end record are written."""
-        hook, self._hook, self._pending = self._hook, None, None
-        if hook is not None:
-            hook.remove()
         self.session.close()
