@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 try:
-    import accelerate as _accelerate  # noqa: F401  (the helper reads an Accelerator)
+    import accelerate as _accelerate
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without accelerate
     raise ImportError("gpumem_tui.integrations.accelerate needs accelerate (pip install accelerate)") from exc
 
@@ -36,7 +36,7 @@ from gpumem_tui.integrations.model_setup import (
     precision_setup,
     unwrap_optimizer,
 )
-from gpumem_tui.integrations.session import ProbeSession, probe_options
+from gpumem_tui.integrations.session import ProbeSession, check_version, probe_options
 
 __all__ = ["accelerator_setup", "attach"]
 
@@ -96,6 +96,7 @@ def attach(accelerator: Any, model: Any, optimizer: Any = None, **probe_kwargs: 
     ``RuntimeWarning`` and training goes on.
     """
     session = ProbeSession("gpumem_tui.integrations.accelerate.attach")
+    check_version(session.name, "accelerate", getattr(_accelerate, "__version__", "unknown"), (0, 1))
     unwrap = getattr(accelerator, "unwrap_model", None)
     inner = session.guarded("cannot unwrap the model", unwrap, model) if callable(unwrap) else model
     if inner is None:

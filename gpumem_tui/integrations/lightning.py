@@ -38,10 +38,16 @@ from __future__ import annotations
 from typing import Any
 
 try:
+    import lightning.pytorch as _pl
     from lightning.pytorch import Callback
+
+    _FRAMEWORK = "lightning"
 except ImportError:
     try:
+        import pytorch_lightning as _pl
         from pytorch_lightning import Callback
+
+        _FRAMEWORK = "pytorch_lightning"
     except ImportError as exc:  # pragma: no cover - exercised in a subprocess without either
         raise ImportError(
             "gpumem_tui.integrations.lightning needs lightning (pip install lightning) or pytorch_lightning"
@@ -53,9 +59,14 @@ from gpumem_tui.integrations.model_setup import (
     optimizer_setup,
     precision_setup,
 )
-from gpumem_tui.integrations.session import ProbeSession, probe_options, sequence_length
+from gpumem_tui.integrations.session import ProbeSession, check_version, probe_options, sequence_length
 
 __all__ = ["GpumemCallback", "lightning_setup", "probed_module"]
+
+
+def _framework_version() -> object:
+    return getattr(_pl, "__version__", "unknown")
+
 
 _AUTOCAST = {"bf16-mixed": "bf16", "16-mixed": "fp16", "bf16": "bf16", "16": "fp16"}
 
@@ -78,7 +89,7 @@ def lightning_setup(trainer: Any, module: Any, optimizer: Any) -> dict[str, Any]
     Raises:
         AttributeError / TypeError: ``module`` has no ``parameters()`` (the callback warns).
     """
-    setup: dict[str, Any] = {"framework": "lightning", "zero_grad": "before_backward"}
+    setup: dict[str, Any] = {"framework": _FRAMEWORK, "zero_grad": "before_backward"}
     accum = getattr(trainer, "accumulate_grad_batches", 1)
     if isinstance(accum, int) and accum > 1:
         setup["grad_accum"] = accum
@@ -113,6 +124,7 @@ class GpumemCallback(Callback):
     def __init__(self, **probe_kwargs: Any) -> None:
         self.probe_kwargs = dict(probe_kwargs)
         self.session = ProbeSession("GpumemCallback (lightning)")
+        check_version(self.session.name, _FRAMEWORK, _framework_version(), (2,))
         self._tried = False
 
     @property

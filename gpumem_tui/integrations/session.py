@@ -41,6 +41,19 @@ def sequence_length(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int 
     return None, None
 
 
+def check_version(who: str, package: str, version: object, known_majors: tuple[int, ...]) -> bool:
+    """True when ``version``'s major number is one of ``known_majors`` (the releases this
+    integration was written against); otherwise one ``RuntimeWarning`` saying so (the hooks and
+    argument names it reads may differ: what it cannot read is left out) and False."""
+    text = str(version)
+    major = text.split(".", 1)[0]
+    if major.isdigit() and int(major) in known_majors:
+        return True
+    warnings.warn(f"{who}: {package} {text} is not a version gpumem-tui knows (major "
+                  f"{'/'.join(map(str, known_majors))}); probing what it can", RuntimeWarning, stacklevel=3)
+    return False
+
+
 def probe_options(setup: dict[str, Any], user: dict[str, Any], batch: int | None, seq: int | None) -> dict[str, Any]:
     """Keyword arguments for :func:`gpumem_tui.probe.attach`: ``batch``, ``seq`` and ``task``
     read from the framework (``setup["task"]``, default ``train``) unless the user's callback

@@ -10,8 +10,8 @@ TRL's trainers (``SFTTrainer``, ``DPOTrainer``...) subclass ``Trainer`` and take
 - batch: the first micro-batch's ``input_ids`` first dimension (else
   ``TrainingArguments.per_device_train_batch_size``); seq: its second dimension. The probe
   attaches in a forward pre-hook at the first forward, when both are known.
-- ``grad_accum`` (``gradient_accumulation_steps``), ``grad_ckpt`` (``gradient_checkpointing``
-  -> ``full``), ``dtype`` / ``mixed_precision`` (``bf16`` / ``fp16`` over fp32 parameters),
+- ``grad_accum`` (``gradient_accumulation_steps``), ``grad_ckpt`` (``activation_checkpointing``,
+  before transformers 5 ``gradient_checkpointing`` -> ``full``), ``dtype`` / ``mixed_precision`` (``bf16`` / ``fp16`` over fp32 parameters),
   the optimizer (the torch optimizer inside accelerate's wrapper: its class, hyperparameters
   and ``fused``/``foreach`` flags), ``optim`` (the argument's name, as a note);
 - ``task`` / ``lora_rank`` / ``lora_targets`` / ``recipe`` from the model (peft LoRA, k-bit
@@ -44,9 +44,16 @@ from gpumem_tui.integrations.model_setup import (
     precision_setup,
     unwrap_optimizer,
 )
-from gpumem_tui.integrations.session import ProbeSession
+from gpumem_tui.integrations.session import ProbeSession, check_version
 
 __all__ = ["GpumemCallback", "trainer_setup"]
+_FRAMEWORK = "transformers"
+
+
+def _framework_version() -> object:
+    import transformers  # looked up now: transformers replaces its module object while importing
+
+    return getattr(transformers, "__version__", "unknown")
 
 
 def _first_param_dtype(model: Any) -> Any:
@@ -68,7 +75,11 @@ def trainer_setup(args: Any, model: Any, optimizer: Any) -> dict[str, Any]:
     accum = getattr(args, "gradient_accumulation_steps", 1)
     if isinstance(accum, int) and accum > 1:
         setup["grad_accum"] = accum
-    if getattr(args, "gradient_checkpointing", False) is True:
+    # transformers 5 renamed gradient_checkpointing to activation_checkpointing (the old name warns)
+    checkpointing = getattr(args, "activation_checkpointing", None)
+    if checkpointing is None:
+        checkpointing = getattr(args, "gradient_checkpointing", False)
+    if checkpointing is True:
         setup["grad_ckpt"] = "full"
     autocast = "bf16" if getattr(args, "bf16", False) is True else "fp16" if getattr(args, "fp16", False) is True else None
     setup.update(precision_setup(_first_param_dtype(model), autocast))
@@ -105,6 +116,7 @@ class GpumemCallback(TrainerCallback):
     def __init__(self, **probe_kwargs: Any) -> None:
         self.probe_kwargs = dict(probe_kwargs)
         self.session = ProbeSession("GpumemCallback (transformers)")
+        check_version(self.session.name, _FRAMEWORK, _framework_version(), (4, 5))
 
     @property
     def probe(self) -> Any:
