@@ -7,7 +7,7 @@ import time
 import types
 import warnings
 
-import pytest
+import peft
 import torch
 
 from integration_jobs import BATCH, SEQ, tiny_gpt2
@@ -18,8 +18,6 @@ from gpumem_tui.integrations.model_setup import model_setup, unwrap_optimizer
 from gpumem_tui.process_estimate import compare_snapshots
 from gpumem_tui.telemetry.model import Snapshot
 from gpumem_tui.telemetry.probe_source import ProbeSource
-
-accelerate = pytest.importorskip("accelerate")  # a third-party package: the torch extra
 
 
 def test_accelerate_loop_streams_a_setup_the_estimator_matches(tmp_path):
@@ -66,7 +64,6 @@ def test_attach_with_an_object_it_cannot_read_warns_once(tmp_path):
 
 
 def test_lora_model_publishes_task_rank_and_targets():
-    peft = pytest.importorskip("peft")
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,

@@ -12,15 +12,13 @@ import os
 import types
 import warnings
 
-import pytest
 import torch
+import transformers
 
 from integration_jobs import BATCH, SEQ, token_rows, tiny_gpt2
 from integration_record import compare_json, phase_order, record_job, setup_of
 
 from gpumem_tui.integrations.transformers import GpumemCallback, trainer_setup
-
-transformers = pytest.importorskip("transformers")  # a third-party package: the torch extra
 
 
 def test_trainer_job_recorded_and_compared_within_one_percent(tmp_path):
