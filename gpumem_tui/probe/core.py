@@ -763,9 +763,8 @@ def attach(model: Any, optimizer: Any = None, **kwargs: Any) -> Probe:
     "lora", "qlora", "inference"), config (a HF-style config dict for non-HF models),
     directory, interval, min_step_interval (seconds), track_tensors, hooks (False: mark phases
     only with ``probe.phase``/``probe.mark``), device, max_file_bytes, reset_peak_stats,
-    step_start_hook (False: the caller marks the optimizer step's start, as Lightning's
-    ``optimizer.step(closure)`` runs forward and backward inside it), and extra: setup keys the
-    probe cannot see, named as TrainingSpec fields, e.g. ``extra={"zero": 2, "dp": 8}``.
+    step_start_hook (False: the caller marks the step's start; Lightning's ``optimizer.step(closure)``
+    runs forward and backward in it), extra: setup keys as TrainingSpec fields (``{"zero": 2}``).
 
     Loss computed outside the model: call ``probe.watch_loss(loss)`` before ``backward()`` to
     mark backward at its true start (otherwise it is marked when backward reaches the model's
