@@ -9,6 +9,7 @@ use gives one warning while training goes on.
 from __future__ import annotations
 
 import os
+import sys
 import types
 import warnings
 
@@ -140,7 +141,8 @@ def test_first_batch_without_a_sequence_warns_once_and_training_goes_on(tmp_path
 
 
 def test_an_unknown_transformers_version_warns_once(monkeypatch):
-    monkeypatch.setattr(transformers, "__version__", "9.0.0")
+    # the package as sys.modules holds it now (transformers swaps its module object while importing)
+    monkeypatch.setattr(sys.modules["transformers"], "__version__", "9.0.0")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         GpumemCallback()
