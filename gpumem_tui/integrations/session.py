@@ -16,7 +16,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-_FORWARD_INPUTS = ("input_ids", "inputs_embeds", "input_values", "pixel_values", "x", "input")
+# token inputs only: an image or audio tensor has no sequence dimension the estimator means
+_FORWARD_INPUTS = ("input_ids", "inputs_embeds", "x", "input")
 
 
 def sequence_length(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int | None, int | None]:
@@ -84,11 +85,10 @@ class ProbeSession:
 
     def warn(self, what: str, exc: BaseException | None = None) -> None:
         """Warn once for this session (``RuntimeWarning``) and stop probing; training goes on."""
-        if self.failed is not None:
-            return
-        detail = f": {type(exc).__name__}: {exc}" if exc is not None else ""
-        self.failed = f"{self.name}: {what}{detail}; training goes on without the probe"
-        warnings.warn(self.failed, RuntimeWarning, stacklevel=3)
+        if self.failed is None:
+            detail = f": {type(exc).__name__}: {exc}" if exc is not None else ""
+            self.failed = f"{self.name}: {what}{detail}; training goes on without the probe"
+            warnings.warn(self.failed, RuntimeWarning, stacklevel=3)
         self.close()
 
     def attach(self, model: Any, optimizer: Any, **kwargs: Any) -> bool:
