@@ -171,8 +171,10 @@ class GpumemCallback(Callback):
         self.session.mark("idle")
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        """Close the probe: its last samples, peaks and end record are written."""
+        """Close the probe: its last samples, peaks and end record are written (a later
+        ``fit`` attaches a new one)."""
         self.session.close()
+        self._tried = False
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         """Training failed: close the probe so the stream ends cleanly."""
