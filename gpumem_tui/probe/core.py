@@ -96,6 +96,7 @@ class Probe:
         extra: dict | None = None,
         max_file_bytes: int = 32 << 20,
         reset_peak_stats: bool = True,
+        step_start_hook: bool = True,
     ) -> None:
         try:
             import torch
@@ -176,7 +177,7 @@ class Probe:
             self._tracker.reset_peak()
             self._tracker.start()
         if hooks:
-            self._install_hooks()
+            self._install_hooks(step_start_hook)
         self.mark(Phase.INIT.value)
 
         self._stop = threading.Event()
@@ -545,13 +546,13 @@ class Probe:
 
     # -- hooks -----------------------------------------------------------------------------
 
-    def _install_hooks(self) -> None:
+    def _install_hooks(self, step_start_hook: bool = True) -> None:
         model = self.model
         self._hook_handles.append(model.register_forward_pre_hook(self._forward_pre_hook))
         self._hook_handles.append(model.register_forward_hook(self._forward_hook))
         if self.optimizer is not None:
-            self._hook_handles.append(self.optimizer.register_step_pre_hook(self._step_pre_hook))
-            self._hook_handles.append(self.optimizer.register_step_post_hook(self._step_post_hook))
+            pre = [self.optimizer.register_step_pre_hook(self._step_pre_hook)] if step_start_hook else []
+            self._hook_handles += [*pre, self.optimizer.register_step_post_hook(self._step_post_hook)]
         if self._tracker is not None or self._split is not None:
             # Label each gradient as such once autograd stored it (torch >= 2.1), so the
             # breakdown at a peak between two samples still names the gradients; on CUDA
@@ -766,10 +767,9 @@ def attach(model: Any, optimizer: Any = None, **kwargs: Any) -> Probe:
     parameters; default the first floating parameter's), task (the estimator's: "train",
     "lora", "qlora", "inference"), config (a HF-style config dict for non-HF models),
     directory, interval, min_step_interval (seconds), track_tensors, hooks (False: mark phases
-    only with ``probe.phase``/``probe.mark``), device, max_file_bytes, reset_peak_stats, and
-    extra: more setup keys the probe cannot see itself, named as the estimator's TrainingSpec
-    fields, e.g.
-    ``extra={"mixed_precision": True, "zero": 2, "dp": 8, "grad_ckpt": "full"}``.
+    only with ``probe.phase``/``probe.mark``), device, max_file_bytes, reset_peak_stats,
+    step_start_hook (False: the caller marks the step's start; Lightning's ``optimizer.step(closure)``
+    runs forward and backward in it), extra: setup keys as TrainingSpec fields (``{"zero": 2}``).
 
     Loss computed outside the model: call ``probe.watch_loss(loss)`` before ``backward()`` to
     mark backward at its true start (otherwise it is marked when backward reaches the model's
