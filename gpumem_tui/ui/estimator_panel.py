@@ -304,7 +304,11 @@ class EstimatorPanel(VerticalScroll):
         self._gpu_total = int(total_bytes) if total_bytes and total_bytes > 0 else None
         self._gpu_label = label
         self._gpu_context = measured_context
+        # What the box measured is no edit of the user's: a what-if it changes stays a what-if,
+        # never the estimate of the PID the form shows (that PID may get its own a moment later).
+        edits, self._edits_count = self._edits_count, False
         self.recompute()
+        self._edits_count = self._edits_count or edits
 
     def show_process(self, pid: int | None, process: Any = None, job: Any = None) -> None:
         """The form now belongs to ``pid`` (None: a what-if for no process).
