@@ -304,11 +304,9 @@ class EstimatorPanel(VerticalScroll):
         self._gpu_total = int(total_bytes) if total_bytes and total_bytes > 0 else None
         self._gpu_label = label
         self._gpu_context = measured_context
-        # What the box measured is no edit of the user's: a what-if it changes stays a what-if,
-        # never the estimate of the PID the form shows (that PID may get its own a moment later).
-        edits, self._edits_count = self._edits_count, False
+        # What the box measured is no edit of the user's: only a change made through a focused
+        # field counts as one (_on_field_changed), so this recompute never claims the PID.
         self.recompute()
-        self._edits_count = self._edits_count or edits
 
     def show_process(self, pid: int | None, process: Any = None, job: Any = None) -> None:
         """The form now belongs to ``pid`` (None: a what-if for no process).
