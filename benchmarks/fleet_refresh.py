@@ -2,9 +2,10 @@
 at one refresh per 5 s).
 
 A separate process answers ``/api/v1/query`` like Prometheus would for the instant queries of
-:func:`gpumem_tui.fleet.fleet_rows` (per GPU: our exporter's used/total/utilization series and
-two processes), so the HTTP transfers, JSON decoding and folding into host rows are real; the
-server's own CPU is not counted.
+:func:`gpumem_tui.fleet.read_fleet` (per GPU: our exporter's used/total/utilization series and
+two processes, of which the biggest per host is answered to the ``topk`` query; every host's
+``up`` = 1 to the targets query), so the HTTP transfers, JSON decoding and folding into host rows
+are real; the server's own CPU is not counted.
 Then the Textual screen draws the 128 host rows (headless ``run_test``) and that is timed too.
 
     PYTHONPATH=$PWD python benchmarks/fleet_refresh.py [--hosts 128] [--gpus 8] [--refreshes 20]
@@ -25,7 +26,7 @@ import time
 import urllib.request
 
 SERVER = r"""
-import http.server, json, sys, urllib.parse
+import http.server, json, re, sys, urllib.parse
 hosts, gpus = int(sys.argv[1]), int(sys.argv[2])
 result = []
 for h in range(hosts):
@@ -42,6 +43,10 @@ for h in range(hosts):
 by_name = {}
 for item in result:
     by_name.setdefault(item["metric"]["__name__"], []).append(item)
+by_name["gpumem_process_memory_used_bytes"] = list({i["metric"]["instance"]: i for i in sorted(
+    by_name["gpumem_process_memory_used_bytes"], key=lambda i: float(i["value"][1]))}.values())  # topk by (instance) (1, ...)
+by_name["up"] = [{"metric": {"__name__": "up", "instance": f"node{h:03d}:9835", "job": "gpumem"}, "value": [1.0, "1"]}
+                 for h in range(hosts)]
 bodies = {name: json.dumps({"status": "success", "data": {"resultType": "vector", "result": items}}).encode()
           for name, items in by_name.items()}
 empty = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
@@ -49,7 +54,13 @@ body_size = sum(map(len, bodies.values()))
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query).get("query", [""])[0]
-        body = bodies.get(query, empty)
+        name = re.search(r"gpumem_\w+|DCGM_\w+", query)
+        if query.startswith("up and on"):
+            body = bodies["up"] if name and name.group(0).startswith("gpumem") else empty
+        elif query.startswith("max_over_time"):
+            body = empty
+        else:
+            body = bodies.get(name.group(0) if name else "", empty)
         self.send_response(200); self.send_header("Content-Type", "application/json"); self.end_headers(); self.wfile.write(body)
     def log_message(self, *a): pass
 s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
@@ -88,7 +99,7 @@ def main() -> None:
         server.kill()
         server.wait()
     cpu = statistics.median(cpus)
-    print(f"fleet refresh: {args.hosts} hosts x {args.gpus} GPUs, {samples} samples, {size / 2**20:.1f} MiB JSON per refresh (9 instant queries)")
+    print(f"fleet refresh: {args.hosts} hosts x {args.gpus} GPUs, {samples} samples, {size / 2**20:.1f} MiB JSON per refresh (11 instant queries)")
     print(f"  refresh wall: median {statistics.median(walls) * 1000:.0f} ms, max {max(walls) * 1000:.0f} ms (target <= 2000 ms)")
     print(f"  refresh CPU:  median {cpu * 1000:.0f} ms -> {cpu / 5 * 100:.1f} % of a core at one refresh per 5 s (target < 5 %)")
     print(f"  screen draw of {args.hosts} host rows: median {statistics.median(draw) * 1000:.0f} ms")

@@ -2,135 +2,68 @@
 NVIDIA dcgm-exporter's (headless; the screen, :mod:`gpumem_tui.fleet_screen`, and ``fleet --once``,
 :mod:`gpumem_tui.fleet_cli`, only print what it returns).
 
-Prometheus is read through its HTTP API (``/api/v1/query``, ``/api/v1/query_range``; see
-https://prometheus.io/docs/prometheus/latest/querying/api/) with the standard library. A host is
-the ``instance`` label of the scraped target. Per GPU, our exporter's figures
+Prometheus is read with :class:`gpumem_tui.fleet_prometheus.PrometheusClient`. A host is the
+``instance`` label of the scraped target. Per GPU, our exporter's figures
 (``gpumem_gpu_memory_used_bytes`` / ``_total_bytes``, ``gpumem_gpu_utilization_ratio``) are used
 where a host has them, else dcgm-exporter's (``DCGM_FI_DEV_FB_USED`` and ``DCGM_FI_DEV_FB_FREE``
-in MiB, so total = used + free, and ``DCGM_FI_DEV_GPU_UTIL`` in percent). Values that are NaN or
-infinite are skipped, never shown as numbers.
+in MiB, so total = used + free, and ``DCGM_FI_DEV_GPU_UTIL`` in percent; field list:
+https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html).
+
+Every value is checked before it is shown: a byte count must be finite, >= 0 and at most
+:data:`MAX_PLAUSIBLE_BYTES`; a utilization within 0-100 %; anything else is N/A (None) and
+counted in the reading's notices, never shown as a number.
+
+Targets: Prometheus's synthetic ``up`` series (1 when the last scrape succeeded, 0 when it
+failed; https://prometheus.io/docs/concepts/jobs_instances/) is read for every target of a job
+that reported GPU metrics in the last :data:`SEEN_WINDOW`; a target whose ``up`` is 0 is a
+down row with the time it was last up (``timestamp(up == 1)`` over that window, at
+:data:`LAST_UP_STEP` resolution). PromQL used: ``group``, ``topk`` (aggregation operators),
+``last_over_time``, ``max_over_time``, ``timestamp``, subqueries and ``and on (...)``
+(https://prometheus.io/docs/prometheus/latest/querying/functions/ and ``.../operators/``).
+A target removed from Prometheus's configuration has no ``up`` series any more: ``--once``
+cannot see it; the screen keeps it as a down row (:class:`gpumem_tui.fleet_screen.FleetPoller`).
 """
 
 from __future__ import annotations
 
-import json
 import math
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from gpumem_tui.units import MiB
+from gpumem_tui.fleet_prometheus import MAX_EPOCH, MAX_SERIES, Answer, PrometheusClient, PrometheusError
+from gpumem_tui.text import json_safe, printable
+from gpumem_tui.units import MiB, format_bytes
 
-__all__ = ["GpuRow", "HostRow", "PrometheusClient", "PrometheusError", "fleet_rows", "format_table"]
+__all__ = ["FleetReading", "GpuRow", "HostRow", "PrometheusClient", "PrometheusError", "ValueChecks", "down_notice",
+           "format_age", "format_table", "read_fleet"]
 
-MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # a Prometheus answer larger than this is refused
-
-
-class PrometheusError(RuntimeError):
-    """Prometheus cannot be read (down, timed out, an error, or not Prometheus); one line."""
-
-
-class PrometheusClient:
-    """Instant and range queries against one Prometheus server.
-
-    Args:
-        url: the server's base URL, e.g. ``http://127.0.0.1:9090``.
-        timeout: seconds per request (also sent as the query's own ``timeout``).
-
-    Raises (from the query methods):
-        PrometheusError: the server is down or slow (the OS error or "timed out"), answers
-            with an error (its ``error`` text), or is not Prometheus (says what answered).
-    """
-
-    def __init__(self, url: str, timeout: float = 5.0) -> None:
-        parsed = urllib.parse.urlparse(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise PrometheusError(f"--prometheus wants an http(s) URL such as http://127.0.0.1:9090, got {url!r}")
-        self.url = url.rstrip("/")
-        self.timeout = timeout
-
-    def _get(self, path: str, params: Mapping[str, str]) -> Any:
-        query = urllib.parse.urlencode({**params, "timeout": f"{self.timeout:g}s"})
-        address = f"{self.url}{path}?{query}"
-        try:
-            with urllib.request.urlopen(address, timeout=self.timeout) as resp:  # noqa: S310 - http(s) only
-                body = resp.read(MAX_RESPONSE_BYTES + 1)
-                kind = resp.headers.get("Content-Type", "")
-        except urllib.error.HTTPError as exc:  # Prometheus answers 400/422/503 with a JSON error
-            body, kind = exc.read(MAX_RESPONSE_BYTES + 1), exc.headers.get("Content-Type", "")
-            if "json" not in kind:
-                raise PrometheusError(f"{self.url} answered HTTP {exc.code} ({kind or 'no content type'}): "
-                                      "is it a Prometheus server?") from None
-        except TimeoutError:
-            raise PrometheusError(f"{self.url}: no answer within {self.timeout:g} s") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            if isinstance(reason, TimeoutError):
-                raise PrometheusError(f"{self.url}: no answer within {self.timeout:g} s") from None
-            raise PrometheusError(f"{self.url}: cannot connect ({reason})") from None
-        if len(body) > MAX_RESPONSE_BYTES:
-            raise PrometheusError(f"{self.url}: answer larger than {MAX_RESPONSE_BYTES // MiB} MiB")
-        try:
-            data = json.loads(body)
-        except (ValueError, RecursionError):
-            start = body[:60].decode("utf-8", "replace").replace("\n", " ")
-            raise PrometheusError(
-                f"{self.url} is not a Prometheus API: it answered {kind or 'no content type'} starting {start!r}"
-            ) from None
-        if not isinstance(data, dict) or "status" not in data:
-            raise PrometheusError(f"{self.url} is not a Prometheus API: its JSON has no 'status'")
-        if data["status"] != "success":
-            raise PrometheusError(f"Prometheus error: {data.get('errorType', '?')}: {data.get('error', '?')}")
-        return data.get("data")
-
-    def query(self, promql: str) -> list[tuple[dict[str, str], float]]:
-        """An instant vector: ``[(labels, value)]``; NaN and infinite values are left out."""
-        data = self._get("/api/v1/query", {"query": promql})
-        out = []
-        for item in _result(data, "vector"):
-            value = _number(item.get("value"))
-            if value is not None:
-                out.append((_labels(item), value))
-        return out
-
-    def query_range(self, promql: str, start: float, end: float, step: float) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
-        """A range vector: ``[(labels, [(epoch seconds, value)])]`` (non-finite points left out)."""
-        data = self._get("/api/v1/query_range", {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                                                 "step": f"{step:g}"})
-        out = []
-        for item in _result(data, "matrix"):
-            values = item.get("values") if isinstance(item.get("values"), list) else []
-            points = [(float(v[0]), n) for v in values if isinstance(v, list) and len(v) == 2
-                      and (n := _number(v)) is not None]
-            out.append((_labels(item), points))
-        return out
+MAX_PLAUSIBLE_BYTES = 2**60
+"""A memory figure above this (1 EiB) is refused as absurd."""
+SEEN_WINDOW = "1h"
+"""How far back a job counts as a GPU job, and a down target's last-up time is looked for."""
+LAST_UP_STEP = "15s"
+GPUMEM_USED = "gpumem_gpu_memory_used_bytes"
+GPUMEM_TOTAL = "gpumem_gpu_memory_total_bytes"
+GPUMEM_UTIL = "gpumem_gpu_utilization_ratio"
+DCGM_USED = "DCGM_FI_DEV_FB_USED"
+# One query per source: the `up` of every target of a job that had that source's GPU series.
+TARGETS_QUERY = "up and on (job) group by (job) (last_over_time({metric}[" + SEEN_WINDOW + "]))"
+LAST_UP_QUERY = f"max_over_time(timestamp(up == 1)[{SEEN_WINDOW}:{LAST_UP_STEP}]) and on (instance, job) (up == 0)"
+# Only the biggest process of each host is needed: Prometheus picks it (a small answer).
+BIGGEST_PROCESS_QUERY = "topk by (instance) (1, gpumem_process_memory_used_bytes)"
 
 
-def _result(data: Any, kind: str) -> list[dict]:
-    if not isinstance(data, dict) or data.get("resultType") != kind or not isinstance(data.get("result"), list):
-        raise PrometheusError(f"unexpected Prometheus answer: wanted a {kind}")
-    return [item for item in data["result"] if isinstance(item, dict)]
+class Client(Protocol):
+    """What :func:`read_fleet` needs of a client (a fake in the benchmark)."""
 
-
-def _labels(item: Mapping[str, Any]) -> dict[str, str]:
-    metric = item.get("metric")
-    return {str(k): str(v) for k, v in metric.items()} if isinstance(metric, dict) else {}
-
-
-def _number(pair: Any) -> float | None:
-    try:
-        value = float(pair[1])
-    except (TypeError, ValueError, IndexError):
-        return None
-    return value if math.isfinite(value) else None
+    def query(self, promql: str) -> Answer: ...
 
 
 @dataclass
 class GpuRow:
-    """One GPU of a host (bytes; utilization 0-1 or None)."""
+    """One GPU of a host (bytes; utilization 0-1; None: not reported or not plausible)."""
 
     gpu: str
     name: str = ""
@@ -144,15 +77,19 @@ class HostRow:
     """One host of the fleet: its GPUs, their sums, its biggest process and its probed jobs.
 
     ``source`` says whose metrics these are ("gpumem" or "dcgm"). ``biggest`` is
-    ``(pid, command, bytes)``; ``probed`` lists ``(pid, measured peak, predicted peak)`` in bytes
-    (predicted None when the exporter has no estimate).
+    ``(pid, command, bytes or None)``; ``probed`` lists ``(pid, measured peak, predicted peak)``
+    in bytes (None when not reported or not plausible). ``up`` is False when Prometheus's last
+    scrape of the host failed or the host stopped reporting; ``last_seen`` is then the epoch
+    second it was last seen up (None: not within the window looked at).
     """
 
     host: str
     source: str
     gpus: list[GpuRow] = field(default_factory=list)
-    biggest: tuple[str, str, int] | None = None
+    biggest: tuple[str, str, int | None] | None = None
     probed: list[tuple[str, int | None, int | None]] = field(default_factory=list)
+    up: bool = True
+    last_seen: float | None = None
 
     @property
     def used_bytes(self) -> int | None:
@@ -172,81 +109,243 @@ class HostRow:
         known = [g.utilization for g in self.gpus if g.utilization is not None]
         return sum(known) / len(known) if known else None
 
-    def to_json(self) -> dict[str, Any]:
-        """The ``fleet --once --json`` row (bytes; utilization 0-1)."""
+    def state(self, now: float) -> str:
+        """"up", or "down, last seen 35 s ago" / "down, not seen up in 1h"."""
+        return "up" if self.up else f"down, {self.last_seen_text(now)}"
+
+    def last_seen_text(self, now: float) -> str:
+        """"last seen 35 s ago", or "not seen up in 1h" when the time is unknown."""
+        if self.last_seen is None:
+            return f"not seen up in {SEEN_WINDOW}"
+        return f"last seen {format_age(now - self.last_seen)} ago"
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        """The ``fleet --once --json`` row (bytes; utilization 0-1; times in epoch seconds)."""
+        big = self.biggest
         return {
-            "host": self.host, "source": self.source, "gpus": len(self.gpus),
+            "host": json_safe(self.host), "source": self.source, "up": self.up,
+            "last_seen": self.last_seen,
+            "last_seen_age_s": None if self.last_seen is None else round(max(now - self.last_seen, 0.0), 1),
+            "gpus": len(self.gpus),
             "used_bytes": self.used_bytes, "total_bytes": self.total_bytes, "utilization": self.utilization,
-            "biggest_process": None if self.biggest is None else
-            {"pid": self.biggest[0], "command": self.biggest[1], "used_bytes": self.biggest[2]},
-            "probed": [{"pid": pid, "measured_peak_bytes": m, "predicted_peak_bytes": p} for pid, m, p in self.probed],
-            "per_gpu": [g.__dict__ for g in self.gpus],
+            "biggest_process": None if big is None else
+            {"pid": json_safe(big[0]), "command": json_safe(big[1]), "used_bytes": big[2]},
+            "probed": [{"pid": json_safe(pid), "measured_peak_bytes": m, "predicted_peak_bytes": p}
+                       for pid, m, p in self.probed],
+            "per_gpu": [{**g.__dict__, "gpu": json_safe(g.gpu), "name": json_safe(g.name)} for g in self.gpus],
         }  # fmt: skip
 
 
-def fleet_rows(client: PrometheusClient) -> list[HostRow]:
-    """Every host Prometheus has GPU metrics of, sorted by host name.
+Ask = Callable[[str], Answer]  # a PromQL query -> its answer (left-out series noted)
+GpuOf = Callable[[str, str, dict[str, str]], GpuRow]  # (host, source, labels) -> that GPU's row, made if new
+
+
+@dataclass
+class FleetReading:
+    """One read of the fleet: host rows sorted by name, ``notices`` (one line each: values
+    refused, series left out; see :func:`down_notice` for down hosts) and ``read_at`` (epoch
+    seconds)."""
+
+    hosts: list[HostRow]
+    notices: list[str]
+    read_at: float
+
+
+class ValueChecks:
+    """Checks values read from Prometheus; counts the refused ones for one notice line.
+
+    A refused value is returned as None (shown as N/A); :meth:`summary` names the first one
+    refused (metric, value, host, why) and how many more.
+    """
+
+    def __init__(self) -> None:
+        self.refused = 0
+        self.example = ""
+        self.notices: list[str] = []
+
+    def _refuse(self, metric: str, labels: dict[str, str], shown: str, why: str) -> None:
+        self.refused += 1
+        if not self.example:
+            host = printable(labels.get("instance", "?"), 60)
+            self.example = f"{metric} = {shown} on {host} ({why})"
+
+    def number(self, metric: str, labels: dict[str, str], value: float | None, low: float, high: float,
+               why: str) -> float | None:
+        """``value`` if it is a finite number within [low, high], else None (counted)."""
+        if value is not None and low <= value <= high:  # NaN fails every comparison
+            return value
+        if value is None or not math.isfinite(value):
+            self._refuse(metric, labels, "not a number" if value is None else str(value), "not a finite number")
+        else:
+            self._refuse(metric, labels, f"{value:g}", why)
+        return None
+
+    def bytes(self, metric: str, labels: dict[str, str], value: float | None, unit: int = 1) -> int | None:
+        """A byte count (``value`` in units of ``unit`` bytes) or None (counted)."""
+        if value is not None and 0 <= value <= MAX_PLAUSIBLE_BYTES / unit:  # the common case, first
+            return int(value * unit)
+        why = "negative" if value is not None and value < 0 else "above 2^60 bytes"
+        self.number(metric, labels, value, 0, MAX_PLAUSIBLE_BYTES / unit, why)
+        return None
+
+    def ratio(self, metric: str, labels: dict[str, str], value: float | None, full: float = 1.0) -> float | None:
+        """A utilization as 0-1 from ``value`` in [0, full], or None (counted)."""
+        if value is not None and 0 <= value <= full:
+            return value / full
+        self.number(metric, labels, value, 0, full, f"outside 0-{full:g}")
+        return None
+
+    def answered(self, promql: str, answer: Answer) -> Answer:
+        """``answer``, noting the series left out of it."""
+        if answer.left_out:
+            self.notices.append(f"{promql}: {answer.left_out} series beyond the first {MAX_SERIES} left out")
+        return answer
+
+    def summary(self) -> list[str]:
+        """The notice lines (refused values first)."""
+        lines = list(self.notices)
+        if self.refused:
+            more = f" and {self.refused - 1} more" if self.refused > 1 else ""
+            lines.insert(0, f"shown as N/A: {self.example}{more}")
+        return lines
+
+
+def read_fleet(client: Client, now: float | None = None) -> FleetReading:
+    """Every host Prometheus has GPU metrics or a GPU target of, sorted by host name.
+
+    Cost: linear in the number of series (dicts keyed by host and GPU).
 
     Raises:
         PrometheusError: see :class:`PrometheusClient`.
     """
+    now = time.time() if now is None else now
+    checks = ValueChecks()
     hosts: dict[str, HostRow] = {}
+    gpus: dict[tuple[str, str], GpuRow] = {}
 
-    def gpu(host: str, source: str, labels: Mapping[str, str], index_label: str) -> GpuRow:
-        row = hosts.setdefault(host, HostRow(host, source))
-        index = labels.get(index_label, "?")
-        for existing in row.gpus:
-            if existing.gpu == index:
-                return existing
-        new = GpuRow(index, labels.get("name") or labels.get("modelName", ""))
-        row.gpus.append(new)
-        return new
+    def ask(promql: str) -> Answer:
+        return checks.answered(promql, client.query(promql))
 
-    for labels, value in client.query("gpumem_gpu_memory_used_bytes"):
-        gpu(labels.get("instance", "?"), "gpumem", labels, "gpu").used_bytes = int(value)
-    for labels, value in client.query("gpumem_gpu_memory_total_bytes"):
-        gpu(labels.get("instance", "?"), "gpumem", labels, "gpu").total_bytes = int(value)
-    for labels, value in client.query("gpumem_gpu_utilization_ratio"):
-        gpu(labels.get("instance", "?"), "gpumem", labels, "gpu").utilization = min(max(value, 0.0), 1.0)
+    def gpu(host: str, source: str, labels: dict[str, str]) -> GpuRow:
+        key = (host, labels.get("gpu", "?"))
+        row = gpus.get(key)
+        if row is None:
+            row = gpus[key] = GpuRow(key[1], labels.get("name") or labels.get("modelName", ""))
+            host_row = hosts.get(host)
+            if host_row is None:
+                host_row = hosts[host] = HostRow(host, source)
+            host_row.gpus.append(row)
+        return row
+
+    for promql, field_name, check in ((GPUMEM_USED, "used_bytes", checks.bytes),
+                                      (GPUMEM_TOTAL, "total_bytes", checks.bytes),
+                                      (GPUMEM_UTIL, "utilization", checks.ratio)):
+        for labels, value in ask(promql):
+            row = gpus.get((labels.get("instance", "?"), labels.get("gpu", "?")))  # the common case, inline
+            if row is None:
+                row = gpu(labels.get("instance", "?"), "gpumem", labels)
+            setattr(row, field_name, check(promql, labels, value))
+    _add_dcgm(ask, checks, hosts, gpu)
+    _add_processes(ask, checks, hosts)
+    _add_targets(ask, checks, hosts, now)
+    for row in hosts.values():
+        row.gpus.sort(key=lambda g: (len(g.gpu), g.gpu))
+        row.probed.sort(key=lambda p: p[0])
+    return FleetReading([hosts[name] for name in sorted(hosts)], checks.summary(), now)
+
+
+def _add_dcgm(ask: Ask, checks: ValueChecks, hosts: dict[str, HostRow], gpu: GpuOf) -> None:
+    """dcgm-exporter's GPUs, for hosts without our exporter (MiB and percent)."""
     ours = set(hosts)
-    dcgm_free = {(lab.get("instance", "?"), lab.get("gpu", "?")): v for lab, v in client.query("DCGM_FI_DEV_FB_FREE")}
-    for labels, value in client.query("DCGM_FI_DEV_FB_USED"):
+    free = {(lab.get("instance", "?"), lab.get("gpu", "?")): checks.bytes("DCGM_FI_DEV_FB_FREE", lab, v, MiB)
+            for lab, v in ask("DCGM_FI_DEV_FB_FREE")}
+    for labels, value in ask(DCGM_USED):
         host = labels.get("instance", "?")
         if host in ours:
             continue  # our exporter on the same target says more
-        row = gpu(host, "dcgm", labels, "gpu")
-        row.used_bytes = int(value * MiB)
-        free = dcgm_free.get((host, labels.get("gpu", "?")))
-        row.total_bytes = None if free is None else int((value + free) * MiB)
-    for labels, value in client.query("DCGM_FI_DEV_GPU_UTIL"):
+        row = gpu(host, "dcgm", labels)
+        row.used_bytes = checks.bytes(DCGM_USED, labels, value, MiB)
+        spare = free.get((host, labels.get("gpu", "?")))
+        row.total_bytes = None if spare is None or row.used_bytes is None else row.used_bytes + spare
+    for labels, value in ask("DCGM_FI_DEV_GPU_UTIL"):
         host = labels.get("instance", "?")
         if host not in ours:
-            gpu(host, "dcgm", labels, "gpu").utilization = min(max(value / 100.0, 0.0), 1.0)
-    for labels, value in client.query("gpumem_process_memory_used_bytes"):
+            gpu(host, "dcgm", labels).utilization = checks.ratio("DCGM_FI_DEV_GPU_UTIL", labels, value, 100.0)
+
+
+def _add_processes(ask: Ask, checks: ValueChecks, hosts: dict[str, HostRow]) -> None:
+    """The biggest process and the probed jobs of hosts that run our exporter."""
+    for labels, value in ask(BIGGEST_PROCESS_QUERY):
         row = hosts.get(labels.get("instance", "?"))
-        if row is not None and (row.biggest is None or value > row.biggest[2]):
-            row.biggest = (labels.get("pid", "?"), labels.get("command", ""), int(value))
-    predicted = {(lab.get("instance"), lab.get("pid")): int(v) for lab, v in client.query("gpumem_probe_predicted_peak_bytes")}
-    for labels, value in client.query("gpumem_probe_measured_peak_bytes"):
+        used = checks.bytes("gpumem_process_memory_used_bytes", labels, value)
+        if row is not None and (row.biggest is None or (used or 0) > (row.biggest[2] or 0)):
+            row.biggest = (labels.get("pid", "?"), labels.get("command", ""), used)
+    predicted = {(lab.get("instance"), lab.get("pid")): checks.bytes("gpumem_probe_predicted_peak_bytes", lab, v)
+                 for lab, v in ask("gpumem_probe_predicted_peak_bytes")}
+    for labels, value in ask("gpumem_probe_measured_peak_bytes"):
         row = hosts.get(labels.get("instance", "?"))
         if row is not None:
-            key = (labels.get("instance"), labels.get("pid"))
-            row.probed.append((labels.get("pid", "?"), int(value), predicted.get(key)))
-    for row in hosts.values():
-        row.gpus.sort(key=lambda g: (len(g.gpu), g.gpu))
-        row.probed.sort()
-    return [hosts[name] for name in sorted(hosts)]
+            measured = checks.bytes("gpumem_probe_measured_peak_bytes", labels, value)
+            row.probed.append((labels.get("pid", "?"), measured, predicted.get((labels.get("instance"), labels.get("pid")))))
 
 
-def format_table(rows: Sequence[HostRow]) -> str:
-    """The host table as text (binary GiB, stated)."""
-    from gpumem_tui.units import format_bytes
+def _add_targets(ask: Ask, checks: ValueChecks, hosts: dict[str, HostRow], now: float) -> None:
+    """Mark hosts whose every GPU target is down (``up == 0``), adding rows for those
+    without series, with the time each was last up."""
+    state: dict[str, bool] = {}
+    source_of: dict[str, str] = {}
+    for source, metric in (("gpumem", GPUMEM_USED), ("dcgm", DCGM_USED)):
+        for labels, value in ask(TARGETS_QUERY.format(metric=metric)):
+            host = labels.get("instance", "?")
+            up = checks.number("up", labels, value, 0, 1, "not 0 or 1")
+            if up in (0.0, 1.0):
+                state[host] = state.get(host, False) or up == 1.0
+                source_of.setdefault(host, source)
+    if all(state.values()):
+        return
+    last_up: dict[str, float] = {}
+    for labels, value in ask(LAST_UP_QUERY):
+        when = checks.number("timestamp(up == 1)", labels, value, 0, min(now + 60, MAX_EPOCH), "not a plausible time")
+        if when is not None:
+            host = labels.get("instance", "?")
+            last_up[host] = max(when, last_up.get(host, 0.0))
+    for host, up in state.items():
+        if not up:
+            row = hosts.get(host)
+            if row is None:
+                row = hosts[host] = HostRow(host, source_of[host])
+            row.up, row.last_seen = False, last_up.get(host)
 
-    lines = [f"{'HOST':<28} {'SRC':<6} {'GPUS':>4} {'USED / TOTAL (GiB = 2^30 B)':>30} {'UTIL':>5}  BIGGEST PROCESS"]
+
+def down_notice(down: Sequence[HostRow], now: float) -> str:
+    """One line naming the down hosts (at most three) and their state."""
+    names = "; ".join(f"{printable(r.host, 60)} ({r.last_seen_text(now)})" for r in down[:3])
+    more = f" and {len(down) - 3} more" if len(down) > 3 else ""
+    return f"{len(down)} {'host' if len(down) == 1 else 'hosts'} down: {names}{more}"
+
+
+def format_age(seconds: float) -> str:
+    """``35 s``, ``12 min``, ``3.5 h``, ``2.0 d`` (a negative age, a clock skew, is 0 s)."""
+    seconds = max(seconds, 0.0)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def format_table(rows: Sequence[HostRow], now: float) -> str:
+    """The host table as text for a terminal (binary GiB, stated); labels are made printable
+    (control characters as visible escapes, :func:`gpumem_tui.text.printable`)."""
+    lines = [f"{'HOST':<28} {'SRC':<6} {'GPUS':>4} {'USED / TOTAL (GiB = 2^30 B)':>30} {'UTIL':>5}  "
+             f"{'STATE':<26} BIGGEST PROCESS"]
     for row in rows:
-        used, total = row.used_bytes, row.total_bytes
-        memory = f"{format_bytes(used) if used is not None else '?'} / {format_bytes(total) if total is not None else '?'}"
+        memory = f"{format_bytes(row.used_bytes)} / {format_bytes(row.total_bytes)}"
         util = f"{row.utilization * 100:.0f}%" if row.utilization is not None else "N/A"
-        biggest = f"{row.biggest[0]} {format_bytes(row.biggest[2])} {row.biggest[1][:40]}" if row.biggest else "-"
-        lines.append(f"{row.host[:28]:<28} {row.source:<6} {len(row.gpus):>4} {memory:>30} {util:>5}  {biggest}")
+        big = row.biggest
+        biggest = f"{printable(big[0], 12)} {format_bytes(big[2])} {printable(big[1], 40)}" if big else "-"
+        lines.append(f"{printable(row.host, 28):<28} {row.source:<6} {len(row.gpus):>4} {memory:>30} {util:>5}  "
+                     f"{row.state(now):<26} {biggest}")
     return "\n".join(lines)

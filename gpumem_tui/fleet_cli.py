@@ -1,25 +1,27 @@
-"""``gpumem-tui fleet --prometheus URL [--once [--json]] [--interval S] [--timeout S]``.
+"""``gpumem-tui fleet --prometheus URL [--once [--json]] [--interval S] [--timeout S] [--theme NAME]``.
 
-``--once`` prints the host table of :func:`gpumem_tui.fleet.fleet_rows` (``--json`` for
-scripts); without it the interactive screen of :mod:`gpumem_tui.fleet_screen` opens.
+``--once`` prints the host table of :func:`gpumem_tui.fleet.read_fleet` (``--json`` for
+scripts) and its notices (values shown as N/A, hosts down) on stderr; without it the
+interactive screen of :mod:`gpumem_tui.fleet_screen` opens, in the dashboard's theme (the
+config file's ``theme`` and ``screenshot_dir`` apply, see :mod:`gpumem_tui.config`).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 
-from gpumem_tui.fleet import PrometheusClient, PrometheusError, fleet_rows, format_table
+from gpumem_tui.fleet import PrometheusClient, PrometheusError, down_notice, format_table, read_fleet
+from gpumem_tui.text import printable
+
 
 def main(argv: Sequence[str]) -> int:
     """``gpumem-tui fleet --prometheus URL [--once [--json]]``; returns the exit code.
 
-    Without ``--once`` the interactive screen opens (:mod:`gpumem_tui.fleet_screen`).
-
-    Exit codes: 0 printed, 1 Prometheus could not be read (one line), 2 bad input.
+    Exit codes: 0 printed (notices, if any, on stderr), 1 Prometheus could not be read (one
+    line), 2 bad input.
     """
-    import sys
-
     from gpumem_tui.cli_support import InputError, OneLineParser, positive_seconds
 
     parser = OneLineParser(prog="gpumem-tui fleet", description="GPU memory of many hosts, read from Prometheus.")
@@ -29,6 +31,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--timeout", type=positive_seconds, default=5.0, metavar="S", help="seconds per query (default 5)")
     parser.add_argument("--interval", type=positive_seconds, default=5.0, metavar="S",
                         help="screen: seconds between refreshes (default 5; backs off after failures)")
+    parser.add_argument("--theme", default=None, metavar="NAME", help="screen: theme name (default: the config file's, else dark)")
     try:
         args = parser.parse_args(list(argv))
         if args.json and not args.once:
@@ -40,14 +43,39 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     if not args.once:
-        from gpumem_tui.fleet_screen import FleetApp, FleetPoller
-
-        FleetApp(FleetPoller(client, interval=args.interval)).run()
-        return 0
+        return _screen(client, args.interval, args.theme)
     try:
-        rows = fleet_rows(client)
+        reading = read_fleet(client)
     except PrometheusError as exc:
-        print(f"gpumem-tui fleet: {exc}", file=sys.stderr)
+        print(f"gpumem-tui fleet: {printable(str(exc), 400)}", file=sys.stderr)
         return 1
-    print(json.dumps([r.to_json() for r in rows], indent=2) if args.json else format_table(rows))
+    down = [r for r in reading.hosts if not r.up]
+    for notice in [*reading.notices, *([down_notice(down, reading.read_at)] if down else [])]:
+        print(f"gpumem-tui fleet: warning: {printable(notice, 400)}", file=sys.stderr)
+    if args.json:
+        print(json.dumps([r.to_json(reading.read_at) for r in reading.hosts], indent=2))
+    else:
+        print(format_table(reading.hosts, reading.read_at))
+    return 0
+
+
+def _screen(client: PrometheusClient, interval: float, theme: str | None) -> int:
+    """Open the fleet screen in the configured theme; 2 for an unknown ``--theme``."""
+    from gpumem_tui.config import Config, ConfigError, load_config
+    from gpumem_tui.ui.themes import DEFAULT_THEME, known_theme_names, load_themes
+
+    try:
+        config = load_config()
+    except ConfigError as exc:  # only an explicit path raises; kept for safety
+        print(f"gpumem-tui fleet: {exc}", file=sys.stderr)
+        config = Config()
+    themes = load_themes()
+    if theme is not None and theme not in known_theme_names(themes):
+        print(f"gpumem-tui fleet: unknown theme {theme!r}; available: {', '.join(known_theme_names(themes))}",
+              file=sys.stderr)
+        return 2
+    from gpumem_tui.fleet_screen import FleetApp, FleetPoller
+
+    FleetApp(FleetPoller(client, interval=interval), theme=theme or config.theme or DEFAULT_THEME, themes=themes,
+             screenshot_dir=config.screenshot_dir, notices=config.notices).run()
     return 0

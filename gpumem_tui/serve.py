@@ -1,47 +1,60 @@
-"""``gpumem-tui serve [--host 127.0.0.1] [--port 8000] [--allow-signals] [-- DASHBOARD ARGS]``.
+"""``gpumem-tui serve [--host 127.0.0.1] [--port 8000] [--max-sessions 4] [--allow-host NAME]
+[--allow-signals [--allow-remote-signals]] [-- DASHBOARD ARGS]``.
 
 The dashboard in a browser through textual-serve (https://github.com/Textualize/textual-serve):
-each browser session starts ``gpumem-tui dashboard`` in a pseudo-terminal on this machine and
-streams it over a websocket. The served dashboard is ``--readonly`` (no keys that send signals)
-unless ``--allow-signals`` is given, since anyone who can open the page can press its keys.
+each browser session starts ``gpumem-tui dashboard`` on this machine and streams it over a
+websocket. The served dashboard is ``--readonly`` (no keys that send signals) unless
+``--allow-signals`` is given.
 
-Loopback by default; any other ``--host`` prints a one-line warning (the page is not
-authenticated). The page's URLs follow the address the browser used (see ``page_server``), so
-``--host 0.0.0.0`` works from another machine. Exit codes: 0 stopped; 2 bad arguments or the port cannot be bound (one line).
+Access (rules in :mod:`gpumem_tui.serve_access`, applied in :mod:`gpumem_tui.serve_server`):
+
+* A random token per start is printed on stdout with the URL, as Jupyter does
+  (``http://127.0.0.1:8000/?token=...``); the page, the websocket and downloads need it (as
+  ``?token=`` or the HttpOnly, SameSite=Strict cookie the page sets).
+* Requests whose ``Host`` is not this server (DNS rebinding), or whose ``Origin`` is another
+  site (a foreign page opening the websocket), are refused with 403 before any dashboard starts.
+  On loopback only ``127.0.0.1``, ``localhost`` and ``[::1]`` with the port are accepted; on
+  0.0.0.0 also this machine's host name and addresses; ``--allow-host NAME`` adds a name.
+* At most ``--max-sessions`` dashboards run (default 4); one more gets a "limit reached" page or
+  message and no dashboard. Terminal sizes are clamped to 20x5..500x200 cells.
+* Each dashboard runs in its own process group and ends within 5 s of its socket closing
+  (quit, SIGTERM, SIGKILL); all end when serve ends (SIGINT/SIGTERM), and on Linux the kernel
+  kills them should serve itself be killed (PR_SET_PDEATHSIG).
+
+Loopback by default; any other ``--host`` prints a one-line warning, and ``--allow-signals`` off
+loopback is refused unless ``--allow-remote-signals`` says it is meant. The page's URLs follow
+the (allowed) address the browser used, so ``--host 0.0.0.0`` works from another machine.
+Exit codes: 0 stopped; 2 bad arguments or the port cannot be bound (one line).
 """
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
-import re
 import shlex
 import socket
 import sys
 
-from gpumem_tui.cli_support import InputError, OneLineParser
+from gpumem_tui.cli_support import InputError, OneLineParser, positive_int
+from gpumem_tui.serve_access import HostRule, canonical_host, is_loopback, is_wildcard, new_token
 
 PROG = "gpumem-tui serve"
 
 
 def _parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description="Serve the dashboard to a web browser (textual-serve).",
-                      epilog="Arguments after -- go to the dashboard, e.g. -- --interval 2. Binding to a "
-                             "non-loopback --host exposes an unauthenticated page: a warning is printed.")
+                      epilog="Arguments after -- go to the dashboard, e.g. -- --interval 2. The URL printed on "
+                             "stdout carries the token the page needs.")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1, loopback)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--max-sessions", type=positive_int, default=4,
+                   help="browser sessions (dashboards) at once (default 4)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="also accept this name in the Host header (e.g. a DNS alias of this machine); repeatable")
     p.add_argument("--allow-signals", action="store_true",
                    help="let the browser view send signals to processes (default: the dashboard runs --readonly)")
+    p.add_argument("--allow-remote-signals", action="store_true",
+                   help="confirm --allow-signals on a non-loopback --host (anyone with the token may kill processes)")
     return p
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def url_host(host: str) -> str:
@@ -49,40 +62,41 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-# A Host header we put back into the page: a DNS name or IPv4 address, or a bracketed IPv6
-# literal, with an optional port; anything else (it comes from the client) is not used.
-_HOST_HEADER = re.compile(r"(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
-
-
-def page_server(command: str, host: str, port: int):
-    """A textual-serve ``Server`` whose page sends the browser back to the address it came in on.
-
-    textual-serve writes absolute URLs into the page (its script, styles and the websocket
-    ``ws://HOST:PORT/ws``) from ``--host``; served on 0.0.0.0 a remote browser would be told to
-    connect to 0.0.0.0, i.e. to itself. Here each page takes them from the request's Host
-    header instead (falling back to ``--host`` when that header is missing or malformed).
-    Source: textual_serve/server.py ``Server.handle_index`` (textual-serve 1.1), which reads
-    ``self.public_url`` without awaiting in between, so setting it per request is safe.
-    """
-    from textual_serve.server import Server
-
-    fallback = f"http://{url_host(host)}:{port}"
-
-    class _SameOriginServer(Server):
-        async def handle_index(self, request):  # type: ignore[override]
-            asked = request.headers.get("Host", "")
-            self.public_url = f"http://{asked}" if _HOST_HEADER.fullmatch(asked) else fallback
-            return await super().handle_index(request)
-
-    return _SameOriginServer(command, host=host, port=port, title="gpumem-tui", public_url=fallback)
-
-
-def dashboard_command(dashboard_args: list[str], allow_signals: bool) -> str:
-    """The shell command textual-serve runs per browser session (``--readonly`` unless allowed)."""
+def dashboard_argv(dashboard_args: list[str], allow_signals: bool) -> list[str]:
+    """The command textual-serve runs per browser session (``--readonly`` unless allowed)."""
     argv = [sys.executable, "-m", "gpumem_tui", "dashboard", *dashboard_args]
     if not allow_signals and "--readonly" not in dashboard_args:
         argv.append("--readonly")
-    return shlex.join(argv)
+    return argv
+
+
+def token_urls(host: str, port: int, token: str) -> list[str]:
+    """The URLs to print: the bound address, or on 0.0.0.0 / :: this machine's name and loopback."""
+    hosts = [socket.gethostname(), "127.0.0.1"] if is_wildcard(host) else [host]
+    return [f"http://{url_host(h)}:{port}/?token={token}" for h in hosts]
+
+
+def _check(args: argparse.Namespace) -> list[str]:
+    """Validates the parsed arguments; returns the canonical ``--allow-host`` names.
+    Raises InputError with a one-line message."""
+    if not 0 < args.port < 65536:
+        raise InputError(f"--port must be 1-65535, got {args.port}")
+    if not args.host.strip():
+        raise InputError("--host must not be empty (0.0.0.0 listens on every IPv4 interface)")
+    if canonical_host(args.host.strip("[]")) is None:
+        raise InputError(f"--host must be a host name or IP address, got {args.host!r}")
+    names = []
+    for name in args.allow_host:
+        canonical = canonical_host(name.strip("[]"))
+        if canonical is None:
+            raise InputError(f"--allow-host must be a host name or IP address (no port), got {name!r}")
+        names.append(canonical)
+    if args.allow_remote_signals and not args.allow_signals:
+        raise InputError("--allow-remote-signals only confirms --allow-signals, which is not given")
+    if args.allow_signals and not is_loopback(args.host) and not args.allow_remote_signals:
+        raise InputError(f"--allow-signals on {args.host} (not loopback) lets anyone who reaches the port with "
+                         "the token signal processes; add --allow-remote-signals if that is meant")
+    return names
 
 
 def main(argv: list[str]) -> int:
@@ -94,10 +108,7 @@ def main(argv: list[str]) -> int:
         argv, dashboard_args = argv[:cut], argv[cut + 1:]
     try:
         args = _parser().parse_args(argv)
-        if not 0 < args.port < 65536:
-            raise InputError(f"--port must be 1-65535, got {args.port}")
-        if not args.host.strip():
-            raise InputError("--host must not be empty (0.0.0.0 listens on every IPv4 interface)")
+        allowed_names = _check(args)
     except InputError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
@@ -112,10 +123,24 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"{PROG}: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    if not _is_loopback(args.host):
-        print(f"{PROG}: warning: serving on {args.host}, not loopback: anyone who reaches this port sees "
-              f"every GPU process{'' if not args.allow_signals else ' and can signal them'}", file=sys.stderr)
-    command = dashboard_command(dashboard_args, args.allow_signals)
-    print(f"{PROG}: http://{url_host(args.host)}:{args.port}/ runs: {command}", file=sys.stderr, flush=True)
-    page_server(command, args.host, args.port).serve()
+    if not is_loopback(args.host):
+        print(f"{PROG}: warning: serving on {args.host}, not loopback: anyone who reaches this port with the "
+              f"token sees every GPU process{'' if not args.allow_signals else ' and can signal them'}",
+              file=sys.stderr)
+    from gpumem_tui.serve_server import GuardedServer  # textual-serve and aiohttp: only when serving
+
+    command = dashboard_argv(dashboard_args, args.allow_signals)
+    token = new_token()
+    server = GuardedServer(command, host=args.host, port=args.port,
+                           public_url=f"http://{url_host(args.host)}:{args.port}",
+                           hosts=HostRule.for_bind(args.host, args.port, allowed_names),
+                           token=token, max_sessions=args.max_sessions)
+    print(f"{PROG}: serving on {args.host}:{args.port}, at most {args.max_sessions} sessions; each runs: "
+          f"{shlex.join(command)}", file=sys.stderr, flush=True)
+    for url in token_urls(args.host, args.port, token):
+        print(url, flush=True)
+    try:
+        server.serve()
+    finally:
+        server.kill_leftovers()
     return 0

@@ -50,8 +50,9 @@ def test_headless_demo_records_a_real_job_end_to_end(tmp_path):
     samples = [p for s in snaps for p in s.probes if p.pid == pid]
     assert len(samples) >= 5 and len({p.time for p in samples}) == len(samples)  # no duplicates
     param_bytes = setup["total_params"] * 4
-    assert all(dict(p.categories)["parameters"] == param_bytes for p in samples)
-    assert all(sum(v for _, v in p.categories) == p.allocated_bytes for p in samples)
+    assert all(dict(p.categories)["parameters"] == param_bytes for p in samples if p.categories)
+    split = [p for p in samples if p.categories]  # a sample read while training allocated has none
+    assert len(split) >= 5 and all(sum(v for _, v in p.categories) == p.allocated_bytes for p in split)
     peak = max(p.peak_allocated_bytes for p in samples)
     # params + grads + AdamW states (fp32) at least; activations on top
     assert peak > 4 * param_bytes

@@ -6,6 +6,7 @@ processes (this test process and a child), and from a real HTTP server started b
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
@@ -262,3 +263,164 @@ def test_cli_port_in_use_and_remote_refusal_are_one_line_exit_2():
     proc = _run_cli("--listen", "0.0.0.0:9835")
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2 and "--allow-remote" in err and err.count("\n") == 1
+
+
+# -- the HTTP server: Host check, timeouts, connection cap (DNS rebinding, unbounded threads) ---
+
+from gpumem_tui.exporter import exposition, state_app  # noqa: E402
+from gpumem_tui.exporter_http import HostPolicy, host_name, serve_metrics  # noqa: E402
+
+
+def _parsed(text: str) -> list:
+    """Families as prometheus_client's parser reads them: (name, type, help, samples)."""
+    return [(f.name, f.type, f.documentation, sorted((s.name, sorted(s.labels.items()), s.value) for s in f.samples))
+            for f in text_string_to_metric_families(text)]
+
+
+@pytest.fixture
+def static_state() -> ExporterState:
+    state = ExporterState()
+    procs = (ProcessSample(pid=100, device_index=0, type=ProcessType.COMPUTE, used_memory_bytes=MiB,
+                           command="python train.py", user="alice"),)
+    state.update(Snapshot(time=1.0, devices=(_device(0),), processes=procs), 0.01)
+    return state
+
+
+@pytest.fixture
+def serve(static_state):
+    """serve(**limits) -> port of a metrics server on 127.0.0.1 for ``static_state``."""
+    servers = []
+
+    def start(policy: HostPolicy | None = None, **limits) -> int:
+        server, _ = serve_metrics("127.0.0.1", 0, state_app(static_state),
+                                  policy or HostPolicy("127.0.0.1"), **limits)
+        servers.append(server)
+        return server.server_address[1]
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _get(port: int, host: str | None) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.putrequest("GET", "/metrics", skip_host=True)
+        if host is not None:
+            conn.putheader("Host", host)
+        conn.endheaders()
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.1:{port}", "localhost", "LocalHost:{port}", "localhost.",
+                                  "[::1]", "[::1]:{port}"])
+def test_a_loopback_host_gets_the_same_series_as_prometheus_client_makes(serve, static_state, host):
+    port = serve()
+    status, body = _get(port, host.format(port=port))
+    assert status == 200
+    assert body == exposition(static_state)
+    reference = generate_latest(build_registry(static_state)).decode()  # prometheus_client's encoder
+    assert _parsed(body.decode()) == _parsed(reference)
+    assert b'user="alice"' in body
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:{port}", "127.0.0.1.evil.example", "localhost.evil",
+                                  "[::2]:{port}", "10.1.2.3", "127.0.0.1:{port}:1", "", None])
+def test_a_foreign_or_missing_host_is_refused_with_403_and_no_metrics(serve, host):
+    port = serve()
+    status, body = _get(port, None if host is None else host.format(port=port))
+    assert status == 403
+    assert b"gpumem_" not in body and b"alice" not in body
+
+
+def test_host_header_parsing():
+    assert host_name("[::1]:9835") == "::1" and host_name("LocalHost.:80") == "localhost"
+    assert host_name("example.org") == "example.org"
+    for bad in (None, "", "::1", "[::1", "[::1]x", "a:b", "host:", ":80"):
+        assert host_name(bad) is None, bad
+
+
+def test_remote_policy_allows_this_machines_names_and_addresses_and_named_hosts(monkeypatch):
+    monkeypatch.setattr(socket, "gethostname", lambda: "gpu-box-7")
+    monkeypatch.setattr(socket, "getfqdn", lambda *a: "gpu-box-7.lab.example")
+    addresses = {"10.1.2.3", "fe80::1"}
+    remote = HostPolicy("0.0.0.0", remote=True, extra=["metrics.lab.example"], addresses=lambda: set(addresses))
+    for host in ("gpu-box-7:9835", "GPU-BOX-7.lab.example", "10.1.2.3:9835", "[fe80::1]:9835",
+                 "metrics.lab.example", "localhost:9835"):
+        assert remote.allows(host), host
+    for host in ("evil.example", "10.9.9.9", "gpu-box-7.evil.example", None):
+        assert not remote.allows(host), host
+    addresses.add("10.9.9.9")  # an interface that came up later is looked up again
+    assert remote.allows("10.9.9.9:9835")
+    local = HostPolicy("127.0.0.1", addresses=lambda: set(addresses))
+    assert not local.allows("gpu-box-7") and not local.allows("10.1.2.3")  # loopback: loopback names only
+
+
+def test_a_client_that_sends_nothing_is_dropped_after_the_read_timeout(serve):
+    port = serve(read_timeout=0.5, connection_seconds=600)
+    with socket.create_connection(("127.0.0.1", port)) as stalled:
+        stalled.settimeout(60)  # far longer than the server's timeout: only the server ends this
+        assert stalled.recv(100) == b""  # closed by the server, nothing sent
+
+
+def test_a_client_that_trickles_bytes_is_cut_off_at_the_connection_deadline(serve):
+    port = serve(read_timeout=30, connection_seconds=1)
+    with socket.create_connection(("127.0.0.1", port)) as slow:
+        slow.settimeout(0.2)
+        slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        closed = False
+        for _ in range(300):  # each read timeout below is one 0.2 s pause between bytes
+            try:
+                slow.sendall(b"X")
+                closed = slow.recv(100) == b""
+            except TimeoutError:
+                continue
+            except OSError:  # reset by the server
+                closed = True
+            break
+        assert closed
+
+
+def test_connections_over_the_cap_are_refused_at_once_not_queued(serve):
+    port = serve(read_timeout=60, connection_seconds=600, max_connections=3)
+    stalled = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as extra:
+            extra.settimeout(30)  # the accept loop answers it in turn after the three: no race
+            answer = b""
+            while chunk := extra.recv(1000):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 503 ")
+        stalled.pop().close()  # a place frees up once the server sees this one go
+        for _ in range(100):
+            status, _ = _get(port, "127.0.0.1")
+            if status == 200:
+                break
+            time.sleep(0.1)
+        assert status == 200
+    finally:
+        for sock in stalled:
+            sock.close()
+
+
+def test_cli_refuses_a_foreign_host_and_a_bad_allow_host(tmp_path):
+    assert main(["--allow-host", "http://evil/"]) == 2
+    port = _free_port()
+    proc = _run_cli("--listen", f"127.0.0.1:{port}", "--interval", "0.2", "--probe-dir", str(tmp_path),
+                    "--allow-host", "gpu-alias.example")
+    try:
+        statuses: dict[str, int] = {}
+        for _ in range(100):
+            try:
+                statuses = {host: _get(port, host)[0] for host in ("evil.example", "gpu-alias.example:1")}
+                break
+            except OSError:  # not listening yet
+                time.sleep(0.2)
+        assert statuses == {"evil.example": 403, "gpu-alias.example:1": 200}
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)

@@ -1,6 +1,6 @@
-"""The fleet over a real Prometheus (issue 12): Debian's ``prometheus`` scrapes two of our
-exporters (each on the fake NVML, with a real process) and a dcgm-exporter-shaped page, and
-``gpumem_tui.fleet`` reads the hosts back through the HTTP API.
+"""The fleet over a real Prometheus (issue 12): Debian's ``prometheus`` scrapes three of our
+exporters (each on the fake NVML, with a real process; ``c`` is there to be killed) and a
+dcgm-exporter-shaped page, and ``gpumem_tui.fleet`` reads the hosts back through the HTTP API.
 
 ``scripts/setup.sh`` installs ``prometheus`` when it is missing; a machine without it fails
 here rather than skipping.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumem_tui.fleet import PrometheusClient, PrometheusError, fleet_rows
+from gpumem_tui.fleet import LAST_UP_QUERY, PrometheusClient, PrometheusError, read_fleet
 from gpumem_tui.units import GiB, MiB
 
 TESTS = Path(__file__).resolve().parent
@@ -80,7 +80,8 @@ def _wait(cond, timeout: float, what: str) -> None:
 
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
-    """Prometheus scraping exporter A (2 GPUs), exporter B (1 GPU) and a dcgm page, every 1 s."""
+    """Prometheus scraping exporters A (2 GPUs), B (1 GPU), C (1 GPU; ``procs["c"]`` to kill)
+    and a dcgm page, every 1 s."""
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.fail("the 'prometheus' binary is missing: scripts/setup.sh installs it (apt-get install prometheus)")
@@ -89,21 +90,22 @@ def prometheus(tmp_path_factory):
     started: list[subprocess.Popen] = [sleeper]
     dcgm, dcgm_port = _serve(DCGM_PAGE)
     try:
-        exporters = {}
-        for name, gpus in (("a", 2), ("b", 1)):
+        exporters, procs = {}, {}
+        for name, gpus in (("a", 2), ("b", 1), ("c", 1)):
             port = _free_port()
             env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS / "fleet_shim"), str(TESTS.parent)]),
                    "GPUMEM_FAKE_NVML": str(gpus), "GPUMEM_FAKE_PID": str(sleeper.pid)}
-            started.append(subprocess.Popen(
+            procs[name] = subprocess.Popen(
                 [sys.executable, "-m", "gpumem_tui", "exporter", "--listen", f"127.0.0.1:{port}", "--interval", "0.5",
-                 "--probe-dir", str(tmp / f"probes-{name}")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+                 "--probe-dir", str(tmp / f"probes-{name}")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            started.append(procs[name])
             exporters[name] = f"127.0.0.1:{port}"
         web = _free_port()
         config = tmp / "prometheus.yml"
         config.write_text(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
             "scrape_configs:\n"
-            f"  - job_name: gpumem\n    static_configs:\n      - targets: ['{exporters['a']}', '{exporters['b']}']\n"
+            f"  - job_name: gpumem\n    static_configs:\n      - targets: ['{exporters['a']}', '{exporters['b']}', '{exporters['c']}']\n"
             f"  - job_name: dcgm\n    static_configs:\n      - targets: ['127.0.0.1:{dcgm_port}']\n"
         )
         started.append(subprocess.Popen(
@@ -113,12 +115,11 @@ def prometheus(tmp_path_factory):
         client = PrometheusClient(url)
 
         def ready() -> bool:
-            hosts = {r.host for r in fleet_rows(client)}
-            return hosts >= {exporters["a"], exporters["b"], f"127.0.0.1:{dcgm_port}"}
+            hosts = {r.host for r in read_fleet(client).hosts if r.gpus}
+            return hosts >= {*exporters.values(), f"127.0.0.1:{dcgm_port}"}
 
         _wait(ready, 60, "Prometheus to scrape both exporters and the dcgm page")
-        yield {"url": url, "a": exporters["a"], "b": exporters["b"], "dcgm": f"127.0.0.1:{dcgm_port}",
-               "pid": sleeper.pid}
+        yield {"url": url, **exporters, "dcgm": f"127.0.0.1:{dcgm_port}", "pid": sleeper.pid, "procs": procs}
     finally:
         for proc in reversed(started):
             proc.terminate()
@@ -131,7 +132,8 @@ def prometheus(tmp_path_factory):
 
 
 def test_hosts_from_our_exporters_and_from_dcgm(prometheus):
-    rows = {r.host: r for r in fleet_rows(PrometheusClient(prometheus["url"]))}
+    reading = read_fleet(PrometheusClient(prometheus["url"]))
+    rows = {r.host: r for r in reading.hosts}
     a, b, dcgm = rows[prometheus["a"]], rows[prometheus["b"]], rows[prometheus["dcgm"]]
     assert (a.source, len(a.gpus)) == ("gpumem", 2) and (b.source, len(b.gpus)) == ("gpumem", 1)
     # the fake NVML's GPUs: 80 GiB each, 1 GiB used
@@ -139,9 +141,11 @@ def test_hosts_from_our_exporters_and_from_dcgm(prometheus):
     assert a.utilization is not None and 0 <= a.utilization <= 1
     # the biggest process is the real sleeper the fake NVML puts on GPU 0
     assert a.biggest is not None and a.biggest[0] == str(prometheus["pid"]) and a.biggest[2] == 3 * GiB
-    # dcgm-exporter: MiB, total = used + free, utilization in percent; the NaN GPU is left out
-    assert dcgm.source == "dcgm" and len(dcgm.gpus) == 1
+    # dcgm-exporter: MiB, total = used + free, utilization in percent; the NaN GPU is N/A, said once
+    assert dcgm.source == "dcgm" and len(dcgm.gpus) == 2 and dcgm.gpus[1].used_bytes is None
     assert dcgm.used_bytes == 40960 * MiB and dcgm.total_bytes == 81920 * MiB and dcgm.utilization == 0.75
+    assert reading.notices == [f"shown as N/A: DCGM_FI_DEV_FB_USED = nan on {prometheus['dcgm']} (not a finite number)"]
+    assert all(r.up for r in reading.hosts)
     assert dcgm.gpus[0].name == "NVIDIA H100 80GB HBM3"
 
 
@@ -184,4 +188,26 @@ def test_prometheus_error_answer_is_reported(prometheus):
         PrometheusClient(prometheus["url"]).query("sum(")
     with urllib.request.urlopen(f"{prometheus['url']}/api/v1/targets", timeout=5) as resp:
         targets = json.loads(resp.read())["data"]["activeTargets"]
-    assert {t["health"] for t in targets} == {"up"}
+    assert {t["health"] for t in targets if t["labels"]["instance"] != prometheus["c"]} == {"up"}
+
+
+def test_killed_exporter_is_a_down_row_with_its_last_seen_age(prometheus):
+    """Last in this file: it kills exporter C."""
+    client = PrometheusClient(prometheus["url"])
+    seen_up = f'max_over_time(timestamp(up{{instance="{prometheus["c"]}"}} == 1)[1h:15s])'
+    _wait(lambda: client.query(seen_up), 30, "a subquery step to see C up")
+    assert LAST_UP_QUERY.startswith("max_over_time(timestamp(up == 1)[1h:15s])")
+    prometheus["procs"]["c"].kill()
+    killed_at = time.time()
+    env = {**os.environ, "PYTHONPATH": str(TESTS.parent)}
+
+    def c_row() -> dict | None:
+        proc = subprocess.run([sys.executable, "-m", "gpumem_tui", "fleet", "--prometheus", prometheus["url"], "--once",
+                               "--json"], capture_output=True, text=True, timeout=60, env=env)
+        row = {r["host"]: r for r in json.loads(proc.stdout)}[prometheus["c"]]
+        return row if not row["up"] else None
+
+    _wait(c_row, 30, "Prometheus to see exporter C down")
+    row = c_row()
+    assert row["gpus"] == 0 and row["last_seen"] is not None
+    assert row["last_seen"] <= killed_at + 1 and 0 <= row["last_seen_age_s"] <= time.time() - killed_at + 20

@@ -1,5 +1,5 @@
 """The interactive fleet screen and its poller, against the real Prometheus of
-tests/test_fleet_prometheus.py (exporters a: 2 GPUs, b: 1 GPU, a dcgm page) and broken servers."""
+tests/test_fleet_prometheus.py (exporters a: 2 GPUs, b and c: 1 GPU, a dcgm page) and broken servers."""
 
 from __future__ import annotations
 
@@ -35,14 +35,15 @@ def test_history_per_gpu_from_query_range(prometheus):  # noqa: F811
     poller = FleetPoller(PrometheusClient(prometheus["url"]))
     deadline = time.monotonic() + 20
     while True:  # a few scrapes must be stored
-        hist = poller.history(prometheus["a"], seconds=60, points=60)
+        hist, problems = poller.history(prometheus["a"], seconds=60, points=60)
         if len(hist) == 2 and min(len(p) for p in hist.values()) >= 3:
             break
         assert time.monotonic() < deadline
         time.sleep(1)
-    assert {v for _, v in hist["0"]} == {1 * GiB}
-    dcgm = poller.history(prometheus["dcgm"], seconds=60, points=60)
+    assert {v for _, v in hist["0"]} == {1 * GiB} and problems == []
+    dcgm, problems = poller.history(prometheus["dcgm"], seconds=60, points=60)
     assert {v for _, v in dcgm["0"]} == {40960 * MiB}
+    assert {v for _, v in dcgm["1"]} == {None} and problems[0].startswith("shown as N/A: DCGM_FI_DEV_FB_USED = nan")
 
 
 def test_slow_server_times_out_with_a_notice():
@@ -75,38 +76,44 @@ async def _wait(pilot, cond, seconds=20.0):
 
 @pytest.mark.asyncio
 async def test_screen_hosts_sort_filter_and_host_detail(prometheus, tmp_path):  # noqa: F811
-    from textual.widgets import DataTable, Sparkline, Static
+    from textual.widgets import DataTable, Static
 
-    from gpumem_tui.fleet_screen import FleetApp, HostScreen
+    from gpumem_tui.fleet_screen import FleetApp, HostScreen, MemoryBars
 
     app = FleetApp(FleetPoller(PrometheusClient(prometheus["url"]), interval=1))
     async with app.run_test(size=(150, 30)) as pilot:
         table = app.query_one("#hosts", DataTable)
         notice = app.query_one("#notice", Static)
-        await _wait(pilot, lambda: table.row_count == 3)
+        await _wait(pilot, lambda: table.row_count == 4)
         await pilot.press("s")  # memory used, largest first: the dcgm host's 40 GiB
-        assert app.sort_name == "memory used" and table.get_row_at(0)[0] == prometheus["dcgm"]
+        assert app.sort_name == "memory used" and str(table.get_row_at(0)[0]) == prometheus["dcgm"]
         assert table.get_row_at(0)[1] == "dcgm"
         await pilot.press("slash")
         await pilot.press(*prometheus["b"])
         await _wait(pilot, lambda: table.row_count == 1)
-        assert table.get_row_at(0)[0] == prometheus["b"] and "1 of 3 hosts" in str(notice.render())
+        assert str(table.get_row_at(0)[0]) == prometheus["b"] and "1 of 4 hosts" in str(notice.render())
         await pilot.press("enter")  # leaves the filter box for the table
         app.save_screenshot(str(tmp_path / "fleet.svg"))
-        app.query_one("#filter").value = ""
-        await _wait(pilot, lambda: table.row_count == 3)
-        table.move_cursor(row=next(i for i in range(3) if table.get_row_at(i)[0] == prometheus["a"]))
+        await pilot.press("escape")  # clears and hides the filter
+        await _wait(pilot, lambda: table.row_count == 4)
+        table.move_cursor(row=next(i for i in range(4) if str(table.get_row_at(i)[0]) == prometheus["a"]))
         table.focus()
         await pilot.press("enter")
         await _wait(pilot, lambda: isinstance(app.screen, HostScreen))
         screen = app.screen
-        await _wait(pilot, lambda: len(screen.query(Sparkline)) == 2)
+        await _wait(pilot, lambda: len(screen.query(MemoryBars)) == 2)
         assert screen.query_one("#gpus", DataTable).row_count == 2
         assert str(prometheus["pid"]) in str(screen.query_one("#host-title", Static).render())
         app.save_screenshot(str(tmp_path / "host.svg"))
         await pilot.press("escape")
+        # exporter C is killed: its row turns DOWN with its last-seen age, the count stays 4
+        prometheus["procs"]["c"].kill()
+        await _wait(pilot, lambda: "1 host down: " + prometheus["c"] in str(notice.render()), 40)
+        row = next(table.get_row_at(i) for i in range(4) if str(table.get_row_at(i)[0]) == prometheus["c"])
+        assert str(row[2]).startswith("DOWN last seen") and str(notice.render()).startswith("4 hosts")
+        app.save_screenshot(str(tmp_path / "down.svg"))
         # Prometheus goes away: a notice, the rows kept
         app.poller.client = PrometheusClient("http://127.0.0.1:9", timeout=1)
         await pilot.press("r")
         await _wait(pilot, lambda: "retrying" in str(notice.render()))
-        assert table.row_count == 3 and "next try in" in str(notice.render())
+        assert table.row_count == 4 and "next try in" in str(notice.render())

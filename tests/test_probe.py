@@ -356,3 +356,49 @@ def test_stream_file_is_bounded_by_rotation(attach, tmp_path):
     reading = src.poll()
     assert reading.probe_infos[0].pid == os.getpid() and reading.probes
     assert any("restarted" in n for n in reading.notices)
+
+
+def test_a_sample_taken_while_the_training_thread_allocates_still_adds_up(attach):
+    """The sampling thread walks the parameters while training goes on: a tensor freed in
+    between must not leave categories summing above the live bytes (found as a flaky end-to-end
+    demo test under load). Here the 'training thread' frees a tensor during the first read."""
+    model, opt = tiny()
+    probe = attach(model, opt)
+    train_step(model, opt)
+    scratch = [torch.ones(4096)]
+    real_categories = probe.categories
+    calls = []
+
+    def categories_while_training(gradients=None):
+        result = real_categories(gradients)
+        if not calls:
+            scratch.clear()  # freed between this read of the categories and of the live bytes
+        calls.append(result)
+        return result
+
+    probe.categories = categories_while_training
+    fields = probe.memory()
+    assert len(calls) == 2  # the first reading saw a free and was taken again
+    assert sum(fields["categories"].values()) == fields["cpu_live_tensors"]
+
+
+def test_the_sampling_thread_never_reads_param_grad(attach):
+    """autograd stores ``param.grad`` without the GIL, so the sampling thread reading it during
+    backward could crash the job (SIGSEGV seen in benchmark runs): it takes the gradient bytes
+    from the tracker's 'gradients' label instead, and they agree with the gradients."""
+    import threading
+
+    model, opt = tiny()
+    probe = attach(model, opt)
+    model(torch.randn(4, 32)).square().mean().backward()  # gradients stored and labelled
+    asked = []
+    real_categories = probe.categories
+    probe.categories = lambda gradients=None: asked.append(gradients) or real_categories(gradients)
+    sampler = probe._thread
+    probe._thread = threading.current_thread()  # read as the sampling thread does
+    try:
+        categories, live, _ = probe._consistent_reading()
+    finally:
+        probe._thread = sampler
+    assert asked and None not in asked  # never left to walk param.grad
+    assert categories["gradients"] == param_bytes(model) and live >= sum(categories.values())

@@ -143,7 +143,10 @@ def test_an_unprobed_process_gets_no_bands_until_the_user_sets_its_estimate():
             await pilot.pause(0.2)
             hint = chart._legend_shown.plain
             assert "none for PID 1002" in hint and "gpumem_tui.probe" in hint and "(e)" in hint
-            panel.query_one("#est-batch").value = "3"  # the user sets it for this PID
+            batch = panel.query_one("#est-batch")
+            batch.focus()  # the user's edit comes through the focused field
+            await pilot.pause()
+            batch.value = "3"  # the user sets it for this PID
             await pilot.pause(0.2)
             assert app.process_estimates.get(1002).source == "user"
             assert app.process_estimates.get(1002).spec.batch == 3

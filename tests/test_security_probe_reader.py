@@ -169,3 +169,43 @@ async def test_rows_entering_and_leaving_the_listed_rows_keep_table_and_order_in
         assert listed == [str(p.pid) for p in table.shown]  # the rows drawn are the rows sorted
         memory = [p.used_memory_bytes for p in table.shown[:500]]
         assert memory == sorted(memory, reverse=True) and memory[0] == 600 << 20
+
+
+@pytest.mark.parametrize(
+    "gap",
+    [
+        {"dropped": 0},
+        {"dropped": -3},
+        {"dropped": True},
+        {"dropped": "7"},
+        {"dropped": 1 << 62},
+        {"start": "yesterday"},
+        {"start": None},
+        {"start": -5.0},
+        {"start_offset": 10.0},  # starts after it ended
+        {"time_offset": 1e9},  # in the future
+    ],
+)
+def test_a_gap_record_that_is_not_valid_is_a_skipped_line_not_a_notice_of_loss(tmp_path, gap):
+    pid = os.getpid()
+    now = time.time()
+    record = {"kind": "gap", "time": now + gap.pop("time_offset", 0.0), "start": now - 5 + gap.pop("start_offset", 0.0),
+              "dropped": 3, **gap}
+    path = tmp_path / f"{pid}.jsonl"
+    path.write_bytes(_stream(pid) + json.dumps(record).encode() + b"\n")
+    reading = ProbeSource(tmp_path).poll()
+    assert not any("lost" in n for n in reading.notices)
+    assert any("1 unreadable line skipped" in n for n in reading.notices)
+    assert len(reading.probes) == 1  # the sample before it is still read
+
+
+def test_a_valid_gap_record_is_one_notice_naming_the_records_lost_and_when(tmp_path):
+    pid = os.getpid()
+    start, end = time.time() - 60, time.time() - 30
+    gap = {"kind": "gap", "time": end, "start": start, "dropped": 1}
+    (tmp_path / f"{pid}.jsonl").write_bytes(_stream(pid) + json.dumps(gap).encode() + b"\n")
+    source = ProbeSource(tmp_path)
+    (notice,) = [n for n in source.poll().notices if "lost" in n]
+    when = f"{time.strftime('%H:%M:%S', time.localtime(start))}-{time.strftime('%H:%M:%S', time.localtime(end))}"
+    assert f"{pid}.jsonl: 1 record lost {when}" in notice
+    assert not any("lost" in n for n in source.poll().notices)  # said once

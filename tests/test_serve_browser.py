@@ -1,5 +1,6 @@
 """``gpumem-tui serve`` in a real browser (issue 12): headless Chromium (Debian's ``chromium``)
-driven by Playwright loads the page, and the dashboard's own text must arrive in xterm.js.
+driven by Playwright opens the URL serve prints (with its token), and the dashboard's own text
+must arrive in xterm.js.
 
 textual-serve draws the terminal with xterm.js on a canvas, so the DOM holds no text. The page
 keeps its ``Terminal`` in a local variable; an init script catches it when textual.js assigns
@@ -16,7 +17,9 @@ browser fails the test, elsewhere it is skipped.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -26,6 +29,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import sync_playwright
@@ -74,38 +78,46 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_for_page(url: str, server: subprocess.Popen, timeout: float = 30) -> None:
+def _wait_for_token_url(server: subprocess.Popen, stdout: Path, timeout: float = 30) -> str:
+    """The ``http://127.0.0.1:PORT/?token=...`` line serve prints, once the port answers with the page."""
     deadline = time.monotonic() + timeout
     while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            if server.poll() is not None:
-                raise AssertionError(f"gpumem-tui serve exited early: {server.stderr.read()}") from None
-            if time.monotonic() > deadline:
-                raise AssertionError(f"gpumem-tui serve did not answer on {url} in {timeout} s") from None
-            time.sleep(0.2)
+        printed = re.findall(r"^http://127\.0\.0\.1:\d+/\?token=\S+$", stdout.read_text(), re.MULTILINE)
+        if printed:
+            try:
+                with urllib.request.urlopen(printed[0], timeout=2):
+                    return printed[0]
+            except OSError:
+                pass
+        if server.poll() is not None:
+            raise AssertionError(f"gpumem-tui serve exited early: {server.stderr.read()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gpumem-tui serve printed no token URL that answers in {timeout} s")
+        time.sleep(0.2)
 
 
 @pytest.fixture
-def served_dashboard():
-    """``gpumem-tui serve`` on a free loopback port over the fake NVML; yields (url, pid on GPU 0).
+def served_dashboard(tmp_path):
+    """``gpumem-tui serve`` on a free loopback port over the fake NVML; yields (the URL with the
+    token it printed, pid on GPU 0).
 
-    The server runs in its own process group: textual-serve starts a dashboard per browser
-    session, and tearing the group down ends those too, even when the test failed."""
+    The server runs in its own process group and ends its dashboards (each in a group of its
+    own) when it gets SIGTERM; any it left are killed after it, even when the test failed."""
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS / "fleet_shim"), str(TESTS.parent)]),
            "GPUMEM_FAKE_NVML": "2", "GPUMEM_FAKE_PID": str(sleeper.pid)}
-    server = subprocess.Popen([sys.executable, "-m", "gpumem_tui", "serve", "--port", str(port)],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              start_new_session=True)
+    stdout = tmp_path / "serve.out"
+    with stdout.open("w") as out:
+        server = subprocess.Popen([sys.executable, "-m", "gpumem_tui", "serve", "--port", str(port)],
+                                  env=env, stdout=out, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    dashboards: list[psutil.Process] = []
     try:
-        url = f"http://127.0.0.1:{port}/"
-        _wait_for_page(url, server)
+        url = _wait_for_token_url(server, stdout)
         yield url, sleeper.pid
     finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            dashboards = psutil.Process(server.pid).children(recursive=True)
         try:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=10)
@@ -114,6 +126,9 @@ def served_dashboard():
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait(timeout=10)
+        for process in dashboards:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
         sleeper.kill()
         sleeper.wait(timeout=10)
 
@@ -134,6 +149,7 @@ def _wait_for_screen(page, *contains: str, timeout_ms: int = 30_000) -> str:
 
 def test_the_dashboard_runs_in_headless_chromium_and_takes_keys(chromium, served_dashboard, tmp_path):
     url, pid = served_dashboard
+    assert "?token=" in url  # the URL serve printed: the page and its websocket need the token
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
@@ -154,6 +170,10 @@ def test_the_dashboard_runs_in_headless_chromium_and_takes_keys(chromium, served
 
             # a key pressed in the browser reaches the app: ? opens the key help
             page.focus(".xterm-helper-textarea")
+            # Textual's Footer does not redraw while the page is not focused (Footer.bindings_changed
+            # returns early without app_focus), so `e` (the estimator, mounted after the first frame)
+            # shows once the terminal has the focus
+            _wait_for_screen(page, "e Estimator")
             page.keyboard.press("?")
             screen = _wait_for_screen(page, "Filter syntax")
             assert "Show the key bindings" in screen

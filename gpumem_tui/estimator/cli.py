@@ -15,10 +15,13 @@ import sys
 from dataclasses import dataclass
 
 from gpumem_tui.cli_support import InputError, OneLineParser
-from gpumem_tui.estimator.cli_args import add_spec_arguments, spec_from_args
+from gpumem_tui.estimator.cli_args import add_estimate_arguments, add_spec_arguments, spec_from_args
+from gpumem_tui.estimator.cli_parallel import add_parallel_arguments, job_json, job_lines, max_batch_job, plan_from_args
 from gpumem_tui.estimator.devices import cuda_kernels
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS, Estimate
 from gpumem_tui.estimator.methods import METHODS, run_method
+from gpumem_tui.estimator.parallel.per_rank import RankEstimate, estimate_job
+from gpumem_tui.estimator.recipes import recipe_for
 from gpumem_tui.estimator.solve import max_batch, max_seq
 from gpumem_tui.units import GiB, MiB, parse_bytes
 
@@ -32,9 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpumem-tui estimate",
         description="Predict the peak memory of one training or inference step (bytes; shown in MiB/GiB = 2^20/2^30). "
         f"The CUDA profile models torch {cuda_kernels.TORCH_VERSION_MODELLED}'s kernel selection (SDPA backends, "
-        "autocast op lists, caching allocator) and peft LoRA; its context figures were measured on an H100 / CUDA 13.",
+        f"autocast op lists, caching allocator) and peft LoRA, rules unchanged since torch "
+        f"{cuda_kernels.TORCH_VERSION_MEASURED}, with which they were checked on an H100 (CUDA 13); "
+        "its CUDA context figures were measured there.",
     )
     add_spec_arguments(p)
+    add_estimate_arguments(p)
+    add_parallel_arguments(p)
     p.add_argument("--keep-outputs", action="store_true",
                    help="the training loop keeps the model output through backward and the optimizer step "
                    "(outputs = model(...); outputs.loss.backward()): its logits stay alive")
@@ -43,9 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="memory budget: a size (24GiB, 80GB); N: the free memory of GPU N on this machine; "
                    "GPU: the GPU here with the most free memory (both read NVML: free = total - used)")
     p.add_argument("--max-batch", action="store_true", help="largest micro-batch that fits --fit (default budget: 24GiB)")
+    p.add_argument("--suggest", action="store_true",
+                   help="with --fit: the changes that make the job fit, each with its predicted peak and cost, cheapest first")
     p.add_argument("--max-seq", action="store_true", help="largest sequence length that fits --fit at --batch")
     p.add_argument("--method", default="detailed", help=f"{' | '.join(METHODS)} (default detailed)")
     p.add_argument("--compare-methods", action="store_true", help="print every method's peak beside the detailed one")
+    p.add_argument("--list-recipes", action="store_true",
+                   help="list the training recipes (--recipe) with the source file and version each was read from")
     p.add_argument("--list", action="store_true",
                    help="list the bundled catalogue and the configs in the local Hugging Face cache, then exit")
     from gpumem_tui.estimator.architecture import catalogue_names
@@ -173,19 +184,54 @@ def _table(est: Estimate) -> str:
     return "\n".join(lines)
 
 
+def _suggestions(arch, spec, plan, budget: int | None, out: dict) -> list[str]:  # type: ignore[no-untyped-def]
+    """``--suggest``: lines for the text output; ``out["suggestions"]`` for JSON."""
+    from gpumem_tui.estimator.suggest import suggest
+
+    if budget is None:
+        raise InputError("--suggest needs --fit SIZE (the budget to fit)")
+    found = suggest(arch, spec, plan, budget)
+    out["suggestions"] = [s.to_json() for s in found]
+    if out.get("fit", {}).get("fits"):
+        return ["it fits as it is; changes that keep it within the budget:"] + [
+            f"  {s.flags:<34}{_fmt(s.peak_bytes):>12}  cost: {s.cost}" for s in found]
+    if not found:
+        return ["no single change or combination of the listed ones makes it fit"]
+    return ["changes that make it fit (per-rank peak, cheapest first):"] + [
+        f"  {s.flags:<34}{_fmt(s.peak_bytes):>12}  cost: {s.cost}" for s in found]
+
+
 def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.list:
         print(_list_models())
+        return 0
+    if args.list_recipes:
+        from gpumem_tui.estimator.recipes import list_recipes
+
+        print(list_recipes())
         return 0
     arch, spec = spec_from_args(args)
     if args.keep_outputs:
         spec = spec.replace(keep_outputs=True)
     if args.method not in METHODS:
         raise InputError(f"unknown --method {args.method!r} (choose from {', '.join(METHODS)})")
-    est = run_method(args.method, arch, spec)
+    plan, spec = plan_from_args(args, arch, spec)
+    if plan is not None and args.method != "detailed":
+        raise InputError("a parallel job uses the detailed method; drop --method")
+    job = estimate_job(arch, spec, plan) if plan is not None else None
+    est = job.largest.estimate if job is not None else run_method(args.method, arch, spec)
     out: dict = est.to_json()
+    recipe = recipe_for(spec.recipe)
+    out["recipe"] = {"name": recipe.name, "source": recipe.source, "version": recipe.version}
+    if spec.quant_format is not None:
+        out["quantization"] = spec.quant_format.to_json()
     text = [_table(est)]
+    if job is not None:
+        out.update(job_json(job))
+        text.extend(job_lines(job))
+    else:  # one rank: the same "ranks" shape as a parallel job's
+        out["ranks"] = [RankEstimate("single device", 1, est).to_json()]
     budget = None
     if args.fit is not None or args.max_batch or args.max_seq:
         fit = _budget(args.fit if args.fit is not None else "24GiB")
@@ -200,16 +246,20 @@ def run(argv: list[str]) -> int:
     if args.max_batch:
         if args.method != "detailed":
             raise InputError("--max-batch uses the detailed method; drop --method")
-        mb = max_batch(arch, spec, budget or 0)
+        mb = max_batch(arch, spec, budget or 0) if plan is None else max_batch_job(arch, spec, plan, budget or 0)
         out["max_batch"] = mb
         text.append(f"largest micro-batch that fits: {mb}" + (" (even batch 1 does not fit)" if mb == 0 else ""))
     if args.max_seq:
+        if plan is not None:
+            raise InputError("--max-seq is not modelled for a parallel job yet; use --max-batch")
         if args.method != "detailed":
             raise InputError("--max-seq uses the detailed method; drop --method")
         ms = max_seq(arch, spec, budget or 0)
         out["max_seq"] = ms
         text.append(f"longest sequence that fits at batch {spec.batch}: {ms:,}" + (" (even 1 token does not fit)" if ms == 0 else ""))
-    if args.compare_methods:
+    if args.suggest:
+        text.extend(_suggestions(arch, spec, plan, budget, out))
+    if args.compare_methods and plan is None:
         rows = []
         for name in METHODS:
             other = run_method(name, arch, spec)

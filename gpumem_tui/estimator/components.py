@@ -23,46 +23,16 @@ from dataclasses import dataclass
 from gpumem_tui.estimator.architecture import ModelArchitecture
 from gpumem_tui.estimator.devices import cuda_autocast, cuda_context, cuda_kernels, peft_lora, profile_for
 from gpumem_tui.estimator.devices.cuda import CUDA_CONTEXT_BYTES  # noqa: F401  (re-exported)
+from gpumem_tui.estimator.loss import LogitsLoss, logits_loss_bytes  # noqa: F401  (re-exported)
+from gpumem_tui.estimator.precision import Precision, precision  # noqa: F401  (re-exported)
+from gpumem_tui.estimator import quantization as Q
+from gpumem_tui.estimator.recipes import rules as R
 from gpumem_tui.estimator.spec import DTYPE_BYTES, TrainingSpec
 
 MiB = 1 << 20
 
 
 # ----- shared helpers ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Precision:
-    """Bytes per element of each tensor kind for a spec.
-
-    ``param``: stored weights; ``grad``: gradients; ``state``: optimizer states; ``master``:
-    fp32 master copy (0 when none); ``compute``: activations.
-    """
-
-    param: int
-    grad: int
-    state: int
-    master: int
-    compute: int
-    amp: bool  # torch autocast: fp32 weights, 16-bit compute, per-forward weight casts
-
-
-def precision(spec: TrainingSpec) -> Precision:
-    """Element sizes for the spec.
-
-    Without ``--mixed-precision`` everything is in ``dtype`` (what ``model.to(dtype)`` and a
-    plain ``torch.optim`` give). With it, and ZeRO 0, it is torch AMP (``torch.autocast``:
-    fp32 weights, gradients and states, 16-bit compute; PyTorch "Automatic Mixed Precision"
-    docs). With ZeRO >= 1 it is DeepSpeed's mixed precision: 16-bit weights and gradients,
-    fp32 master weights + states, i.e. the ZeRO paper's (2 + 2 + K)Psi with K = 12
-    (Rajbhandari et al. 2020, arXiv 1910.02054, Sec. 3.1).
-    """
-    e = DTYPE_BYTES[spec.dtype]
-    if not spec.mixed_precision:
-        return Precision(param=e, grad=e, state=e, master=0, compute=e, amp=False)
-    if spec.zero == 0:
-        return Precision(param=4, grad=4, state=4, master=0, compute=e, amp=True)
-    return Precision(param=e, grad=e, state=4, master=4, compute=e, amp=False)
 
 
 def _peft_fp32(spec: TrainingSpec) -> bool:
@@ -129,15 +99,10 @@ def parameter_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
     n = arch.total_params
     lin = arch.linear_weight_params
     layer_elems = arch.param_breakdown()["layers"]
-    quant = "nf4" if spec.task == "qlora" else spec.quant
-    if quant == "nf4":
-        lin_bytes = lin * (4 + 0.127) / 8
-    elif quant == "int8":
-        rows = arch.num_layers * sum(l.count * l.d_out for l in arch.layer_linears())
-        lin_bytes = lin + 4 * rows
-    else:
-        lin_bytes = lin * prec.param
-    other_b = prec.param if quant == "none" else DTYPE_BYTES[spec.dtype]
+    quant = Q.effective_method(spec.task, spec.quant)
+    lin_bytes = Q.layer_linears_bytes(arch, spec.task, spec.quant, spec.quant_format) if quant != "none" else lin * prec.param
+    # k-bit preparation (recipe) casts the unquantized 16-bit parameters to fp32
+    other_b = prec.param if quant == "none" else R.non_quantized_param_bytes(spec, DTYPE_BYTES[spec.dtype])
     layer_bytes = lin_bytes + max(0, layer_elems - lin) * other_b
     rest_bytes = (n - layer_elems) * other_b
     total = rest_bytes + layer_bytes / (spec.tp * spec.pp)
@@ -148,15 +113,20 @@ def parameter_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
     return int(math.ceil(total)) + buffer_bytes(arch)
 
 
-def dequant_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
-    """Transient 16-bit copy of one 4-bit weight: bitsandbytes dequantizes an NF4 Linear's
+def dequant_bytes(arch: ModelArchitecture, spec: TrainingSpec, backward: bool = False) -> int:
+    """Transient 16-bit copy of one quantized weight: bitsandbytes dequantizes an NF4 Linear's
     weight to the compute dtype for each matmul, forward and backward (QLoRA, Dettmers et
-    al. 2023, Sec. 3: "we dequantize the storage data type to the computation data type").
-    The largest layer Linear (one expert for MoE); 0 without 4-bit weights."""
-    quant = "nf4" if spec.task == "qlora" else spec.quant
-    if quant != "nf4" or arch.coarse:
+    al. 2023, Sec. 3: "we dequantize the storage data type to the computation data type"); an
+    LLM.int8() Linear only in backward, for its input gradient (``MatMul8bitLt.backward``:
+    ``state.CB.to(ctx.dtype_A, copy=True).mul_(SCB / 127)``, bitsandbytes
+    ``autograd/_functions.py``). The largest layer Linear (one expert for MoE); 0 without
+    quantized weights. The 4-bit copy is in bitsandbytes' ``bnb_4bit_compute_dtype`` when the
+    format is known (:func:`gpumem_tui.estimator.quantization.dequant_bytes_per_element`)."""
+    method = Q.effective_method(spec.task, spec.quant)
+    if arch.coarse or method not in ("nf4", "fp4", "gptq", "awq") and not (method == "int8" and backward):
         return 0
-    e = precision(spec).compute
+    e = precision(spec).compute if method == "int8" else Q.dequant_bytes_per_element(
+        spec.quant_format, precision(spec).compute)
     return int(max(l.d_in * l.d_out for l in arch.layer_linears()) * e / spec.tp)
 
 
@@ -405,7 +375,8 @@ def training_cache_copies(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
     the fused ``c_attn`` output), Pythia-410M two fewer ``b s h e`` (q and k are rotary
     copies, so nothing pins the fused output once v is copied).
     """
-    return (profile_for(spec.device).training_forward_fills_cache and arch.use_cache and arch.kind == "decoder"
+    return (R.training_fills_cache(spec, profile_for(spec.device).training_forward_fills_cache)
+            and arch.use_cache and arch.kind == "decoder"
             and spec.task != "inference" and spec.grad_ckpt != "full")
 
 
@@ -910,53 +881,6 @@ def final_saved_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     return bs * h * 4 + bs * 4 + (0 if lora else bs * h * (res + e))
 
 
-@dataclass(frozen=True, slots=True)
-class LogitsLoss:
-    """Bytes of the logits / loss tensors (shape ``(..., V)``) at each moment of a step.
-
-    ``saved``: kept from forward to backward (log-probs, soft-capping tanh);
-    ``forward_peak``: live at the end of the forward (logits, fp32 upcast, log-probs);
-    ``backward_peak``: live while ``log_softmax`` runs backward (saved + grad of log-probs +
-    grad of logits); ``head_grad``: the logits gradient while the LM head runs backward.
-    """
-
-    saved: int
-    forward_peak: int
-    backward_peak: int
-    head_grad: int
-
-
-def logits_loss_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> LogitsLoss:
-    """Logits and loss buffers (bytes).
-
-    Causal LMs in ``transformers`` (``ForCausalLMLoss``) upcast the ``b x s x V`` logits to
-    fp32, take ``log_softmax`` (fp32, saved) and ``nll_loss``; backward materialises the
-    gradient of the log-probs and of the logits (fp32) while the log-probs are alive:
-    3 x 4bsV, then the 16-bit logits gradient. Measured on a tiny GPT-2: logits + log-probs
-    = 2 x 4bsV (ESTIMATOR.md). BERT's MLM loss runs in the compute dtype without upcast.
-    Gemma 2's final soft-capping (``tanh(x / c) * c``) keeps the tanh output.
-    """
-    e = precision(spec).compute
-    V = arch.vocab_size
-    n = b * s * V
-    if arch.head in ("classification", "none"):
-        small = b * max(1, arch.num_labels) * 4
-        return LogitsLoss(saved=small, forward_peak=2 * small, backward_peak=3 * small, head_grad=small)
-    if arch.kind == "encoder" and not precision(spec).amp:
-        return LogitsLoss(saved=n * e, forward_peak=2 * n * e, backward_peak=3 * n * e, head_grad=n * e)
-    # causal LMs, and BERT's MLM loss under autocast (``cross_entropy`` is on autocast's fp32
-    # list): fp32 copy of the logits, fp32 log-probabilities (measured, MemTracker, CPU
-    # autocast BERT: ``_log_softmax [b s, V] f32`` + two fp32 gradients at the backward peak)
-    lp = 4 * n
-    saved = lp
-    fwd = lp + n * e + (4 * n if e != 4 else 0)
-    if arch.final_logit_softcapping:
-        saved += n * e
-        fwd += n * e  # tanh output (saved); the capped logits and the fp32 copy are above
-    bwd = saved + 8 * n
-    return LogitsLoss(saved=saved, forward_peak=fwd, backward_peak=bwd, head_grad=n * e)
-
-
 def kept_output_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
     """Logits the training loop keeps alive by holding the model output (``spec.keep_outputs``):
     ``b s V`` in the compute dtype (bytes); 0 otherwise, without an LM/MLM head, or for
@@ -964,9 +888,9 @@ def kept_output_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     output, so without the loop's reference the logits are freed before backward (measured:
     demo GPT-2, b=4, s=128, V=8192, fp32: +16.0 MiB at the backward peak when the output is
     kept). A KV cache the output also holds (``use_cache=True`` in training) is not counted."""
-    if not spec.keep_outputs or spec.task == "inference" or arch.head not in ("lm", "mlm"):
+    if not R.keeps_outputs(spec) or spec.task == "inference" or arch.head not in ("lm", "mlm"):
         return 0
-    return int(b * s * arch.vocab_size * precision(spec).compute / spec.tp)
+    return int(b * s * arch.vocab_size * R.logits_bytes(spec, precision(spec).compute) / spec.tp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1006,8 +930,10 @@ def head_gradient_temporaries(arch: ModelArchitecture, spec: TrainingSpec) -> He
     if spec.task != "train" or arch.head not in ("lm", "mlm"):
         return HeadGradTemps(0, 0, 0)
     prec = precision(spec)
-    shard = (spec.tp * spec.pp) * (spec.dp if spec.zero >= 2 else 1)
-    vh = arch.vocab_size * arch.embed_width * prec.grad / shard
+    # autograd builds each (V, h) gradient whole; ZeRO-2/3 and FSDP shard it only after the
+    # backward of the parameter (measured, MemTracker / FSDPMemTracker, tied tiny GPT-2 under
+    # FSDP on 2 and 4 ranks: the missing bytes were V h 4 (1 - 1/d))
+    vh = arch.vocab_size * arch.embed_width * prec.grad / (spec.tp * spec.pp)
     if arch.tie_word_embeddings:
         return HeadGradTemps(pending=int(vh), head_new=0, embedding=int((3 if spec.grads_persist else 2) * vh))
     if spec.grads_persist:
@@ -1225,7 +1151,7 @@ def checkpoint_input_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, 
     type-promoting residual adds; measured, MemTracker, CPU autocast Gemma 2 with
     checkpointing: fp32 ``add [b, s, h]`` per layer). HF gradient checkpointing wraps whole
     layers (``torch.utils.checkpoint``, non-reentrant; Chen et al. 2016, arXiv 1604.06174)."""
-    e = precision(spec).compute
+    e = R.residual_stream_bytes(spec, precision(spec).compute)  # fp32 after k-bit preparation
     return b * s * arch.hidden_size * (4 if precision(spec).amp else e)
 
 

@@ -23,10 +23,12 @@ allocated peak (comparable to ``torch.cuda.max_memory_allocated``) and the reser
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from gpumem_tui.estimator import components as C
 from gpumem_tui.estimator.architecture import ModelArchitecture
+from gpumem_tui.estimator.checkpointing import checkpoint_terms
+from gpumem_tui.estimator.recipes import rules as R
 from gpumem_tui.estimator.devices import cuda_kernels, cuda_step_events
 from gpumem_tui.estimator.spec import TrainingSpec, check_spec_for
 
@@ -123,28 +125,13 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     O = C.optimizer_state_bytes(arch, spec)
     G = C.gradient_bytes(arch, spec)
     T = C.optimizer_intermediate_bytes(arch, spec)
-    A = C.activation_bytes(arch, spec, b, s)
+    ck = checkpoint_terms(arch, spec, b, s)  # the recipe's checkpointing policy
+    A, per_saved, recompute, masks_freed = ck.activations, ck.per_saved, ck.recompute, ck.masks_freed
     ids = 8 * b * s  # input ids stay alive through the step
     LL = C.logits_loss_bytes(arch, spec, b, s)
-    layer = C.layer_activations(arch, spec, b, s)
-    per_layer = layer.total / spec.tp
-    if spec.grad_ckpt == "selective":
-        per_layer -= layer.quadratic / spec.tp
     XB = C.layer_backward_excess(arch, spec, b, s)
     X, X_grads = XB.total / spec.tp, XB.grads / (spec.tp * spec.pp)
-    X += C.dequant_bytes(arch, spec)  # a 4-bit weight dequantized for its backward matmul
-    recompute = 0
-    masks_freed = 0
-    if spec.grad_ckpt == "full":
-        # one layer re-run in backward (its input is the checkpointed tensor, counted once)
-        recompute = per_layer - C.checkpoint_recompute_shared_bytes(arch, spec, b, s) / spec.tp
-        # while layer 0 runs backward only its own kind of attention mask is left
-        masks_freed = C.checkpoint_mask_bytes(arch, spec, b, s) - C.checkpoint_mask_bytes(
-            arch, spec, b, s, first_layer=True)
-
-        per_saved = C.checkpoint_input_bytes(arch, spec, b, s) / spec.tp
-    else:
-        per_saved = per_layer
+    X += C.dequant_bytes(arch, spec, backward=True)  # a quantized weight dequantized for its backward matmul
     # weight casts held by autocast from forward to backward (torch AMP only)
     amp_casts = 0
     if prec.amp:  # 16-bit copies of every Linear weight (incl. the LM head), cached by autocast
@@ -181,7 +168,9 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     # adds its part and AccumulateGrad stores the sum: report it with the activations (and,
     # without stored gradients, take it out of the partial gradient sums below)
     tied_temp = HT.pending
-    tied_sub = 0 if persist else tied_temp
+    # the partial sums below count the head's (sharded) stored gradient, which a tied head
+    # does not have yet
+    tied_sub = 0 if persist or not tied_temp else head_w
 
     stored = G if persist else 0  # gradients that exist before backward starts
 
@@ -196,7 +185,7 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
     moments.append(("forward", "end of forward", _moment(
         parameters=P, optimizer_states=O, gradients=stored, activations=A + amp_casts,
         logits_and_loss=LL.forward_peak, kv_cache=C.training_cache_forward_bytes(arch, spec, b, s))))
-    if spec.grad_ckpt == "full":
+    if ck.reruns:
         # a checkpointed layer runs forward without saving: its working set is transient, as
         # in a no-grad forward (minus the residual tensors, which are the saved layer inputs)
         work = C.inference_working_bytes(arch, spec, b, s) - 3 * b * s * h * e
@@ -273,19 +262,24 @@ def _inference_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tupl
     ]
 
 
-def estimate(arch: ModelArchitecture, spec: TrainingSpec, *, simulate_allocator: bool = True) -> Estimate:
+def estimate(arch: ModelArchitecture, spec: TrainingSpec, *, simulate_allocator: bool = True,
+             moment_extra: Callable[[str, str], dict[str, int]] | None = None) -> Estimate:
     """Estimate the peak memory of one step of ``spec`` on ``arch`` (bytes).
 
     ``simulate_allocator=False`` keeps the analytic allocator reserve on CUDA: fast (no
     allocation replay) and monotone in batch and sequence while the kernels stay the same,
     which :mod:`gpumem_tui.estimator.solve` uses to bracket its answer before checking it
-    with the simulated reserve.
+    with the simulated reserve. ``moment_extra(phase, label)``: bytes per component a parallel
+    strategy adds at that moment of the step (:mod:`gpumem_tui.estimator.parallel.per_rank`).
 
     Raises:
         SpecError: the spec contradicts the architecture (see ``check_spec_for``).
     """
     warnings = check_spec_for(arch, spec)
     moments = _inference_moments(arch, spec) if spec.task == "inference" else _training_moments(arch, spec)
+    for _phase, _label, parts in moments if moment_extra is not None else ():
+        for key, value in moment_extra(_phase, _label).items():
+            parts[key] += int(value)
     ctx = C.cuda_context_bytes(spec, arch)
     if spec.device == "cuda":
         # cuBLAS workspaces: in torch allocated, counted with the transient tensors
@@ -343,6 +337,9 @@ def estimate(arch: ModelArchitecture, spec: TrainingSpec, *, simulate_allocator:
 def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -> list[str]:
     prec = C.precision(spec)
     out = [f"peak at {peak_label}"]
+    if spec.recipe != "torch" and spec.task != "inference":
+        r = R.recipe(spec)
+        out.append(f"recipe {r.name}: {r.title}; read from {r.source} ({r.version})")
     out.extend(arch.notes)
     if spec.task != "inference":
         out.append("steady-state step: optimizer states exist, gradients freed by zero_grad(set_to_none=True)")
@@ -353,11 +350,12 @@ def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -
         impl = {"single": "single-tensor loop", "foreach": "foreach (list-wide temporaries)",
                 "fused": "fused kernel"}[spec.resolved_optimizer_impl]
         if spec.optimizer_impl == "auto":
-            impl += " (DeepSpeed default with ZeRO)" if spec.zero else f" (torch default on {spec.device})"
+            impl += (" (DeepSpeed default with ZeRO)" if spec.zero else f" ({spec.recipe} recipe's default)"
+                     if R.default_optimizer_impl(spec) else f" (torch default on {spec.device})")
         out.append(f"optimizer implementation: {impl}")
         if spec.grads_persist:
             out.append("gradients stay allocated through forward and backward (accumulation / set_to_none=False)")
-        if spec.keep_outputs:
+        if R.keeps_outputs(spec):
             out.append("the loop keeps the model output: its logits stay alive through backward and the optimizer step")
         if C.training_cache_copies(arch, spec):
             out.append("training forward with the config's use_cache=true (as model(input_ids, labels=...) runs): "

@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from gpumem_tui.estimator.quantization import QuantFormat, effective_method
+from gpumem_tui.estimator.recipes import RECIPES
+
 if TYPE_CHECKING:
     from gpumem_tui.estimator.architecture import ModelArchitecture
 
@@ -21,7 +24,7 @@ OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit")
 GRAD_CKPT = ("none", "selective", "full")
 ATTENTION = ("eager", "sdpa", "flash")
 DEVICES = ("cuda", "cpu", "meta")
-QUANT = ("none", "int8", "nf4")
+QUANT = ("none", "int8", "nf4", "fp4", "gptq", "awq")
 OPTIMIZER_IMPLS = ("auto", "single", "foreach", "fused")
 LORA_ROLES = ("q", "k", "v", "o", "gate", "up", "down")
 
@@ -88,7 +91,9 @@ class TrainingSpec:
             pipeline parallel degrees [1]
         lora_rank, lora_targets: LoRA rank ``r`` and adapted projections (LoRA tasks only)
         kv_dtype: KV-cache dtype for inference [same as dtype]
-        quant: weight quantization for inference none | int8 | nf4 [none]
+        quant: weight quantization none | int8 | nf4 | fp4 | gptq | awq (inference or QLoRA) [none]
+        quant_format: the format's details (:class:`gpumem_tui.estimator.quantization.QuantFormat`,
+            from ``quantization_config`` or flags; None: the QLoRA paper's NF4 rate) [None]
         device: kernel profile cuda | cpu [cuda]; cuda adds CUDA context and allocator reserve
         optimizer_impl: auto | single | foreach | fused: torch optimizer implementation
             [auto = single-tensor loop on cpu, foreach on cuda (torch's defaults); fused with
@@ -109,6 +114,9 @@ class TrainingSpec:
             scoring or perplexity: ``b x s x V`` logits in the compute dtype) [last]
         measured_context: CUDA context measured on the box after initialisation (bytes; the
             dashboard passes it), replacing the H100 figure [None]
+        recipe: the training framework around the model, a name of
+            :data:`gpumem_tui.estimator.recipes.RECIPES` (cache in training, kept outputs, loss,
+            checkpoint flavour, optimizer default, k-bit preparation) [torch: gpumem-tui's plain loop]
 
     Raises:
         SpecError: on construction, for any invalid value or contradiction (``.field`` names it).
@@ -138,6 +146,8 @@ class TrainingSpec:
     new_tokens: int = 0
     logits: str = "last"
     measured_context: int | None = None
+    recipe: str = "torch"
+    quant_format: QuantFormat | None = None
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -153,6 +163,7 @@ class TrainingSpec:
         _choice("quant", self.quant, QUANT)
         _choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         _positive("grad_accum", self.grad_accum, 1 << 16)
+        _choice("recipe", self.recipe, tuple(RECIPES))
         if isinstance(self.new_tokens, bool) or not isinstance(self.new_tokens, int) or not 0 <= self.new_tokens <= _MAX_SEQ:
             raise SpecError("new_tokens", f"--new-tokens must be an integer 0..{_MAX_SEQ}, got {self.new_tokens!r}")
         _choice("logits", self.logits, ("last", "all"))
@@ -198,10 +209,7 @@ class TrainingSpec:
             t not in LORA_ROLES for t in self.lora_targets
         ):
             raise SpecError("lora_targets", f"lora_targets must be a non-empty tuple of {','.join(LORA_ROLES)}")
-        if self.task == "qlora" and self.dtype == "fp32":
-            raise SpecError("dtype", "QLoRA computes in 16 bits: use --dtype bf16 or fp16")
-        if self.task == "qlora" and self.quant not in ("none", "nf4"):
-            raise SpecError("quant", "QLoRA quantizes the base model to NF4; --quant must be nf4 or none")
+        self._check_quant()
         if self.task == "inference":
             if self.grad_ckpt != "none":
                 raise SpecError("grad_ckpt", "--grad-ckpt applies to training only (task is inference)")
@@ -216,27 +224,41 @@ class TrainingSpec:
         else:
             if self.kv_dtype is not None:
                 raise SpecError("kv_dtype", f"--kv-dtype applies to inference only (task is {self.task})")
-            if self.quant != "none" and self.task != "qlora":
-                raise SpecError("quant", f"--quant applies to inference (or QLoRA), not task {self.task}")
+            if self.quant != "none" and self.task != "qlora" and not (self.task == "lora" and self.quant == "int8"):
+                raise SpecError("quant", f"--quant applies to inference, QLoRA or LoRA over int8, not task {self.task}")
         if self.kv_dtype is not None:
             _choice("kv_dtype", self.kv_dtype, KV_DTYPES)
         if self.pp > 1 and self.zero >= 2:
             warnings.append("ZeRO-2/3 with pipeline parallelism is unusual (DeepSpeed forbids it)")
         object.__setattr__(self, "warnings", tuple(warnings))
 
+    def _check_quant(self) -> None:
+        """QLoRA's dtype and base format; a quantization format that matches ``quant``."""
+        if self.task == "qlora" and self.dtype == "fp32":
+            raise SpecError("dtype", "QLoRA computes in 16 bits: use --dtype bf16 or fp16")
+        if self.task == "qlora" and self.quant == "int8":
+            raise SpecError("quant", "QLoRA trains over a 4-bit base model; --quant must be nf4, fp4, gptq, awq or none")
+        if self.quant_format is not None and (not isinstance(self.quant_format, QuantFormat)
+                                              or self.quant_format.method != effective_method(self.task, self.quant)):
+            raise SpecError("quant", "the quantization format does not match --quant")
+
     # ----- derived ----------------------------------------------------------------------
     @property
     def grads_persist(self) -> bool:
-        """Gradients exist during forward/backward (accumulation or set_to_none=False)."""
-        return self.keep_grads or self.grad_accum > 1
+        """Gradients exist during forward/backward (accumulation, set_to_none=False, or a
+        recipe whose ``zero_grad`` keeps them)."""
+        return self.keep_grads or self.grad_accum > 1 or not RECIPES[self.recipe].zero_grad_set_to_none
 
     @property
     def resolved_optimizer_impl(self) -> str:
-        """single | foreach | fused; ``auto`` resolves to torch's default for the device."""
+        """single | foreach | fused; ``auto`` resolves to the recipe's optimizer, else torch's
+        default for the device."""
         if self.optimizer_impl != "auto":
             return self.optimizer_impl
         if self.zero >= 1:
             return "fused"  # DeepSpeed's default optimizer is its fused (multi-tensor) Adam
+        if RECIPES[self.recipe].optimizer_impl is not None:
+            return RECIPES[self.recipe].optimizer_impl  # type: ignore[return-value]
         from gpumem_tui.estimator.devices import profile_for
 
         return profile_for(self.device).default_optimizer_impl

@@ -5,6 +5,9 @@ Same flags as ``gpumem-tui estimate`` (``gpumem_tui.estimator.cli_args``) plus
 or with ``--json`` the estimate JSON shape plus ``"measured": true``, ``"on"`` and
 ``"attention"``. torch is imported only after the flags parse (it costs ~1.5 s).
 
+With ``--nproc N --strategy KIND`` (:mod:`gpumem_tui.measure.ranks_cli`) the step runs in N
+processes over gloo and each rank's peak is reported.
+
 Exit codes: 0 measured; 1 runtime failure; 2 bad input or torch missing (one line on stderr).
 """
 
@@ -61,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--steps", type=int, default=2, help="training steps; the last one is reported (default 2)")
     parser.add_argument("--json", action="store_true", help="print JSON (bytes) instead of a table")
+    from gpumem_tui.measure.ranks_cli import add_parallel_arguments
+
+    add_parallel_arguments(parser)
     return parser
 
 
@@ -193,11 +199,13 @@ def main(argv: list[str]) -> int:
         print("gpumem-tui measure: --new-tokens / --logits run generate() or a kept forward: use --on cuda",
               file=sys.stderr)
         return 2
+    from gpumem_tui.measure.ranks_cli import check_parallel, main_ranks
     from gpumem_tui.measure.runner import MeasureError, run, validate
 
     try:
         req = request_from_spec(arch, spec, on=args.on, steps=args.steps)
         validate(req)
+        parallel = check_parallel(args, req)  # None without --nproc / --strategy
     except MeasureError as exc:
         print(f"gpumem-tui measure: {exc}", file=sys.stderr)
         return 2
@@ -210,6 +218,8 @@ def main(argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    if parallel is not None:
+        return main_ranks(args, req, spec, parallel)
     if args.on == "cuda":
         return _main_cuda(req, spec, args.json)
     try:

@@ -380,11 +380,13 @@ def run(
         return _run(req, capture_modules=capture_modules, hook=hook)
 
 
-def _run(req: MeasureRequest, *, capture_modules: tuple[str, ...], hook: Any) -> Measurement:
-    import torch
+def prepare_model(req: MeasureRequest, torch: Any) -> tuple[Any, list[str]]:
+    """Seed torch with ``req.seed``, build the model (:func:`_build_model`), add LoRA adapters
+    and activation checkpointing as ``req`` asks; return ``(model, assumptions)``.
 
-    from gpumem_tui.measure.tracker import PhaseMemTracker
-
+    Raises:
+        MeasureError: unknown model type, LoRA targets absent, no checkpointing support.
+    """
     torch.manual_seed(req.seed)
     model = _build_model(req, torch)
     assumptions = [
@@ -397,7 +399,6 @@ def _run(req: MeasureRequest, *, capture_modules: tuple[str, ...], hook: Any) ->
         assumptions.append("training forward with use_cache=False (no KV cache kept in training)")
     if req.on == "meta" and req.attention == "sdpa":
         assumptions.append("WARNING: " + META_SDPA_WARNING)
-    n_wrapped = 0
     if req.task == "lora":
         n_wrapped = _apply_lora(model, req, torch)
         assumptions.append(f"LoRA r={req.lora_rank} on {n_wrapped} Linear layers (minimal built-in adapters, no peft)")
@@ -407,6 +408,15 @@ def _run(req: MeasureRequest, *, capture_modules: tuple[str, ...], hook: Any) ->
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if req.task == "lora":
             model.enable_input_require_grads()
+    return model, assumptions
+
+
+def _run(req: MeasureRequest, *, capture_modules: tuple[str, ...], hook: Any) -> Measurement:
+    import torch
+
+    from gpumem_tui.measure.tracker import PhaseMemTracker
+
+    model, assumptions = prepare_model(req, torch)
     total_params = sum(p.numel() for p in model.parameters())
     trainable = [p for p in model.parameters() if p.requires_grad]
     trainable_params = sum(p.numel() for p in trainable)
@@ -424,7 +434,6 @@ def _run(req: MeasureRequest, *, capture_modules: tuple[str, ...], hook: Any) ->
         torch.autocast("cpu", dtype=compute_dtype) if req.mixed_precision else contextlib.nullcontext()
     )
     optimizer = None
-    cache = None
     phase_order: list[str] = []
 
     def phase(name: str) -> None:
@@ -434,93 +443,17 @@ def _run(req: MeasureRequest, *, capture_modules: tuple[str, ...], hook: Any) ->
     with tracker:
         optimizer = None if inference else _make_optimizer(req, trainable, torch)
         if inference:
-            model.eval()
-            with torch.no_grad():
-                ids = torch.randint(0, vocab_cfg, (b, s), device=req.on)
-                step_name = "step1"
-                phase("step1.prefill")
-                kwargs: dict[str, Any] = {"use_cache": True}
-                if "logits_to_keep" in inspect.signature(model.forward).parameters:
-                    kwargs["logits_to_keep"] = 1
-                with autocast, _meta_patches(req.on):
-                    out = model(input_ids=ids, **kwargs)
-                cache = getattr(out, "past_key_values", None)
-                if cache is None:
-                    raise MeasureError(f"{type(model).__name__} returned no KV cache (not a decoder?)")
-                tracker.tag_tensors(_cache_tensors(cache), "kv_cache")
-                nxt = out.logits[:, -1:].argmax(-1)
-                del out
-                phase("step1.decode")
-                tracker.reset_mod_stats()  # a second root forward
-                with autocast, _meta_patches(req.on):
-                    out = model(input_ids=nxt, past_key_values=cache, **kwargs)
-                tracker.tag_tensors(_cache_tensors(out.past_key_values), "kv_cache")
-                del out, nxt
+            step_name = _inference_steps(req, model, tracker, phase, autocast, vocab_cfg)
             measured_phases = ["step1.prefill", "step1.decode"]
         else:
-            model.train()
-            # use_cache=False: a training forward otherwise fills a DynamicCache that pins each
-            # layer's post-rotary K/V (transformers defaults use_cache from config.use_cache).
-            train_kwargs = {} if type(model).__name__.endswith(("ForMaskedLM", "ForSequenceClassification")) \
-                or model.config.model_type in ENCODER_TYPES else {"use_cache": False}
-            for step in range(1, req.steps + 1):
-                step_name = f"step{step}"
-                if step > 1:
-                    tracker.reset_mod_stats()  # MemTracker refuses a second root forward otherwise
-                    tracker.module_live.clear()
-                for micro in range(req.grad_accum):
-                    if micro > 0:
-                        tracker.reset_mod_stats()
-                    # with accumulation the micro-batches of one step share the phase names, so a
-                    # phase peak is the largest over its micro-batches
-                    phase(f"{step_name}.forward")
-                    ids = torch.randint(0, vocab_cfg, (b, s), device=req.on)
-                    labels = ids if req.head == "lm" else torch.randint(0, req.num_labels, (b,), device=req.on)
-                    with autocast, _meta_patches(req.on):
-                        out = model(input_ids=ids, labels=labels, **train_kwargs)
-                    del labels
-                    loss = out.loss
-                    del out
-                    phase(f"{step_name}.backward")
-                    loss.backward()
-                    del loss
-                # the last batch stays referenced through the step, as a training loop's variable does
-                phase(f"{step_name}.optimizer_step")
-                optimizer.step()
-                phase(f"{step_name}.zero_grad")
-                optimizer.zero_grad(set_to_none=not req.keep_grads)
-                del ids
+            step_name = train_steps(req, model, optimizer, tracker, phase, autocast)
             measured_phases = list(dict.fromkeys(p for p in phase_order if p.startswith(f"{step_name}.")))
         if optimizer is not None:
             tracker.tag_tensors([list(st.values()) for st in optimizer.state.values()], "optimizer_states")
 
     peaks = [tracker.phase_peaks[p] for p in measured_phases]
     best = max(peaks, key=lambda pk: pk.peak_bytes)
-    components = dict.fromkeys(COMPONENTS, 0)
-    cats: dict[str, int] = {}
-    detail: dict[str, int] = {}
-    grad_final = "Gradient"
-    for entry in best.live:
-        tag = tracker.tag_of(entry)
-        cats[entry.reftype] = cats.get(entry.reftype, 0) + entry.nbytes
-        final_ref = str(getattr(entry.info.reftype, "value", entry.info.reftype))
-        if entry.reftype in ("Parameter", "Buffer"):
-            comp = "parameters"
-        elif entry.reftype == grad_final or final_ref == grad_final:
-            comp = "gradients"
-        elif tag == "optimizer_states":
-            comp = "optimizer_states"
-        elif entry.reftype == "Optstate":
-            comp = "optimizer_intermediates"
-        elif tag == "kv_cache":
-            comp = "kv_cache"
-        elif tag == "logits":
-            comp = "logits_and_loss"
-        else:
-            comp = "activations"
-        components[comp] += entry.nbytes
-        key = f"{comp}.{entry.reftype}"
-        detail[key] = detail.get(key, 0) + entry.nbytes
+    components, cats, detail = split_live(tracker, best.live)
     top = sorted(best.live, key=lambda e: e.nbytes, reverse=True)
     top_tensors = [_describe(tracker, e) for e in top[:12]]
     peak_tensors = [_describe(tracker, e) for e in top] if capture_modules else []
@@ -554,6 +487,142 @@ def _run(req: MeasureRequest, *, capture_modules: tuple[str, ...], hook: Any) ->
         module_tensors=module_tensors,
         peak_tensors=peak_tensors,
     )
+
+
+def _inference_steps(req: MeasureRequest, model: Any, tracker: Any, phase: Any, autocast: Any, vocab_cfg: int) -> str:
+    """A prefill of (b, s) tokens with ``use_cache=True`` (and ``logits_to_keep=1`` where the
+    model takes it, as ``generate()`` passes) then one decode step, under ``tracker``; the KV
+    cache's tensors are tagged ``kv_cache``. Returns the phase prefix ``"step1"``.
+
+    Raises:
+        MeasureError: the model returned no KV cache.
+    """
+    import torch
+
+    b, s = req.batch, req.seq
+    model.eval()
+    with torch.no_grad():
+        ids = torch.randint(0, vocab_cfg, (b, s), device=req.on)
+        step_name = "step1"
+        phase("step1.prefill")
+        kwargs: dict[str, Any] = {"use_cache": True}
+        if "logits_to_keep" in inspect.signature(model.forward).parameters:
+            kwargs["logits_to_keep"] = 1
+        with autocast, _meta_patches(req.on):
+            out = model(input_ids=ids, **kwargs)
+        cache = getattr(out, "past_key_values", None)
+        if cache is None:
+            raise MeasureError(f"{type(model).__name__} returned no KV cache (not a decoder?)")
+        tracker.tag_tensors(_cache_tensors(cache), "kv_cache")
+        nxt = out.logits[:, -1:].argmax(-1)
+        del out
+        phase("step1.decode")
+        tracker.reset_mod_stats()  # a second root forward
+        with autocast, _meta_patches(req.on):
+            out = model(input_ids=nxt, past_key_values=cache, **kwargs)
+        tracker.tag_tensors(_cache_tensors(out.past_key_values), "kv_cache")
+        del out, nxt
+    return step_name
+
+
+def train_steps(req: MeasureRequest, model: Any, optimizer: Any, tracker: Any, phase: Any, autocast: Any,
+                *, data_seed: int | None = None) -> str:
+    """Run ``req.steps`` training steps under ``tracker`` (already entered); return the last
+    step's phase prefix (``"step2"``).
+
+    Each step: ``req.grad_accum`` micro-batches of forward (random ``input_ids`` (b, s), labels
+    = inputs for LM heads) and ``loss.backward()``, then ``optimizer.step()`` and
+    ``optimizer.zero_grad(set_to_none=not keep_grads)``. ``phase(name)`` is called at each
+    phase boundary. ``data_seed`` (distributed data-parallel ranks) reseeds the input RNG so
+    each rank draws its own batch; shapes, hence memory, do not depend on it.
+    """
+    import torch
+
+    model.train()
+    # use_cache=False: a training forward otherwise fills a DynamicCache that pins each
+    # layer's post-rotary K/V (transformers defaults use_cache from config.use_cache).
+    config = getattr(model, "config", None) or model.module.config
+    train_kwargs = {} if config.model_type in ENCODER_TYPES or req.head == "classification" \
+        else {"use_cache": False}
+    vocab_cfg = int(getattr(config, "vocab_size", 0) or 0) or _vocab_size(model)
+    b, s = req.batch, req.seq
+    rng: dict[str, Any] = {"device": req.on}
+    if data_seed is not None:  # real CPU only (a generator cannot draw on meta)
+        rng["generator"] = torch.Generator(device="cpu").manual_seed(data_seed)
+    step_name = "step1"
+    for step in range(1, req.steps + 1):
+        step_name = f"step{step}"
+        if step > 1:
+            tracker.reset_mod_stats()  # MemTracker refuses a second root forward otherwise
+            tracker.module_live.clear()
+        for micro in range(req.grad_accum):
+            if micro > 0:
+                tracker.reset_mod_stats()
+            # with accumulation the micro-batches of one step share the phase names, so a
+            # phase peak is the largest over its micro-batches
+            phase(f"{step_name}.forward")
+            ids = torch.randint(0, vocab_cfg, (b, s), **rng)
+            labels = ids if req.head == "lm" else torch.randint(0, req.num_labels, (b,), **rng)
+            with autocast, _meta_patches(req.on):
+                out = model(input_ids=ids, labels=labels, **train_kwargs)
+            del labels
+            loss = out.loss
+            del out
+            phase(f"{step_name}.backward")
+            loss.backward()
+            del loss
+        # the last batch stays referenced through the step, as a training loop's variable does
+        phase(f"{step_name}.optimizer_step")
+        optimizer.step()
+        phase(f"{step_name}.zero_grad")
+        optimizer.zero_grad(set_to_none=not req.keep_grads)
+        del ids
+    return step_name
+
+
+def split_live(tracker: Any, live: list[Any]) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """Split the storages live at a peak into the estimator's components.
+
+    Returns ``(components, categories, detail)``: bytes per component (:data:`COMPONENTS`),
+    per tracker category (MemTracker's Parameter / Buffer / Gradient / Activation / Temp /
+    Optstate, or FSDPMemTracker's Sharded/Unsharded Param, Sharded/Unsharded Grad, All Gather,
+    Reduce Scatter, OptState, Inputs) and per ``component.category``. Rules: parameter and
+    buffer categories (FSDP2's all-gather output holds the parameters being unsharded) are
+    parameters; gradient categories, FSDP2's reduce-scatter input (the unsharded gradients
+    being reduced) and storages tagged ``grad_buckets`` (DDP's reducer buckets) are gradients;
+    storages tagged ``optimizer_states`` are optimizer states, other optimizer-step storages
+    optimizer intermediates; ``kv_cache`` and ``logits`` tags next; the rest activations.
+    """
+    components = dict.fromkeys(COMPONENTS, 0)
+    cats: dict[str, int] = {}
+    detail: dict[str, int] = {}
+    for entry in live:
+        tag = tracker.tag_of(entry)
+        cats[entry.reftype] = cats.get(entry.reftype, 0) + entry.nbytes
+        final_ref = str(getattr(entry.info.reftype, "value", entry.info.reftype))
+        if entry.reftype in _PARAM_CATEGORIES:
+            comp = "parameters"
+        elif entry.reftype in _GRAD_CATEGORIES or final_ref in _GRAD_CATEGORIES or tag == "grad_buckets":
+            comp = "gradients"
+        elif tag == "optimizer_states":
+            comp = "optimizer_states"
+        elif entry.reftype in ("Optstate", "OptState"):
+            comp = "optimizer_intermediates"
+        elif tag == "kv_cache":
+            comp = "kv_cache"
+        elif tag == "logits":
+            comp = "logits_and_loss"
+        else:
+            comp = "activations"
+        components[comp] += entry.nbytes
+        key = f"{comp}.{entry.reftype}"
+        detail[key] = detail.get(key, 0) + entry.nbytes
+    return components, cats, detail
+
+
+# MemTracker (mem_tracker._MemRefType) and FSDPMemTracker (fsdp2_mem_tracker._FSDPRefType) names
+_PARAM_CATEGORIES = frozenset({"Parameter", "Buffer", "Sharded Param", "Unsharded Param", "All Gather"})
+_GRAD_CATEGORIES = frozenset({"Gradient", "Sharded Grad", "Unsharded Grad", "Reduce Scatter"})
 
 
 def _describe(tracker: Any, entry: Any) -> dict[str, Any]:

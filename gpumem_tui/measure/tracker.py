@@ -82,9 +82,9 @@ class PhaseMemTracker(_mt.MemTracker):
             training, so the (V, h) embedding gradient never matches).
     """
 
-    def __init__(self, vocab_size: int = 0, logits_rows: int = 1) -> None:
+    def __init__(self, vocab_size: int = 0, logits_rows: int = 1, *tracker_args: Any) -> None:
         check_supported()
-        super().__init__()
+        super().__init__(*tracker_args)  # FSDPPhaseMemTracker passes (module, optimizer) on
         self.phase: str = "setup"
         self.phase_peaks: dict[str, PhasePeak] = {}
         self._live: dict[int, Any] = {}  # id(winfo) -> winfo
@@ -201,3 +201,25 @@ class PhaseMemTracker(_mt.MemTracker):
     def describe(self, entry: LiveEntry) -> tuple[str, tuple[int, ...], str]:
         """(creating op, shape, dtype) of a live entry, ("?", (), "?") if it was never seen by an op."""
         return self.meta.get(id(entry.info), ("?", (), "?"))
+
+
+def fsdp_phase_tracker(model: Any, optimizer: Any, vocab_size: int = 0, logits_rows: int = 1) -> PhaseMemTracker:
+    """A :class:`PhaseMemTracker` built on torch's FSDP2 tracker
+    (``torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker(model, optimizer)``).
+
+    ``model`` must be the root module after ``fully_shard``. Its categories are FSDP2's
+    (``_FSDPRefType``): Sharded Param, Unsharded Param, Buffer, Sharded Grad, Unsharded Grad,
+    Activation, Temp, All Gather, Reduce Scatter, OptState, Inputs. FSDPMemTracker's own
+    ``__torch_dispatch__`` calls the ``_track`` / ``_update_peak_stats`` hooks the phase tracker
+    overrides, so phases and tags work the same (checked on torch 2.13 CPU, gloo).
+
+    Raises:
+        AssertionError: ``model`` is not an FSDP2 module (raised by FSDPMemTracker).
+        RuntimeError: MemTracker internals missing (:func:`check_supported`).
+    """
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
+    class FSDPPhaseMemTracker(PhaseMemTracker, FSDPMemTracker):  # MRO: phase hooks, then FSDP2's
+        pass
+
+    return FSDPPhaseMemTracker(vocab_size, logits_rows, model, optimizer)

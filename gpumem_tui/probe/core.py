@@ -32,6 +32,7 @@ _TAG_CATEGORY = {
 _active: Probe | None = None
 _active_lock = threading.Lock()
 _STALE_FILE_SECONDS = 7 * 24 * 3600.0
+_CONSISTENT_READ_TRIES = 20  # re-reads of a sample's categories while training allocates
 
 
 class ProbeError(RuntimeError):
@@ -57,28 +58,6 @@ def _hf_config(model: Any) -> dict | None:
 
 def _tensor_bytes(tensor: Any) -> int:
     return int(tensor.numel()) * int(tensor.element_size())
-
-
-def _cleanup_stale(directory: Path, own: Path) -> None:
-    """Delete probe streams of dead processes untouched for a week (they are ours: same user)."""
-    from gpumem_tui.telemetry.probe_source import _FILE_RE, _process_alive
-
-    now = time.time()
-    try:
-        entries = list(os.scandir(directory))
-    except OSError:
-        return
-    for entry in entries:
-        match = _FILE_RE.match(entry.name)
-        if not match or entry.path == str(own):
-            continue
-        try:
-            if now - entry.stat().st_mtime > _STALE_FILE_SECONDS and not _process_alive(
-                int(match.group(1)), None
-            ):
-                os.unlink(entry.path)
-        except OSError:
-            continue
 
 
 class Probe:
@@ -116,6 +95,7 @@ class Probe:
         extra: dict | None = None,
         max_file_bytes: int = 32 << 20,
         reset_peak_stats: bool = True,
+        step_start_hook: bool = True,
     ) -> None:
         try:
             import torch
@@ -183,8 +163,10 @@ class Probe:
         # A directory that cannot be written or is refused (another user's) warns once and the
         # job runs on without a stream: the probe must never stop the training.
         self._writer = StreamWriter(self.path, info, max_bytes=max_file_bytes)
-        if not self._writer.failed:
-            _cleanup_stale(directory, self.path)
+        if not self._writer.failed:  # streams of dead jobs, a week old: through the checked directory's fd
+            from gpumem_tui.telemetry.probe_source import _process_alive
+
+            self._writer.remove_stale(_STALE_FILE_SECONDS, _process_alive)
 
         if self._tracker is not None:
             self._tracker.register(params, tag="parameters")
@@ -194,7 +176,7 @@ class Probe:
             self._tracker.reset_peak()
             self._tracker.start()
         if hooks:
-            self._install_hooks()
+            self._install_hooks(step_start_hook)
         self.mark(Phase.INIT.value)
 
         self._stop = threading.Event()
@@ -282,15 +264,16 @@ class Probe:
                 out.extend(v for v in list(state.values()) if isinstance(v, torch.Tensor))
         return out
 
-    def categories(self) -> dict[str, int]:
+    def categories(self, gradients: int | None = None) -> dict[str, int]:
         """Bytes of parameters, buffers (when any), gradients and optimizer states on the
-        measured device (``numel * element_size``; shared parameters counted once)."""
+        measured device (``numel * element_size``; shared parameters counted once); the given
+        ``gradients`` bytes instead of reading every ``param.grad`` (:meth:`_consistent_reading`)."""
         params = list(self.model.parameters())
+        if gradients is None:
+            gradients = sum(_tensor_bytes(p.grad) for p in params if p.grad is not None and self._on_device(p.grad))
         result = {
             "parameters": sum(_tensor_bytes(p) for p in params if self._on_device(p)),
-            "gradients": sum(
-                _tensor_bytes(p.grad) for p in params if p.grad is not None and self._on_device(p.grad)
-            ),
+            "gradients": gradients,
             "optimizer_states": sum(_tensor_bytes(t) for t in self._state_tensors() if self._on_device(t)),
         }
         buffers = sum(_tensor_bytes(b) for b in self.model.buffers() if self._on_device(b))
@@ -298,31 +281,49 @@ class Probe:
             result["buffers"] = buffers
         return result
 
+    def _consistent_reading(self) -> tuple[dict[str, int], int | None, int]:
+        """(:meth:`categories`, tracker live bytes, bytes made in forward) at one instant (the
+        tracker saw no tensor come or go meanwhile; else no split). The sampling thread never
+        reads ``param.grad``: autograd stores it without the GIL, and a read then can SIGSEGV
+        (about one 30-step run in ten); it uses the tracker's gradient label, or no split in backward."""
+        tracker = self._tracker
+        sampling = threading.current_thread() is getattr(self, "_thread", None)  # None before start
+        for _ in range(_CONSISTENT_READ_TRIES if tracker is not None else 0):
+            before, by_tag = tracker.changes, tracker.live_by_tag()
+            try:
+                categories = self.categories(by_tag.get("gradients", 0) if sampling else None)
+            except RuntimeError:
+                return {}, tracker.live_bytes, 0
+            live = tracker.live_bytes  # read before the check, so it belongs to the same instant
+            if tracker.changes == before:
+                return categories, live, by_tag.get(Phase.FORWARD.value, 0)
+            time.sleep(0)  # let the training thread get on with what it is doing
+        if tracker is not None:
+            return {}, tracker.live_bytes, 0
+        with contextlib.suppress(RuntimeError):  # a dict changed size under us
+            if not (sampling and self._phase == Phase.BACKWARD.value):
+                return self.categories(), None, 0
+        return {}, None, 0
+
     def memory(self) -> dict[str, Any]:
         """The memory fields of one stream line (see ``gpumem_tui.telemetry.probe_source``)."""
         torch = self._torch
         fields: dict[str, Any] = {"device": str(self.device)}
-        try:
-            categories = self.categories()
-        except RuntimeError:  # a dict changed size under us (first optimizer step): skip once
-            categories = {}
         tracker = self._tracker
+        categories, live, made_in_forward = self._consistent_reading()
         if self.device.type == "cuda":
             allocated = int(torch.cuda.memory_allocated(self.device))
             fields["torch_allocated"] = allocated
             fields["torch_reserved"] = int(torch.cuda.memory_reserved(self.device))
             fields["torch_max_allocated"] = int(torch.cuda.max_memory_allocated(self.device))
-            live = allocated if tracker is None else tracker.live_bytes
+            if tracker is None:
+                live = allocated
         elif tracker is not None:
-            live = tracker.live_bytes
             fields["cpu_live_tensors"] = live
             fields["cpu_live_tensors_peak"] = tracker.peak_bytes
-        else:
-            live = None
         if categories and live is not None:
             rest = max(0, live - sum(categories.values()))
             if tracker is not None:
-                made_in_forward = tracker.live_by_tag().get(Phase.FORWARD.value, 0)
                 categories["activations"] = min(rest, made_in_forward)
                 categories["temporaries"] = rest - categories["activations"]
             else:
@@ -540,13 +541,13 @@ class Probe:
 
     # -- hooks -----------------------------------------------------------------------------
 
-    def _install_hooks(self) -> None:
+    def _install_hooks(self, step_start_hook: bool = True) -> None:
         model = self.model
         self._hook_handles.append(model.register_forward_pre_hook(self._forward_pre_hook))
         self._hook_handles.append(model.register_forward_hook(self._forward_hook))
         if self.optimizer is not None:
-            self._hook_handles.append(self.optimizer.register_step_pre_hook(self._step_pre_hook))
-            self._hook_handles.append(self.optimizer.register_step_post_hook(self._step_post_hook))
+            pre = [self.optimizer.register_step_pre_hook(self._step_pre_hook)] if step_start_hook else []
+            self._hook_handles += [*pre, self.optimizer.register_step_post_hook(self._step_post_hook)]
         if self._tracker is not None or self._split is not None:
             # Label each gradient as such once autograd stored it (torch >= 2.1), so the
             # breakdown at a peak between two samples still names the gradients; on CUDA
@@ -761,10 +762,9 @@ def attach(model: Any, optimizer: Any = None, **kwargs: Any) -> Probe:
     parameters; default the first floating parameter's), task (the estimator's: "train",
     "lora", "qlora", "inference"), config (a HF-style config dict for non-HF models),
     directory, interval, min_step_interval (seconds), track_tensors, hooks (False: mark phases
-    only with ``probe.phase``/``probe.mark``), device, max_file_bytes, reset_peak_stats, and
-    extra: more setup keys the probe cannot see itself, named as the estimator's TrainingSpec
-    fields, e.g.
-    ``extra={"mixed_precision": True, "zero": 2, "dp": 8, "grad_ckpt": "full"}``.
+    only with ``probe.phase``/``probe.mark``), device, max_file_bytes, reset_peak_stats,
+    step_start_hook (False: the caller marks the step's start; Lightning's ``optimizer.step(closure)``
+    runs forward and backward in it), extra: setup keys as TrainingSpec fields (``{"zero": 2}``).
 
     Loss computed outside the model: call ``probe.watch_loss(loss)`` before ``backward()`` to
     mark backward at its true start (otherwise it is marked when backward reaches the model's

@@ -70,6 +70,9 @@ class LiveTensorTracker(TorchDispatchMode):
         self._storages: dict[int, _StorageRef] = {}
         self._callback = self._freed  # one bound method for all references
         self._sequence = 0
+        # Bumped by every counted allocation and free: a reader that sees the same value before
+        # and after reading other state knows no tensor came or went in between.
+        self.changes = 0
         self._lock = threading.Lock()
         self._thread: int | None = None
         # The highest live_bytes since the last take_window(), when, and the split by tag then.
@@ -88,6 +91,7 @@ class LiveTensorTracker(TorchDispatchMode):
             if self._storages.get(ref.key) is not ref:
                 return
             del self._storages[ref.key]
+            self.changes += 1
             self.live_bytes -= ref.nbytes
             self._by_tag[ref.tag] -= ref.nbytes
 
@@ -113,6 +117,7 @@ class LiveTensorTracker(TorchDispatchMode):
             self._sequence += 1
             ref.sequence = self._sequence
             self._storages[key] = ref
+            self.changes += 1
             self.live_bytes += nbytes
             self._by_tag[tag] = self._by_tag.get(tag, 0) + nbytes
             if self.live_bytes > self.peak_bytes:

@@ -4,29 +4,43 @@ One ``os.write`` per line on a file opened with ``O_APPEND``, so a reader never 
 interleaved with another and a killed process leaves at most its last line torn. When the file
 grows past ``max_bytes`` it is replaced by a new one that starts with the same info line
 (``os.replace`` is atomic; readers notice the new inode and start over), which bounds the disk
-a long job uses. Failures to write never reach the training script: the writer disables itself
-and warns once.
+a long job uses. Failures to write never reach the training script.
 
-Safety on a shared machine (issue 13, item 14): the stream directory must belong to this user
-and be writable by no one else, like OpenSSH's ``StrictModes`` checks of ``~/.ssh``; missing
-parents are created 0700 whatever the umask. Files are created with ``O_CREAT | O_EXCL |
-O_NOFOLLOW`` relative to a descriptor of the checked directory (``openat``), so a symlink or
-a file planted under the stream's name is never followed or reused, and a directory renamed
-after the check is not written into. A refused directory disables the writer with one
-warning that says which check failed; the training job runs on.
+Out of room (disk full, quota, file size limit): a line that did not fit whole is cut off
+again, records are counted while there is no room, and the stream resumes with a ``gap``
+record saying how many were lost (see :class:`StreamWriter`). Any other write error disables
+the writer with one warning.
+
+Safety on a shared machine (issue 13, item 14): the stream directory and every parent are
+checked from ``/`` down, like OpenSSH's ``StrictModes`` checks of ``~/.ssh``, and opened
+``O_NOFOLLOW`` one component at a time (:mod:`gpumem_tui.probe.stream_dir`); missing ones are
+created 0700 whatever the umask. Files are created with ``O_CREAT | O_EXCL | O_NOFOLLOW``,
+rotated and deleted (stale streams) relative to that directory's descriptor (``openat``,
+``unlinkat``), so a symlink or a file planted under the stream's name is never followed or
+reused, and a directory swapped after the check is not written into. A refused directory
+disables the writer with one warning that says which check failed; the training job runs on.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
+import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpumem_tui.safe_files import group_is_private, user_name
+from gpumem_tui.probe.stream_dir import StreamRefused, open_stream_directory, remove_stale_streams
 from gpumem_tui.telemetry.serialize import jsonable
+
+__all__ = ["SPACE_ERRORS", "StreamRefused", "StreamWriter", "encode"]
+
+#: Write errors that mean "no room now" (disk full, over quota, over the file size limit):
+#: the stream pauses and resumes with a ``gap`` record, instead of stopping for good.
+SPACE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def encode(record: dict[str, Any]) -> bytes:
@@ -38,95 +52,44 @@ def encode(record: dict[str, Any]) -> bytes:
     return text.encode("ascii") + b"\n"
 
 
-class StreamRefused(OSError):
-    """The stream directory or file is not safe to write; the message says which and why."""
-
-
-def make_private_dirs(directory: Path) -> None:
-    """Create ``directory`` and its missing parents, each mode 0700 whatever the umask
-    (directories that exist are left as they are).
-
-    Raises:
-        OSError: a parent cannot be created.
-    """
-    missing: list[Path] = []
-    current = Path(directory)
-    while not os.path.lexists(current) and current != current.parent:
-        missing.append(current)
-        current = current.parent
-    for path in reversed(missing):
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            continue  # created by someone else meanwhile: checked like any existing directory
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        try:
-            os.fchmod(fd, 0o700)  # the umask may have taken bits away (0o777 leaves 0000)
-        finally:
-            os.close(fd)
-
-
-def directory_problem(st: os.stat_result, directory: Path) -> str | None:
-    """Why a directory with status ``st`` is unsafe for this user's streams, or None.
-
-    Refused: not a directory, owned by another user (root's directories included: a
-    non-root writer needs its own), or writable by its group (unless it is the user's private
-    group) or by everyone (the sticky bit does not help: another user could still create the
-    stream's names first).
-    """
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{directory} is not a directory"
-    me = os.geteuid()
-    problems = []
-    if st.st_uid != me:
-        problems.append(f"owned by {user_name(st.st_uid)}, not by you ({user_name(me)})")
-    group_writes = bool(st.st_mode & stat.S_IWGRP) and not group_is_private(st.st_gid)
-    writable = [who for who, writes in (("its group", group_writes), ("every user", st.st_mode & stat.S_IWOTH))
-                if writes]
-    if writable:
-        problems.append(f"writable by {' and '.join(writable)} (mode {stat.S_IMODE(st.st_mode):04o})")
-    if not problems:
-        return None
-    fix = f"chmod go-w {directory}, or use" if st.st_uid == me else "use"
-    return (f"directory {directory} is {' and '.join(problems)}: another user could replace the "
-            f"stream with a link to your files ({fix} a directory of your own)")
-
-
 class StreamWriter:
     """Writes ``<directory>/<pid>.jsonl``: the info line first, then one record per call.
 
-    Never raises: a directory that cannot be created or is refused (see
-    :func:`directory_problem`), or a file that cannot be created, sets :attr:`failed` to the
-    reason and warns once (``RuntimeWarning``); later calls do nothing.
+    Never raises. A directory that cannot be created or is refused (see
+    :mod:`gpumem_tui.probe.stream_dir`), a file that cannot be created, or a write error other
+    than running out of room sets :attr:`failed` to the reason and warns once
+    (``RuntimeWarning``); later calls do nothing.
+
+    Out of room (:data:`SPACE_ERRORS` on a write, or a short write): the bytes of the torn line
+    are cut off again (``ftruncate`` to the end of the last whole line), the record is counted
+    in :attr:`dropped` and the writer warns once; each later record tries again, and the first
+    that fits is preceded by ``{"kind": "gap", "time", "start", "dropped"}`` (``start``: when the
+    first record was lost, ``time``: when writing resumed, both epoch seconds; ``dropped``: the
+    records lost). The training job never sees the error.
     """
 
     def __init__(self, path: Path, info: dict[str, Any], *, max_bytes: int = 32 << 20) -> None:
         self.path = Path(path)
         self.max_bytes = max(64 << 10, int(max_bytes))
         self.failed: str | None = None
+        self.dropped = 0  # records lost since the last one written (0 while writing works)
+        self._dropped_since: float | None = None
+        self._space_warned = False
         self._info = dict(info)
         self._generation = 0
         self._info_line = encode(self._info)
+        self._info_pending = True  # the file's first line is still to be written
         self._fd: int | None = None
         self._dir_fd: int | None = None
         self._size = 0
         try:
-            self._dir_fd = self._open_directory(self.path.parent)
+            self._dir_fd = open_stream_directory(self.path.parent)
             self._fd = self._create(self.path.name)
-            self._write_raw(self._info_line)
         except OSError as exc:
             reason = str(exc) if isinstance(exc, StreamRefused) else f"cannot write {self.path}: {exc.strerror or exc}"
             self._fail(reason, stacklevel=4)
-
-    @staticmethod
-    def _open_directory(directory: Path) -> int:
-        make_private_dirs(directory)
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-        problem = directory_problem(os.fstat(fd), directory)
-        if problem is not None:
-            os.close(fd)
-            raise StreamRefused(problem)
-        return fd
+            return
+        self._append(b"")
 
     def _create(self, name: str) -> int:
         """A new, empty, 0600 regular file ``name`` in the checked directory."""
@@ -145,25 +108,57 @@ class StreamWriter:
         os.fchmod(fd, 0o600)  # the umask may have taken our own bits away
         return fd
 
-    def _write_raw(self, data: bytes) -> None:
-        assert self._fd is not None
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        self._size += len(data)
+    def _write_line(self, fd: int, data: bytes, size: int) -> None:
+        """``data`` (whole lines) with one ``os.write`` at the end of ``fd`` (``size`` bytes
+        long). A short write is cut off again and raises ENOSPC; so does a failed one."""
+        try:
+            written = os.write(fd, data)
+        except OSError as exc:
+            if exc.errno in SPACE_ERRORS:
+                os.ftruncate(fd, size)  # a failed write may still have left bytes on some systems
+            raise
+        if written != len(data):
+            os.ftruncate(fd, size)  # never leave a torn line for readers
+            raise OSError(errno.ENOSPC, f"no room: wrote {written} of {len(data)} bytes (disk full or over quota?)")
+
+    def _append(self, line: bytes) -> None:
+        """Write ``line`` after what is owed: the info line of a new file, a ``gap`` record."""
+        if self._fd is None or self.failed:
+            return
+        try:
+            owed = self._info_line if self._info_pending else b""
+            if self.dropped:
+                owed += encode({"kind": "gap", "time": time.time(), "start": self._dropped_since,
+                                "dropped": self.dropped})
+            if not self._info_pending and self._size + len(owed) + len(line) > self.max_bytes:
+                self._rotate()
+            data = owed + line
+            if data:
+                self._write_line(self._fd, data, self._size)
+                self._size += len(data)
+            self._info_pending = False
+            self.dropped, self._dropped_since = 0, None
+        except OSError as exc:
+            if exc.errno not in SPACE_ERRORS:
+                self._fail(f"cannot write {self.path}: {exc.strerror or exc}", stacklevel=5)
+            elif line:
+                self._lost(exc)
+
+    def _lost(self, exc: OSError) -> None:
+        if not self.dropped:
+            self._dropped_since = time.time()
+        self.dropped += 1
+        if not self._space_warned:
+            self._space_warned = True
+            warnings.warn(f"gpumem_tui.probe: {self.path}: {exc.strerror or exc}; records are dropped until "
+                          "there is room again, then the stream goes on with a gap record", RuntimeWarning,
+                          stacklevel=6)
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one record; rotate first when the file is over its size limit."""
         if self._fd is None or self.failed:
             return
-        try:
-            line = encode(record)
-            if self._size + len(line) > self.max_bytes:
-                self._rotate()
-            self._write_raw(line)
-        except OSError as exc:
-            self._fail(f"cannot write {self.path}: {exc.strerror or exc}")
+        self._append(encode(record))
 
     def update_info(self, info: dict[str, Any]) -> None:
         """Append a new info line (readers replace the setup they had with it) and start
@@ -172,6 +167,14 @@ class StreamWriter:
         self._info_line = encode({**self._info, "generation": self._generation} if self._generation else self._info)
         self.write(self._info)
 
+    def remove_stale(self, max_age_seconds: float, alive: Callable[[int, float | None], bool]) -> list[str]:
+        """Delete this user's streams of dead processes untouched for ``max_age_seconds`` in the
+        checked directory (through its descriptor; see
+        :func:`~gpumem_tui.probe.stream_dir.remove_stale_streams`). Returns the names deleted."""
+        if self._dir_fd is None:
+            return []
+        return remove_stale_streams(self._dir_fd, self.path.name, max_age_seconds, alive)
+
     def _rotate(self) -> None:
         tmp = self.path.name + ".new"
         self._generation += 1
@@ -179,10 +182,14 @@ class StreamWriter:
         self._info_line = encode({**self._info, "generation": self._generation})
         fd = self._create(tmp)
         try:
-            os.write(fd, self._info_line)
+            self._write_line(fd, self._info_line, 0)
             os.replace(tmp, self.path.name, src_dir_fd=self._dir_fd, dst_dir_fd=self._dir_fd)
         except OSError:
             os.close(fd)
+            try:
+                os.unlink(tmp, dir_fd=self._dir_fd)
+            except OSError:
+                pass
             raise
         old, self._fd, self._size = self._fd, fd, len(self._info_line)
         if old is not None:

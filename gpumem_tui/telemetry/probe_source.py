@@ -23,6 +23,10 @@ file per process named ``<pid>.jsonl`` in :func:`default_probe_dir`):
     written when the phase ends (``gpumem_tui.probe``: on CUDA ``torch.cuda.max_memory_allocated``
     with the peak statistics reset at every phase boundary, on the CPU the tracker's highest
     live bytes); ``steps`` > 1 when fast steps were folded into one record.
+``{"kind": "gap", "time", "start", "dropped"}``
+    the probe had no room to write (disk full, over quota) from ``start`` to ``time`` and lost
+    ``dropped`` records (``dropped`` >= 1); written before the first record that fitted again.
+    The reader says so in ``notices`` and shows nothing for that span (no sample is made up).
 ``{"kind": "end", "time"}``
     the probe was closed (the job finished); a job killed with SIGKILL writes none.
 
@@ -199,6 +203,18 @@ def _peak_from_record(record: Mapping[str, object], pid: int, now: float) -> Pha
                      steps=_int(record, "steps", required=False) or 1,
                      categories=_categories(record),
                      end_bytes=_int(record, "end_bytes", required=False))
+
+
+def _gap_notice(record: Mapping[str, object], name: str, now: float) -> str:
+    """The notice for a ``gap`` record (raises _BadLine when it is not a valid one)."""
+    end = _time(record, now)
+    start = _time({"time": record.get("start")}, now)
+    dropped = _int(record, "dropped")
+    if not dropped or not 0 <= start <= end:
+        raise _BadLine("not a valid gap record")
+    span = f"{time.strftime('%H:%M:%S', time.localtime(start))}-{time.strftime('%H:%M:%S', time.localtime(end))}"
+    return (f"probe stream {name}: {dropped} record{'s' if dropped > 1 else ''} lost {span} "
+            "(the probe had no room to write: disk full or over quota)")
 
 
 def _json_safe_setup(setup: object) -> tuple[tuple[str, object], ...]:
@@ -600,6 +616,8 @@ class ProbeSource:
                 stream.last_time = when
             elif kind == "peak":
                 stream.peaks.append(_peak_from_record(record, stream.pid, self._clock()))
+            elif kind == "gap":
+                stream.notices.append(_gap_notice(record, stream.path.name, self._clock()))
             elif kind == "end":
                 stream.end_record = True
                 stream.ended = True

@@ -4,5 +4,6 @@ Rooms: ``launch`` (CLI options -> ``run_dashboard``), ``app`` (GpuMemApp and its
 ``poller`` (worker thread -> Snapshot messages), ``history`` (bounded tiered history,
 headless), ``device_panel`` / ``process_table`` / ``memory_chart`` (widgets), ``cells``
 (literal cell text), ``screens`` (help, detail, signal confirmation), ``themes`` (theme
-files), ``side_pane`` (mounts and wires the estimator and comparison widgets).
+files), ``app_common`` (theme registration and the palette's Screenshot, shared with the
+fleet screen), ``side_pane`` (mounts and wires the estimator and comparison widgets).
 """

@@ -39,13 +39,14 @@ from gpumem_tui.forecast import forecast, snapshot_limit
 from gpumem_tui.step_peaks import step_peaks
 from gpumem_tui.text import printable
 from gpumem_tui.ui import side_pane as pane
+from gpumem_tui.ui.app_common import ThemedAppMixin
 from gpumem_tui.ui.device_panel import DevicePanel
 from gpumem_tui.ui.history import HistoryStore
 from gpumem_tui.ui.memory_chart import Band, CurveSpec, MemoryChart
 from gpumem_tui.ui.poller import Poller, PollFailed, SnapshotReady
 from gpumem_tui.ui.process_table import ProcessTable, row_key
 from gpumem_tui.ui.screens import ConfirmSignalScreen, HelpScreen, ProcessDetailScreen, signal_name
-from gpumem_tui.ui.themes import APP_VARIABLES, DEFAULT_THEME, FALLBACK_THEME, ThemeSet
+from gpumem_tui.ui.themes import DEFAULT_THEME, ThemeSet
 
 # Size classes (issue 13 item 10): "wide" (>= 160 columns) shows the estimator pane beside
 # the table and chart; "medium" (>= 120) gives them the whole width and the status line says
@@ -80,7 +81,7 @@ def is_replay(source: object) -> bool:
     return all(callable(getattr(source, name, None)) for name in ("pause", "resume", "seek", "set_speed"))
 
 
-class GpuMemApp(App[None]):
+class GpuMemApp(ThemedAppMixin, App[None]):
     """The gpumem-tui dashboard.
 
     Args:
@@ -116,11 +117,19 @@ class GpuMemApp(App[None]):
         Binding("q", "quit", "Quit", id="quit", tooltip="Quit gpumem-tui"),
         Binding("question_mark", "help", "Help", id="help", tooltip="Show the key bindings"),
         Binding("slash", "filter", "Filter", id="filter", tooltip="Filter processes: user:NAME gpu:N words"),
-        Binding("escape", "clear_filter", "Clear filter", show=False, id="clear_filter",
+        # Esc: out of a form field, tab bar or the GPU panel back to the table; in the filter
+        # box (or on the table) it clears the filter. Two bindings so that each says what it does.
+        Binding("escape", "leave_field", "Back to table", id="leave_field",
+                tooltip="Leave the form / tabs and go back to the process table"),
+        Binding("escape", "clear_filter", "Clear filter", id="clear_filter",
                 tooltip="Clear the process filter"),
         Binding("enter", "detail", "Detail", id="detail", tooltip="Show everything about the selected process"),
         Binding("c", "chart_target", "Chart GPU/proc", id="chart_target",
                 tooltip="Chart the selected process or its GPU"),
+        Binding("p", "job_estimate", "Job's estimate", id="job_estimate",
+                tooltip="Drop the what-if: back to the job's own estimate (from its probe)"),
+        Binding("ctrl+r", "job_estimate_in_field", "Job's estimate", id="job_estimate_in_field",
+                tooltip="The same from a form field (where p is typed)"),
         Binding("b", "toggle_bands", "Bands", id="toggle_bands", tooltip="Show or hide the predicted bands"),
         Binding("t", "toggle_fit_total", "Scale to total", show=False, id="toggle_fit_total",
                 tooltip="Scale the chart to the GPU total (or to the data)"),
@@ -129,6 +138,8 @@ class GpuMemApp(App[None]):
         Binding("right_square_bracket", "window(1)", "Zoom out", show=False, id="window_longer",
                 tooltip="Show a longer time window"),
         Binding("e", "toggle_side", "Estimator", id="toggle_side", tooltip="Show or hide the estimator pane"),
+        # Priority (the table would scroll with the arrows), but only while the focus is on the
+        # table, the GPU panel or the chart: a tab bar, a text field, a checkbox keeps its keys.
         Binding("space", "replay_pause", "Pause", id="replay_pause", priority=True, tooltip="Pause or resume the replay"),
         Binding("left", "replay_seek(-10)", "-10 s", id="replay_back", priority=True, tooltip="Seek back 10 s"),
         Binding("right", "replay_seek(10)", "+10 s", id="replay_forward", priority=True, tooltip="Seek forward 10 s"),
@@ -176,6 +187,9 @@ class GpuMemApp(App[None]):
         self.probe_devices: dict[int, str] = {}
         self.probe_samples: OrderedDict[int, deque[ProbeSample]] = OrderedDict()
         self._side_toggled = False
+        self._position_notice: Any = None  # the replay's last "replay at ..." notification
+        self._target_before_filter: tuple[str, int] | None = None  # charted before a filter hid all
+        self._what_if_shown: int | None = None  # the PID whose what-if `p` drops, when shown
         self.chart_target: tuple[str, int] | None = None
         self.chart_window = chart_window
         self.bands: list[Band] = []  # the predicted bands drawn now (of the charted process)
@@ -218,29 +232,6 @@ class GpuMemApp(App[None]):
         if not readonly:
             # Signal keys exist only when not read-only: not disabled, absent.
             self._bindings = BindingsMap([*(b for _, b in self._bindings), *SIGNAL_BINDINGS])
-
-    # ---- theme ----------------------------------------------------------------------------
-    def get_theme_variable_defaults(self) -> dict[str, str]:
-        return dict(APP_VARIABLES)
-
-    def _register_themes(self) -> None:
-        """Register theme files and pick the theme; called from __init__ so that the first
-        CSS pass already uses it (switching in on_mount re-styles every widget, ~1 s)."""
-        for theme in self.theme_set.themes.values():
-            self.register_theme(theme)
-        wanted = self.requested_theme
-        self._theme_notices = [
-            (problem, "Theme file error") for problem in self.theme_set.problems
-        ]
-        if wanted not in self.available_themes:
-            fallback = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else FALLBACK_THEME
-            self._theme_notices.append((f"theme {wanted!r} could not be loaded; using {fallback!r}", "Theme"))
-            wanted = fallback
-        self.theme = wanted
-
-    def _show_theme_notices(self) -> None:
-        for message, title in self._theme_notices:
-            self.notify(message, title=title, severity="warning", timeout=10, markup=False)
 
     # ---- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
@@ -337,7 +328,7 @@ class GpuMemApp(App[None]):
         self.poll_error = None
         self._record(snap)
         for notice in snap.notices:
-            self.notify(printable(notice, 1024), severity="information", timeout=8, markup=False)
+            self._show_notice(printable(notice, 1024))
         devices = self.device_panel
         devices.display = bool(snap.devices)
         devices.show(snap.devices, fit_width=self._left_column.size.width or None)
@@ -375,6 +366,22 @@ class GpuMemApp(App[None]):
         if self.freeze_gc_after_start and not self._gc_frozen and (self.has_side_pane or not self.side_pane_enabled):
             self._gc_frozen = True
             self.call_after_refresh(self._freeze_gc)
+
+    #: a replay's notices that say where it is now: each replaces the previous one (seeking
+    #: four times leaves one notice, the position, not four stacked over the pane)
+    POSITION_NOTICES = ("replay at ", "replay finished")
+
+    def _show_notice(self, text: str) -> None:
+        """Show a notice of the source; a replay's position notice replaces the last one."""
+        if not (self.replay and text.startswith(self.POSITION_NOTICES)):
+            self.notify(text, severity="information", timeout=8, markup=False)
+            return
+        from textual.notifications import Notification, Notify
+
+        if self._position_notice is not None:
+            self._unnotify(self._position_notice)  # gone already (timed out): nothing happens
+        self._position_notice = Notification(text, timeout=8, markup=False)
+        self.post_message(Notify(self._position_notice))
 
     @staticmethod
     def _freeze_gc() -> None:
@@ -484,45 +491,10 @@ class GpuMemApp(App[None]):
 
     # ---- status ---------------------------------------------------------------------------
     def status_text(self) -> Text:
-        """The one-line status: NVML state, counts, sort/filter, poll errors."""
-        snap = self.snapshot
-        text = Text()
-        text.append("gpumem-tui ", style="bold")
-        if snap is None:
-            text.append("waiting for the first sample…")
-        elif snap.nvml_error:
-            narrow = self.size_class == "narrow"  # the same facts in a line that fits 80 columns
-            text.append("no NVML: " if narrow else "NVML not available: ", style="bold")
-            text.append(printable(snap.nvml_error, 300))
-            text.append(f" · {'' if narrow else 'showing '}{len(snap.processes)} host processes")
-            if not narrow and not self.banner and not snap.probes:
-                text.append(" · `gpumem-tui demo` runs a built-in training job to watch")
-        else:
-            text.append(f"{len(snap.devices)} GPU{'s' if len(snap.devices) != 1 else ''}")
-            if snap.driver_version:
-                text.append(f" · driver {printable(snap.driver_version, 32)}")
-            if snap.cuda_driver_version:
-                text.append(f" · CUDA {printable(snap.cuda_driver_version, 32)}")
-            text.append(f" · {len(snap.processes)} processes")
-            if self.table.hidden_rows:
-                text.append(f" ({self.table.hidden_rows} not listed: / filters)")
-        if self.banner:
-            text.append(f" · {self.banner}")
-        if self.is_mounted:
-            table = self.table
-            if table.filter.active:
-                text.append(f" · filter: {printable(self.filter_box.value, 80)}")
-            if table.filter.problems:
-                text.append(f" ({'; '.join(table.filter.problems)})")
-        if self.readonly:
-            text.append(" · read-only")
-        if self.side_pane_hidden and not self._side_toggled:
-            text.append(" · e: estimator")  # the pane left with the width: say how to get it
-        if self.poll_error:
-            text.append(" · poll failed: ", style="bold")
-            text.append(printable(self.poll_error, 300))
-            text.append(" (retrying)")
-        return text
+        """The one-line status (:func:`gpumem_tui.ui.status_line.dashboard_status`)."""
+        from gpumem_tui.ui.status_line import dashboard_status
+
+        return dashboard_status(self)
 
     def _watch_poll(self) -> None:
         stuck = self.poller.in_flight_seconds()
@@ -540,22 +512,18 @@ class GpuMemApp(App[None]):
             self.replay_bar.update(self.replay_text(), layout=False)
 
     def replay_text(self) -> Text:
+        """The replay line: playing / paused / ended, position, speed and (not narrow) the keys."""
+        from gpumem_tui.ui.status_line import replay_line
+
         src = self.source
-        paused = bool(getattr(src, "paused", False))
-        pos = getattr(src, "position", None)
-        dur = getattr(src, "duration", None)
-        speed = getattr(src, "speed", None)
-        text = Text("replay ", style="bold")
-        text.append("⏸ paused" if paused else "▶ playing")
-        if isinstance(pos, (int, float)):
-            text.append(f" · {pos:.1f} s")
-            if isinstance(dur, (int, float)):
-                text.append(f" / {dur:.1f} s")
-        if isinstance(speed, (int, float)):
-            text.append(f" · ×{speed:g}")
-        if self.size_class != "narrow":  # narrow: the key line lists them
-            text.append(" · space pause · ←/→ seek 10 s · +/- speed")
-        return text
+        return replay_line(
+            paused=bool(getattr(src, "paused", False)),
+            ended=bool(getattr(src, "finished", False)),
+            position=getattr(src, "position", None),
+            duration=getattr(src, "duration", None),
+            speed=getattr(src, "speed", None),
+            keys=self.size_class != "narrow",  # narrow: the key line lists them
+        )
 
     # ---- chart ----------------------------------------------------------------------------
     def device_total(self, index: int | None) -> int | None:
@@ -644,13 +612,20 @@ class GpuMemApp(App[None]):
             where = f"GPU {proc.device_index}" if proc is not None and proc.device_index is not None else "host"
             chart.set_title(f"PID {ident} ({where}) {name}".rstrip())
             if not curves:
-                chart.set_message(f"PID {ident}: no memory figure to chart (NVML reports none for it)")
+                chart.set_message(self._no_curve_reason(ident, snap))
         chart.set_series(curves, snap.time)
         chart.set_total(total, "GPU total")
         chart.set_phase_marks(marks)
         chart.set_phase_peaks(self.phase_peaks.get(ident, ()) if kind == "proc" else ())
         self.bands, note = self._predicted_bands(target)
         chart.set_bands(self.bands, note)  # replots
+
+    @staticmethod
+    def _no_curve_reason(pid: int, snap: Snapshot) -> str:
+        """Why PID ``pid`` has no curve: no NVML at all, or NVML gives no figure for it."""
+        if snap.nvml_error:
+            return f"no NVML ({printable(snap.nvml_error, 40)}): no GPU memory to chart for PID {pid}"
+        return f"PID {pid}: no memory figure to chart (NVML reports none for it)"
 
     def _predicted_bands(self, target: tuple[str, int]) -> tuple[list[Band], str | None]:
         """The bands to draw for the chart's target and the legend's note about them.
@@ -673,8 +648,14 @@ class GpuMemApp(App[None]):
     # ---- side pane (estimator / comparison) -------------------------------------------------
     def on_estimator_panel_estimate_changed(self, message: Any) -> None:
         """A change of the form is the estimate of the process the form belonged to (if any):
-        it becomes that PID's estimate, drawn on its chart and compared with its samples."""
+        it becomes that PID's estimate, drawn on its chart; on a probed PID it is a what-if,
+        shown beside (not instead of) the comparison of the job's own estimate. The form
+        showing the PID's estimate as it is (its probe's, or the what-if already set) is no
+        change."""
         if message.pid is None:
+            return
+        current = self.process_estimates.get(message.pid)
+        if current is not None and (current.architecture, current.spec) == (message.architecture, message.spec):
             return
         self.process_estimates.set_user(message.pid, message.architecture, message.spec, message.estimate, message.model)
         if self.chart_target == ("proc", message.pid):
@@ -700,6 +681,11 @@ class GpuMemApp(App[None]):
             footer.compact = wanted != "wide"
 
     @property
+    def side_pane_toggled(self) -> bool:
+        """True once the user showed or hid the pane with `e` (it no longer follows the width)."""
+        return self._side_toggled
+
+    @property
     def side_pane_hidden(self) -> bool:
         """True when the pane exists but is not shown (the status line then says `e`)."""
         if not self.has_side_pane or not self.screen_stack:
@@ -723,10 +709,15 @@ class GpuMemApp(App[None]):
             gpu_label=self.device_name(gpu),
             pid=pid,
             process=self.process_estimates.get(pid),
+            job=self.process_estimates.probe_estimate(pid) if pid is not None else None,
             measured=self.probed.summary(pid),
             gpu_context=self.gpu_contexts.get(gpu) if gpu is not None else None,
             limit_bytes=self.live_limit(pid),
         )
+        what_if = self._what_if_pid()
+        if what_if != self._what_if_shown:  # `p` (back to the job's estimate) comes or goes
+            self._what_if_shown = what_if
+            self.refresh_bindings()
         error = pane.push(self.screen_stack[0], self._pane_state, selection)
         if error:
             self.notify(error, title="Estimator", severity="error", markup=False)
@@ -765,14 +756,36 @@ class GpuMemApp(App[None]):
     # ---- actions --------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in REPLAY_ACTIONS:
-            # The replay keys are priority bindings (the table would take the arrows), but a
-            # text field's arrows, space and +/- are the user's typing: the field gets them.
-            return self.replay and not isinstance(self.focused, (Input, TextArea))
+            # Priority bindings (the table would take the arrows), so only where no focused
+            # widget needs these keys: tabs switch with the arrows, fields type, checkboxes
+            # toggle with space. Elsewhere the key goes to that widget.
+            return self.replay and self.focus_on_dashboard
+        if action == "leave_field":
+            return not self.focus_on_dashboard and self.focused is not self.filter_box
+        if action == "clear_filter":  # shown (and acting) while there is a filter to clear
+            return self.focused is self.filter_box or self.filter_box.display or bool(self.filter_box.value)
+        if action in ("job_estimate", "job_estimate_in_field"):
+            in_field = isinstance(self.focused, (Input, TextArea))
+            if in_field != (action == "job_estimate_in_field"):
+                return False  # one of the two keys is shown, the one that works here
+            return self._what_if_pid() is not None  # hidden, not greyed: the footer is short
         if action == "signal" and self.readonly:
             return False
         if action == "toggle_side":
-            return self.has_side_pane
+            # Shown from the first frame when a pane will come: Textual's Footer does not redraw
+            # while the app lacks focus, so a served page (unfocused at start) kept a footer
+            # without `e` when the binding appeared only once the pane mounted.
+            return self.side_pane_enabled
         return True
+
+    @property
+    def focus_on_dashboard(self) -> bool:
+        """True when nothing or one of the dashboard's own widgets (table, GPU panel, chart)
+        has the focus, not a form field, tab bar or filter box."""
+        return self.focused is None or isinstance(self.focused, (ProcessTable, DevicePanel, MemoryChart))
+
+    def action_leave_field(self) -> None:
+        self.table.focus()
 
     def help_rows(self) -> list[tuple[str, str, str]]:
         """(keys, description, id) for every binding that is active here."""
@@ -786,10 +799,18 @@ class GpuMemApp(App[None]):
             if binding.action.split("(")[0] in REPLAY_ACTIONS and not self.replay:
                 continue
             seen.add(ident)
-            keys = self._keymap.get(binding.id, binding.key) if binding.id else binding.key
-            display = ", ".join(self.get_key_display(Binding(k.strip(), "")) for k in keys.split(","))
-            rows.append((display, binding.tooltip or binding.description, binding.id or ""))
+            rows.append((self._keys_shown(binding), binding.tooltip or binding.description, binding.id or ""))
+        # the form field's key for the job's estimate is one row with the table's key
+        merged = {row[2]: row for row in rows}
+        if "job_estimate" in merged and "job_estimate_in_field" in merged:
+            field_keys = merged["job_estimate_in_field"][0]
+            rows = [(f"{keys}, {field_keys} (in a field)", description, ident) if ident == "job_estimate" else
+                    (keys, description, ident) for keys, description, ident in rows if ident != "job_estimate_in_field"]
         return rows
+
+    def _keys_shown(self, binding: Binding) -> str:
+        keys = self._keymap.get(binding.id, binding.key) if binding.id else binding.key
+        return ", ".join(self.get_key_display(Binding(k.strip(), "")) for k in keys.split(","))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.help_rows()))
@@ -842,7 +863,12 @@ class GpuMemApp(App[None]):
             self.table_empty.update(note)
         target = self.chart_target
         if target is None and not empty and table.selected is not None:  # the filter was eased
-            self.chart_target = ("proc", table.selected.pid)
+            # back to the process charted before the filter hid every row, if it is listed
+            before, self._target_before_filter = self._target_before_filter, None
+            if before is not None and before[0] == "proc" and table.select_pid(before[1]):
+                self.chart_target = before
+            else:
+                self.chart_target = ("proc", table.selected.pid)
             self._highlighted_key = table.selected_key
             return True
         if not table.filter.active or target is None or target[0] != "proc":
@@ -850,6 +876,8 @@ class GpuMemApp(App[None]):
         if any(p.pid == target[1] for p in table.shown):
             return False
         selected = table.selected
+        if selected is None:
+            self._target_before_filter = target  # what Esc (or a wider filter) goes back to
         self.chart_target = ("proc", selected.pid) if selected is not None else None
         self._highlighted_key = table.selected_key
         return True
@@ -869,12 +897,40 @@ class GpuMemApp(App[None]):
     def action_chart_target(self) -> None:
         proc = self.table.selected
         target = self.chart_target
+        if proc is not None and proc.device_index is None and target in (None, ("proc", proc.pid)):
+            # nothing to switch to: say why rather than do nothing
+            snap = self.snapshot
+            why = (f"NVML is not available ({printable(snap.nvml_error, 80)})" if snap is not None and snap.nvml_error
+                   else f"PID {proc.pid} is on no GPU")
+            self.notify(f"no GPU chart: {why}; the chart shows the process", title="Chart", timeout=4, markup=False)
         if target and target[0] == "proc" and proc is not None and proc.device_index is not None:
             self.chart_target = ("gpu", proc.device_index)
         elif proc is not None:
             self.chart_target = ("proc", proc.pid)
         self._update_chart()
         self._update_side()
+
+    def _what_if_pid(self) -> int | None:
+        """The charted PID when its estimate is the user's what-if and its job's own (probe's)
+        estimate exists to go back to; else None."""
+        pid = self.chart_pid() if self.chart_target is None or self.chart_target[0] == "proc" else None
+        process = self.process_estimates.get(pid)
+        if pid is None or process is None or not process.is_what_if:
+            return None
+        return pid if self.process_estimates.probe_estimate(pid) is not None else None
+
+    def action_job_estimate(self) -> None:
+        pid = self._what_if_pid()
+        if pid is None:
+            self.notify("no what-if to drop: the selected process shows its job's own estimate", timeout=3)
+            return
+        self.process_estimates.clear_user(pid)
+        self.notify(f"PID {pid}: back to its job's own estimate (from its probe)", timeout=3, markup=False)
+        self._update_chart()
+        self._update_side()
+
+    def action_job_estimate_in_field(self) -> None:
+        self.action_job_estimate()
 
     def action_toggle_bands(self) -> None:
         chart = self.chart
@@ -896,6 +952,8 @@ class GpuMemApp(App[None]):
         self.chart_window = chart.window
 
     def action_toggle_side(self) -> None:
+        if not self.has_side_pane:
+            self._mount_side_pane()  # pressed before the pane came: bring it now, then toggle
         self._side_toggled = True
         for side in self.screen_stack[0].query("#side"):
             side.display = not side.display
@@ -968,34 +1026,6 @@ class GpuMemApp(App[None]):
         else:
             self.notify(f"{name} sent to PID {proc.pid} ({printable(proc.command or '', 80)})",
                         title="Signal", timeout=5, markup=False)
-
-    def deliver_screenshot(
-        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
-    ) -> str | None:
-        """Save an SVG screenshot and say where, or why not.
-
-        Textual's default saves into ~/Downloads and only says "Failed to save screenshot"
-        when that folder is missing (common on servers); here it goes to ``screenshot_dir``
-        or the working directory, written 0600 (it shows command lines) and never over a file.
-        Returns the path written, or None.
-        """
-        import os
-        import time as _time
-
-        folder = Path(os.path.expanduser(path or self.screenshot_dir or os.getcwd()))
-        name = filename or _time.strftime(f"{self.title}_%Y-%m-%dT%H_%M_%S.svg")
-        target = folder / name
-        try:
-            svg = self.export_screenshot()
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(svg)
-        except OSError as exc:
-            self.notify(f"screenshot not saved to {printable(str(target), 300)}: {exc.strerror or exc}",
-                        title="Screenshot", severity="error", timeout=10, markup=False)
-            return None
-        self.notify(f"saved to {printable(str(target), 300)}", title="Screenshot", timeout=10, markup=False)
-        return str(target)
 
     async def action_quit(self) -> None:
         self.poller.stop()

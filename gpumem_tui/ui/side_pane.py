@@ -8,9 +8,11 @@ cannot be imported. The app describes what is selected in a :class:`PaneSelectio
   ``EstimatorPanel.set_gpu_total`` (only when they change);
 - the selected PID and its :class:`~gpumem_tui.process_estimate.ProcessEstimate` ->
   ``EstimatorPanel.show_process`` (the form shows that process's own estimate);
-- that estimate + what was measured of the process so far (a
+- the job's own estimate (from its probe) + what was measured of the process so far (a
   :class:`~gpumem_tui.probed_state.ProbedSummary`) -> ``ComparisonView``, computed by
-  :func:`gpumem_tui.process_estimate.compare_summary`, the code ``gpumem-tui compare`` runs.
+  :func:`gpumem_tui.process_estimate.compare_summary`, the code ``gpumem-tui compare`` runs. A
+  user's what-if on a probed PID is not scored against the measurement (its settings are not
+  the job's): the view shows it on a line of its own, with what differs.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ NO_ESTIMATE_HINT = "attach gpumem_tui.probe to the job, or set its estimate in t
 class PaneSelection:
     """What the pane shows: the selected GPU and process, and that process's data.
 
-    ``gpu_total`` is in bytes (None: no GPU). ``measured`` is what was measured of the
-    process so far (its probe's samples, marks and high-water marks, NVML used, its setup),
-    None when it is not probed. ``gpu_context`` is the CUDA context
+    ``gpu_total`` is in bytes (None: no GPU). ``job`` is the estimate built from the process's
+    probe (None: not probed; equal to ``process`` unless the user set a what-if). ``measured``
+    is what was measured of the process so far (its probe's samples, marks and high-water
+    marks, NVML used, its setup), None when it is not probed. ``gpu_context`` is the CUDA context
     after initialisation measured on the selected GPU from a probed job there (bytes, see
     :mod:`gpumem_tui.measured_context`), or None. ``limit_bytes``: what the process's torch
     allocated may reach on its GPU now (:func:`gpumem_tui.forecast.snapshot_limit`), or None.
@@ -41,6 +44,7 @@ class PaneSelection:
     gpu_label: str | None = None
     pid: int | None = None
     process: ProcessEstimate | None = None
+    job: ProcessEstimate | None = None
     measured: ProbedSummary | None = None
     gpu_context: int | None = None
     limit_bytes: int | None = None  # the time-to-OOM's limit: the GPU's free + the process's own
@@ -116,7 +120,7 @@ def _push(screen: Any, state: PaneState, sel: PaneSelection) -> None:
         state.gpu = (sel.gpu, sel.gpu_total, sel.gpu_context)
         label = f"GPU {sel.gpu}" + (f" {sel.gpu_label}" if sel.gpu_label else "") if sel.gpu is not None else None
         panel.set_gpu_total(sel.gpu_total, label, measured_context=sel.gpu_context)
-    panel.show_process(sel.pid, sel.process)
+    panel.show_process(sel.pid, sel.process, sel.job)
     _update_comparison(view, state, sel)
 
 
@@ -125,7 +129,10 @@ def _update_comparison(view: Any, state: PaneState, sel: PaneSelection) -> None:
     from gpumem_tui.forecast import NO_LIVE_LIMIT
     from gpumem_tui.process_estimate import NoPrediction, compare_summary
 
-    pid, process, measured = sel.pid, sel.process, sel.measured
+    pid, shown, measured = sel.pid, sel.process, sel.measured
+    # The measurement is compared with the job's own estimate; a what-if is shown beside it.
+    process = sel.job if shown is not None and shown.is_what_if and sel.job is not None else shown
+    what_if = shown if process is not shown else None
     if pid is None or measured is None or not measured.record.sample_count:
         key: tuple[Any, ...] = ("none", pid)
         message = "select a process that runs gpumem_tui.probe to compare"
@@ -133,7 +140,7 @@ def _update_comparison(view: Any, state: PaneState, sel: PaneSelection) -> None:
         key = ("noest", pid, measured.version, sel.limit_bytes)
         message = _measured_only_text(measured, f"PID {pid} has no estimate: {NO_ESTIMATE_HINT}", sel.limit_bytes)
     else:
-        key = ("cmp", pid, id(process), measured.version, sel.limit_bytes)
+        key = ("cmp", pid, id(process), id(what_if), measured.version, sel.limit_bytes)
         message = None
     if state.comparison_key == key:
         return
@@ -144,15 +151,34 @@ def _update_comparison(view: Any, state: PaneState, sel: PaneSelection) -> None:
     try:
         result = compare_summary(process, measured, sel.limit_bytes, NO_LIVE_LIMIT)
     except NoPrediction as exc:
-        view.update_comparison(None, _measured_only_text(measured, f"no prediction: {exc}", sel.limit_bytes))
+        view.update_comparison(None, _measured_only_text(measured, f"no prediction: {exc}", sel.limit_bytes),
+                               what_if=what_if_line(what_if, process))
         return
     except ComparisonError as exc:
-        view.update_comparison(None, str(exc))
+        view.update_comparison(None, str(exc), what_if=what_if_line(what_if, process))
         return
     except Exception as exc:  # noqa: BLE001 -- a comparison bug must not kill the dashboard
         view.update_comparison(None, f"comparison failed: {type(exc).__name__}: {exc}")
         return
-    view.update_comparison(result, title=process.label)
+    view.update_comparison(result, title=process.label, what_if=what_if_line(what_if, process))
+
+
+def what_if_line(what_if: ProcessEstimate | None, job: ProcessEstimate) -> str | None:
+    """One line for the user's what-if beside the job's comparison, or None without one:
+    what differs, its predicted peak and the job's (never an error against the measurement:
+    the measured job ran with the job's settings)."""
+    if what_if is None:
+        return None
+    from gpumem_tui.ui.memory_bar import estimate_peak
+    from gpumem_tui.units import format_bytes
+
+    changes = ", ".join(what_if.what_if)
+    if what_if.estimate is None or job.estimate is None:
+        return f"what-if {changes}: no estimate (press p for the job's)"
+    mine, theirs = estimate_peak(what_if.estimate), estimate_peak(job.estimate)
+    return (f"what-if {changes}: predicted peak {format_bytes(mine, precision=2)} vs "
+            f"{format_bytes(theirs, precision=2)} with the job's settings (not compared with the "
+            "measurement: the job ran with its own) · p: back to the job's estimate")
 
 
 def _measured_only_text(measured: ProbedSummary, why: str, limit: int | None) -> str:

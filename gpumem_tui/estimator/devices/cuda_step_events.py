@@ -36,6 +36,7 @@ from functools import lru_cache
 from gpumem_tui.estimator.architecture import ModelArchitecture
 from gpumem_tui.estimator.devices.cuda_allocator_sim import Block, CachingAllocator
 from gpumem_tui.estimator.devices.cuda_kernels import library_workspace_bytes
+from gpumem_tui.estimator.recipes import rules as R
 from gpumem_tui.estimator.spec import TrainingSpec
 
 #: decode steps x layers simulated at most (each appends to every layer's cache); beyond, the
@@ -70,7 +71,8 @@ def supported(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
             and not arch.num_experts and not arch.mla and spec.grad_ckpt in ("none", "full")
             and spec.task in ("train", "lora", "inference") and not spec.grads_persist and spec.quant == "none"
             and spec.optimizer in ("adamw", "adam", "sgd", "sgd-momentum")
-            and arch.kind in ("decoder", "encoder") and arch.num_layers * max(1, spec.new_tokens) <= MAX_DECODE_LAYER_STEPS)
+            and arch.kind in ("decoder", "encoder") and arch.num_layers * max(1, spec.new_tokens) <= MAX_DECODE_LAYER_STEPS
+            and R.follows_measured_order(spec))
 
 
 class _Run:
@@ -533,7 +535,7 @@ def _train(st: _Step) -> SimResult:
         if ckpt:  # the autocast context exits: casts nothing saved are released
             for casts in casts_per_layer:
                 run.f(*casts)
-        kept = logits if spec.keep_outputs else None
+        kept = logits if R.keeps_outputs(spec) else None
         if kept is None:
             run.f(logits, *cache)  # del out: its logits and its cache
             cache = []

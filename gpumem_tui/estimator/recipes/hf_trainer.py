@@ -1,0 +1,30 @@
+"""``hf-trainer``: transformers ``Trainer`` over a transformers model.
+
+Read from transformers 4.57 ``src/transformers/trainer.py`` and ``training_args.py``:
+
+- ``training_step``: ``loss = self.compute_loss(model, inputs)``; ``compute_loss`` calls
+  ``outputs = model(**inputs)`` and returns only the loss (``return_outputs=False``), so the
+  output and its logits are dropped before ``accelerator.backward(loss)``: no kept output.
+- the collator's batch carries no ``use_cache``, so the model's config value applies: with
+  ``use_cache=true`` a training forward fills a ``DynamicCache`` (turned off under gradient
+  checkpointing by ``GradientCheckpointingLayer``).
+- the loss is the model's own ``ForCausalLMLoss`` (fp32 upcast of the whole logits).
+- ``gradient_checkpointing_enable()`` (``modeling_utils.py``) defaults to
+  ``{"use_reentrant": True}`` when no ``gradient_checkpointing_kwargs`` are given.
+- ``TrainingArguments.optim`` defaults to ``adamw_torch_fused`` with torch >= 2.8
+  (``adamw_torch`` before): ``torch.optim.AdamW(fused=True)``.
+- ``model.zero_grad()`` after each step: ``set_to_none=True`` (torch >= 2.0).
+"""
+
+from gpumem_tui.estimator.recipes.description import Recipe
+
+RECIPE = Recipe(
+    name="hf-trainer",
+    title="transformers Trainer (compute_loss drops the output; fused AdamW; reentrant checkpointing)",
+    source="transformers/trainer.py (training_step, compute_loss); transformers/training_args.py (optim); "
+    "transformers/modeling_utils.py (gradient_checkpointing_enable)",
+    version="transformers 4.57 with torch >= 2.8",
+    training_cache="config",
+    checkpoint_impl="reentrant",
+    optimizer_impl="fused",
+)

@@ -1,0 +1,32 @@
+"""``peft-kbit``: ``peft.prepare_model_for_kbit_training`` + transformers ``Trainer`` (QLoRA).
+
+Read from peft ``src/peft/utils/other.py`` (``prepare_model_for_kbit_training``, peft 0.x) and
+the transformers ``Trainer`` (see :mod:`.hf_trainer`):
+
+- every parameter is frozen, then "cast all non INT8 parameters to fp32": each fp16 / bf16
+  parameter (embeddings, norms, LM head, biases; not the packed ``Params4bit`` / ``Int8Params``
+  weights) becomes fp32. The embedding output is then fp32, each norm returns fp32 and each
+  bitsandbytes Linear casts its output back to its input's dtype, so the residual stream and
+  the logits are fp32.
+- ``use_gradient_checkpointing=True`` (default) calls ``model.gradient_checkpointing_enable``:
+  reentrant unless ``gradient_checkpointing_kwargs={"use_reentrant": False}``, and with
+  reentrant checkpointing ``model.enable_input_require_grads()`` makes the embedding output
+  require grad.
+- the rest is the Trainer's: no kept output, config ``use_cache`` (off under checkpointing),
+  fused AdamW with torch >= 2.8.
+"""
+
+from gpumem_tui.estimator.recipes.description import Recipe
+
+RECIPE = Recipe(
+    name="peft-kbit",
+    title="peft prepare_model_for_kbit_training + Trainer (fp32 non-quantized params, checkpointing on)",
+    source="peft/utils/other.py (prepare_model_for_kbit_training); transformers/trainer.py",
+    version="peft 0.x, transformers 4.57",
+    training_cache="config",
+    checkpoint_impl="reentrant",
+    default_grad_ckpt="full",
+    optimizer_impl="fused",
+    kbit_fp32_non_quantized=True,
+    input_requires_grad=True,
+)

@@ -1,0 +1,75 @@
+"""What every gpumem-tui Textual app shares: the theme files and the command palette's
+Screenshot (the dashboard, :class:`gpumem_tui.ui.app.GpuMemApp`, and the fleet screen,
+:class:`gpumem_tui.fleet_screen.FleetApp`).
+
+:class:`ThemedAppMixin` goes before ``App`` in the bases. The app sets ``requested_theme``
+(a theme name), ``theme_set`` (a :class:`~gpumem_tui.ui.themes.ThemeSet`) and
+``screenshot_dir`` (a folder or None) and calls ``_register_themes()`` from ``__init__`` and
+``_show_theme_notices()`` from ``on_mount``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from gpumem_tui.text import printable
+from gpumem_tui.ui.themes import APP_VARIABLES, DEFAULT_THEME, FALLBACK_THEME, ThemeSet
+
+
+class ThemedAppMixin:
+    """Theme registration with a fallback notice, and a Screenshot that says where it went."""
+
+    requested_theme: str = DEFAULT_THEME
+    theme_set: ThemeSet
+    screenshot_dir: str | None = None
+    _theme_notices: list[tuple[str, str]]
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        """The app's own colour variables (:data:`gpumem_tui.ui.themes.APP_VARIABLES`)."""
+        return dict(APP_VARIABLES)
+
+    def _register_themes(self) -> None:
+        """Register theme files and pick the theme; called from __init__ so that the first
+        CSS pass already uses it (switching in on_mount re-styles every widget, ~1 s)."""
+        for theme in self.theme_set.themes.values():
+            self.register_theme(theme)  # type: ignore[attr-defined]
+        wanted = self.requested_theme
+        self._theme_notices = [(problem, "Theme file error") for problem in self.theme_set.problems]
+        if wanted not in self.available_themes:  # type: ignore[attr-defined]
+            fallback = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else FALLBACK_THEME  # type: ignore[attr-defined]
+            self._theme_notices.append((f"theme {wanted!r} could not be loaded; using {fallback!r}", "Theme"))
+            wanted = fallback
+        self.theme = wanted
+
+    def _show_theme_notices(self) -> None:
+        for message, title in self._theme_notices:
+            self.notify(message, title=title, severity="warning", timeout=10, markup=False)  # type: ignore[attr-defined]
+
+    def deliver_screenshot(
+        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
+    ) -> str | None:
+        """Save an SVG screenshot and say where, or why not.
+
+        Textual's default saves into ~/Downloads and only says "Failed to save screenshot"
+        when that folder is missing (common on servers); here it goes to ``screenshot_dir``
+        or the working directory, written 0600 (it shows command lines) and never over a file.
+        Returns the path written, or None.
+        """
+        folder = Path(os.path.expanduser(path or self.screenshot_dir or os.getcwd()))
+        # the title may hold a URL or host name from outside: keep only what a file name can
+        title = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(self.title))[:80]  # type: ignore[attr-defined]
+        name = filename or time.strftime(f"{title}_%Y-%m-%dT%H_%M_%S.svg")
+        target = folder / name
+        try:
+            svg = self.export_screenshot()  # type: ignore[attr-defined]
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(svg)
+        except OSError as exc:
+            self.notify(f"screenshot not saved to {printable(str(target), 300)}: {exc.strerror or exc}",  # type: ignore[attr-defined]
+                        title="Screenshot", severity="error", timeout=10, markup=False)
+            return None
+        self.notify(f"saved to {printable(str(target), 300)}", title="Screenshot", timeout=10, markup=False)  # type: ignore[attr-defined]
+        return str(target)
