@@ -25,6 +25,9 @@ dcgm-exporter's names in ``docs/exporter.md``):
   ``gpumem_probe_predicted_peak_bytes`` (the estimator's peak for the probe's own setup, the
   same :class:`~gpumem_tui.process_estimate.ProcessEstimate` the dashboard draws: NVML-used
   scope on CUDA), ``gpumem_probe_step``, and ``gpumem_probe_phase{phase="backward"} 1``;
+  ``gpumem_process_seconds_to_oom`` (labels ``gpu``, ``uuid``, ``pid``): when its per-step peak
+  rises steadily, the seconds until it reaches the GPU's free memory + its own
+  (:mod:`gpumem_tui.forecast`; left out when there is no such forecast);
 - ``gpumem_exporter_nvml_up`` (0 without a driver: the exporter still serves),
   ``gpumem_exporter_poll_duration_seconds`` (its own last good poll) and
   ``gpumem_exporter_poll_errors_total`` (polls that raised: the series above keep the last good
@@ -54,8 +57,16 @@ from pathlib import Path
 
 from gpumem_tui.cli_support import InputError, OneLineParser, positive_seconds
 from gpumem_tui.exporter_http import HostPolicy, host_name, serve_metrics
-from gpumem_tui.exporter_series import COMMAND_LIMIT, gpu_families, probe_families, process_families
+from gpumem_tui.exporter_series import (
+    COMMAND_LIMIT,
+    gpu_families,
+    oom_family,
+    probe_families,
+    process_families,
+    seconds_to_oom,
+)
 from gpumem_tui.exporter_text import MetricsApp, TextEncoder
+from gpumem_tui.probed_state import ProbedProcesses
 from gpumem_tui.process_estimate import ProcessEstimates
 from gpumem_tui.telemetry.model import PhaseMark, Snapshot
 
@@ -90,6 +101,9 @@ class ExporterState:
     last_poll_error: str | None = None
     probed: dict[int, _Probed] = field(default_factory=dict)
     estimates: ProcessEstimates = field(default_factory=ProcessEstimates)
+    # per probed PID what was measured so far (per-step peaks: the time-to-OOM), the same
+    # bounded state the dashboard and compare keep (DESIGN.md rule 4)
+    measured: ProbedProcesses = field(default_factory=ProbedProcesses)
     generation: int = 0  # counts updates and failed polls: the served bytes change only with it
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -118,6 +132,7 @@ class ExporterState:
             for pid in [pid for pid in self.probed if pid not in present]:
                 del self.probed[pid]
             self.estimates.prune(self.probed)
+            self.measured.add_snapshot(snap)
             self.snapshot = snap
             self.poll_seconds = poll_seconds
             self.generation += 1
@@ -156,6 +171,7 @@ def metric_families(state: ExporterState) -> Iterator[object]:
         snap, poll_seconds, poll_errors = state.snapshot, state.poll_seconds, state.poll_errors
         probed = {pid: (kept.measured_peak_bytes, kept.last_mark, state.estimates.get(pid))
                   for pid, kept in state.probed.items()}
+        oom = seconds_to_oom(snap, state.measured, sorted(probed)) if snap is not None else []
     up = GaugeMetricFamily("gpumem_exporter_nvml_up", "1 when NVML answered the last poll, else 0")
     up.add_metric([], 0.0 if snap is None or snap.nvml_error else 1.0)
     yield up
@@ -171,6 +187,7 @@ def metric_families(state: ExporterState) -> Iterator[object]:
     yield from gpu_families(snap)
     yield from process_families(snap)
     yield from probe_families(probed)
+    yield oom_family(oom)
 
 
 def exposition(state: ExporterState) -> bytes:

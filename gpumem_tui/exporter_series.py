@@ -26,6 +26,9 @@ empty): ``gpumem_process_memory_used_bytes`` (NVML used),
 ``gpumem_process_host_cpu_ratio`` (CPU time per second: 1 = one core busy) and
 ``gpumem_process_host_rss_bytes``. Only the processes of the last poll are exported, so ended
 processes drop out and the label sets stay bounded.
+
+Per probed process with a time-to-OOM (labels ``gpu``, ``uuid``, ``pid``):
+``gpumem_process_seconds_to_oom`` (:mod:`gpumem_tui.forecast`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from gpumem_tui.forecast import forecast, snapshot_limit
 from gpumem_tui.telemetry.model import DeviceSample, PhaseMark, Snapshot
 from gpumem_tui.text import printable
 
@@ -172,3 +176,35 @@ def probe_families(probed: dict[int, tuple[int, PhaseMark | None, Any]]) -> Iter
             step.add_metric([str(pid)], float(mark.step))
             phase.add_metric([str(pid), mark.phase.value], 1.0)
     yield from (measured, predicted, step, phase)
+
+
+def seconds_to_oom(snap: Snapshot, measured: Any, pids: list[int]) -> list[tuple[list[str], float]]:
+    """``(labels gpu, uuid, pid; seconds)`` of each of ``pids`` whose per-step peak rises
+    steadily: :func:`gpumem_tui.forecast.forecast` of its steps in ``measured`` (a
+    :class:`~gpumem_tui.probed_state.ProbedProcesses`) against
+    :func:`~gpumem_tui.forecast.snapshot_limit` of ``snap``. A PID without a forecast (no
+    drift, a poor fit, no GPU figures, no step times) is left out, never a made-up figure."""
+    out = []
+    gpu_of = {p.pid: p.device_index for p in snap.processes if p.device_index is not None}
+    uuids = {d.index: d.uuid or "" for d in snap.devices}
+    for pid in pids:
+        summary = measured.summary(pid)
+        limit = snapshot_limit(snap, pid, measured.context(pid))
+        if summary is None or limit is None or not summary.record.steps:
+            continue
+        seconds = _finite(forecast(summary.record.steps, limit).seconds_to_limit)
+        if seconds is not None:
+            out.append(([str(gpu_of[pid]), uuids.get(gpu_of[pid], ""), str(pid)], seconds))
+    return out
+
+
+def oom_family(values: list[tuple[list[str], float]]) -> object:
+    """``gpumem_process_seconds_to_oom`` with ``values`` (:func:`seconds_to_oom`)."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    family = GaugeMetricFamily("gpumem_process_seconds_to_oom",
+                               "Seconds until the process's steadily rising per-step peak reaches its GPU's free "
+                               "memory + its own (straight-line forecast)", labels=["gpu", "uuid", "pid"])
+    for labels, seconds in values:
+        family.add_metric(labels, seconds)
+    return family

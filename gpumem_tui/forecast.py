@@ -162,25 +162,25 @@ def forecast(steps: Sequence[StepPeak], limit_bytes: int | None, no_limit: str =
     return Forecast(drift, drift_reason, per_step, limit_bytes, latest, steps_left, seconds, reason)
 
 
-def live_limit(total_bytes: int | None, used_bytes: int | None, own_used_bytes: int | None,
-               own_context_bytes: int | None) -> int | None:
+def live_limit(free_bytes: int | None, own_used_bytes: int | None, own_context_bytes: int | None) -> int | None:
     """What a live CUDA job's torch allocated may reach on its GPU: ``NVML free + its own NVML
-    used - its CUDA context`` = ``total - used + own used - context`` (NVML's device and
-    per-process "used", nvmlDeviceGetMemoryInfo / nvmlDeviceGetComputeRunningProcesses; the
-    context as :class:`~gpumem_tui.measured_context.ContextMeter` measured it, 0 when not
-    measured). The allocator's cached free blocks count as room (they serve new tensors);
-    fragmentation is not modelled, so this is an upper figure. None when a figure is missing
-    or the result is not positive."""
-    if total_bytes is None or used_bytes is None or own_used_bytes is None:
+    used - its CUDA context`` (NVML's device "free" and per-process "used",
+    nvmlDeviceGetMemoryInfo / nvmlDeviceGetComputeRunningProcesses; the context as
+    :class:`~gpumem_tui.measured_context.ContextMeter` measured it, 0 when not measured). The
+    allocator's cached free blocks count as room (they serve new tensors); fragmentation is
+    not modelled, so this is an upper figure. None when a figure is missing or the result is
+    not positive."""
+    if free_bytes is None or own_used_bytes is None:
         return None
-    limit = total_bytes - used_bytes + own_used_bytes - (own_context_bytes or 0)
+    limit = free_bytes + own_used_bytes - (own_context_bytes or 0)
     return limit if limit > 0 else None
 
 
 def snapshot_limit(snap: Snapshot | None, pid: int, own_context_bytes: int | None = None) -> int | None:
     """:func:`live_limit` of ``pid`` from one poll: its NVML row with a "used" figure and that
-    GPU's total and used. None without such a row (a CPU job, NVML without per-process
-    figures) or when the process is on several GPUs (no single limit)."""
+    GPU's free memory (NVML's ``free``, else ``total - used``). None without such a row (a CPU
+    job, NVML without per-process figures) or when the process is on several GPUs (no single
+    limit)."""
     if snap is None:
         return None
     rows = [p for p in snap.processes if p.pid == pid and p.device_index is not None
@@ -191,4 +191,7 @@ def snapshot_limit(snap: Snapshot | None, pid: int, own_context_bytes: int | Non
     device = next((d for d in snap.devices if d.index == row.device_index), None)
     if device is None:
         return None
-    return live_limit(device.memory_total_bytes, device.memory_used_bytes, row.used_memory_bytes, own_context_bytes)
+    free = device.memory_free_bytes
+    if free is None and device.memory_total_bytes is not None and device.memory_used_bytes is not None:
+        free = device.memory_total_bytes - device.memory_used_bytes
+    return live_limit(free, row.used_memory_bytes, own_context_bytes)

@@ -34,6 +34,7 @@ from gpumem_tui.telemetry.model import (
     DeviceSample,
     Phase,
     PhaseMark,
+    PhasePeak,
     ProbeInfo,
     ProbeSample,
     ProcessSample,
@@ -424,3 +425,32 @@ def test_cli_refuses_a_foreign_host_and_a_bad_allow_host(tmp_path):
     finally:
         proc.terminate()
         proc.communicate(timeout=10)
+
+
+def _leaky_poll(n: int, pid: int = 4242, rate: int = 12 * MiB) -> Snapshot:
+    """Poll ``n`` (1, 2, ...) of a probed CUDA job without a model config: four steps per poll,
+    one second each, the per-step peak ``rate`` bytes higher each step; GPU 0 has 20 GiB free."""
+    steps = range(4 * n - 3, 4 * n + 1)
+    peaks = tuple(PhasePeak(pid=pid, step=s, phase=Phase.BACKWARD, start=100.0 + s, end=101.0 + s,
+                            peak_bytes=2 * GiB + rate * s, device="cuda") for s in steps)
+    gpu = _device(0, memory_free_bytes=20 * GiB)
+    row = ProcessSample(pid=pid, device_index=0, type=ProcessType.COMPUTE, used_memory_bytes=6 * GiB)
+    return Snapshot(time=101.0 + steps[-1], devices=(gpu,), processes=(row,), phase_peaks=peaks,
+                    probes=(ProbeSample(101.0 + steps[-1], pid, "cuda:0", 2 * GiB),),
+                    probe_infos=(ProbeInfo(pid, None, (("batch", 4),)),))
+
+
+def test_seconds_to_oom_of_a_leaking_probed_job_and_none_for_a_flat_one():
+    state = ExporterState()
+    for n in range(1, 6):  # 20 steps
+        state.update(_leaky_poll(n), 0.01)
+    got = _samples(build_registry(state))
+    # limit: 20 GiB free + 6 GiB own used (no context measured); latest peak: step 20's
+    steps_left = (26 * GiB - (2 * GiB + 12 * MiB * 20)) // (12 * MiB)
+    assert got["gpumem_process_seconds_to_oom"] == [({"gpu": "0", "uuid": "GPU-0", "pid": "4242"},
+                                                      pytest.approx(steps_left * 1.0))]
+    assert b"gpumem_process_seconds_to_oom{" in exposition(state)  # the custom writer has it too
+    flat = ExporterState()
+    for n in range(1, 6):
+        flat.update(_leaky_poll(n, rate=0), 0.01)
+    assert "gpumem_process_seconds_to_oom" not in _samples(build_registry(flat))  # no drift: left out

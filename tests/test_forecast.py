@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gpumem_tui.forecast import NO_LIMIT, forecast, format_duration, live_limit
+from gpumem_tui.forecast import NO_LIMIT, forecast, format_duration, live_limit, snapshot_limit
 from gpumem_tui.step_peaks import MIN_DRIFT_STEPS, WARMUP_STEPS, StepPeak
+from gpumem_tui.telemetry.model import DeviceSample, ProcessSample, ProcessType, Snapshot
 
 MiB = 1 << 20
 
@@ -84,9 +86,21 @@ def test_a_line_is_fitted_exactly_and_meets_the_limit_where_it_says(base, rate, 
 
 
 def test_live_limit_is_free_plus_own_used_minus_context():
-    assert live_limit(80 * 1024 * MiB, 50 * 1024 * MiB, 20 * 1024 * MiB, 500 * MiB) == (50 * 1024 - 500) * MiB
-    assert live_limit(80 * 1024 * MiB, None, 20 * 1024 * MiB, None) is None
-    assert live_limit(100, 100, 0, 10) is None  # nothing left: no limit, not a negative one
+    assert live_limit(30 * 1024 * MiB, 20 * 1024 * MiB, 500 * MiB) == (50 * 1024 - 500) * MiB
+    assert live_limit(None, 20 * 1024 * MiB, None) is None
+    assert live_limit(0, 0, 10) is None  # nothing left: no limit, not a negative one
+
+
+def test_snapshot_limit_reads_the_process_row_and_its_gpu():
+    gpu = DeviceSample(0, "GPU", "GPU-0", 80 * 1024 * MiB, 50 * 1024 * MiB, None, None, None, None)
+    row = ProcessSample(pid=7, device_index=0, type=ProcessType.COMPUTE, used_memory_bytes=20 * 1024 * MiB)
+    snap = Snapshot(time=1.0, devices=(gpu,), processes=(row,))
+    assert snapshot_limit(snap, 7) == 50 * 1024 * MiB  # total - used + own
+    with_free = Snapshot(time=1.0, devices=(replace(gpu, memory_free_bytes=10 * 1024 * MiB),), processes=(row,))
+    assert snapshot_limit(with_free, 7, 300 * MiB) == (30 * 1024 - 300) * MiB  # NVML's free wins
+    assert snapshot_limit(snap, 8) is None  # not on a GPU
+    two = Snapshot(time=1.0, devices=(gpu, replace(gpu, index=1)), processes=(row, replace(row, device_index=1)))
+    assert snapshot_limit(two, 7) is None  # several GPUs: no single limit
 
 
 def test_durations_read_in_the_largest_sensible_unit():
