@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpumem_tui.comparison import ComparisonError
+from gpumem_tui.forecast import NO_LIVE_LIMIT
 from gpumem_tui.process_estimate import compare_probed, compare_summary, compare_trace
 from gpumem_tui.telemetry.replay import ReplaySource
 from gpumem_tui.ui.comparison_view import ComparisonView
@@ -33,11 +34,11 @@ class Clock:
         return self.now
 
 
-def expected_at(position: float) -> dict | str:
-    """``compare`` of the trace cut at ``position``: its JSON without the reader's notices, or
-    the error it gives."""
+def expected_at(position: float, limit: int | None = None) -> dict | str:
+    """``compare`` of the trace cut at ``position`` (``--limit limit``): its JSON without the
+    reader's notices, or the error it gives."""
     try:
-        result = compare_trace(TRACE, pid=PID, until=position)
+        result = compare_trace(TRACE, pid=PID, until=position, limit_bytes=limit)
     except ComparisonError as exc:
         return str(exc)
     result.pop("trace_notices")
@@ -91,7 +92,10 @@ async def test_the_pane_after_seeks_pauses_and_speed_changes_shows_compare_at_th
             await wait_for(pilot, lambda: source.position == pytest.approx(expected_position)
                            and app.snapshot is not None and source._seek_to is None, timeout=20)
             await pilot.pause(0.3)  # a poll after the position settled
-            expected = expected_at(source.position)
+            # the pane's time-to-OOM limit is the GPU's free memory + the job's own there:
+            # compare --limit with that figure
+            limit = app.live_limit(PID)
+            expected = expected_at(source.position, limit)
             if any(p.pid == PID for p in app.snapshot.processes):
                 app.table.select_pid(PID)
             view = view or app.query_one(ComparisonView)
@@ -110,7 +114,7 @@ async def test_the_pane_after_seeks_pauses_and_speed_changes_shows_compare_at_th
             if isinstance(expected, str):
                 assert process is None or summary is None or not summary.record.sample_count
             else:
-                assert compare_summary(process, summary).to_json() == expected
+                assert compare_summary(process, summary, limit, NO_LIVE_LIMIT).to_json() == expected
 
         await wait_for(pilot, lambda: app.query(ComparisonView) and app.snapshot is not None, timeout=20)
         clock.now = 20.0  # play to 20 s
