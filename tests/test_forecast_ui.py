@@ -118,4 +118,5 @@ def test_the_pane_says_there_is_no_prediction_and_gives_the_time_to_oom():
     # floor((14384 - 2002 - 12 N) / 12) = 1031 - N steps left after step N, a whole poll's (4)
     assert (1031 - steps) % 4 == 0 and 8 <= 1031 - steps < 1031
     assert format_duration(steps * 1.0) == match.group(2)
-    assert "measured peak" in text
+    lines = text.splitlines()  # one line each, not an escaped "\n"
+    assert len(lines) == 3 and lines[1].startswith("measured peak ") and lines[2].startswith("time-to-OOM: ")

@@ -153,7 +153,8 @@ class ComparisonView(Vertical):
         notes = self.query_one("#cmp-notes", Static)
         table.clear()
         if result is None:
-            figure.update(Text(printable(reason or "no comparison yet: select a probed process", limit=500)))
+            lines = (reason or "no comparison yet: select a probed process").split("\n")  # each line made printable
+            figure.update(Text("\n".join(printable(line, limit=500) for line in lines[:8])))
             figure.add_class("-none")
             notes.update("")
             return
