@@ -399,7 +399,8 @@ def measured_only(summary: ProbedSummary, problem: str, limit_bytes: int | None 
     device = kinds[0] if len(kinds) == 1 else (record.device or "?")
     peak = max(record.peak_allocated or 0, record.highest_step or 0) if record.sample_count else None
     outlook = forecast(record.steps, limit_bytes)
-    notes = [] if outlook.drift is None else [f"the {outlook.drift.what} rises steadily: {outlook.drift.text()} (a leak?)"]
+    drift = outlook.drift
+    notes = [] if drift is None else [f"the {drift.what} rises steadily: {drift.text()} (a leak?)"]
     return {
         "pid": record.pid, "device": device,
         "measured_figure": FIGURE_ALLOCATED if device == "cuda" else FIGURE_CPU_LIVE,

@@ -105,3 +105,23 @@ def test_snapshot_limit_reads_the_process_row_and_its_gpu():
 
 def test_durations_read_in_the_largest_sensible_unit():
     assert [format_duration(x) for x in (45, 1500, 5.2 * 3600, 3 * 86400)] == ["~45 s", "~25 min", "~5.2 h", "~3 d"]
+
+
+def test_a_comparison_with_a_prediction_carries_the_time_to_oom_against_the_limit():
+    import json
+
+    from gpumem_tui.estimator.architecture import CATALOGUE_DIR
+    from gpumem_tui.process_estimate import compare_snapshots
+    from gpumem_tui.telemetry.model import Phase, PhasePeak, ProbeInfo, ProbeSample
+
+    config = json.loads((CATALOGUE_DIR / "gpt2.json").read_text())
+    info = ProbeInfo(9, config, (("batch", 1), ("seq", 32), ("device", "cpu")))
+    snaps = [Snapshot(time=100.0 + s, probe_infos=(info,),
+                      probes=(ProbeSample(100.0 + s, 9, "cpu", 600 * MiB + 4 * MiB * s),),
+                      phase_peaks=(PhasePeak(9, s, Phase.BACKWARD, 99.5 + s, 100.0 + s, 700 * MiB + 4 * MiB * s,
+                                             device="cpu"),))
+             for s in range(1, 31)]
+    out = compare_snapshots(snaps, limit_bytes=2048 * MiB).to_json()
+    assert "no_prediction" not in out and out["peak_predicted_bytes"] > 0
+    assert out["drift"]["bytes_per_step"] == 4 * MiB and out["drift"]["over_steps"] == 28
+    assert out["steps_to_limit"] == (2048 - 700 - 120) // 4 and out["seconds_to_limit"] == out["steps_to_limit"] * 1.0
