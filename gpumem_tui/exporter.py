@@ -24,10 +24,12 @@ dcgm-exporter's names in ``docs/exporter.md``):
   torch allocated / live-tensor figure the probe reported, high-water marks included),
   ``gpumem_probe_predicted_peak_bytes`` (the estimator's peak for the probe's own setup, the
   same :class:`~gpumem_tui.process_estimate.ProcessEstimate` the dashboard draws: NVML-used
-  scope on CUDA), ``gpumem_probe_step``, and ``gpumem_probe_phase{phase="backward"} 1``;
-  ``gpumem_process_seconds_to_oom`` (labels ``gpu``, ``uuid``, ``pid``): when its per-step peak
-  rises steadily, the seconds until it reaches the GPU's free memory + its own
-  (:mod:`gpumem_tui.forecast`; left out when there is no such forecast);
+  scope on CUDA), ``gpumem_probe_prediction_available`` (1 / 0: 0 when the probe published no
+  model config or a setup the estimator cannot use), ``gpumem_probe_step``, and
+  ``gpumem_probe_phase{phase="backward"} 1``; when its per-step peak rises steadily,
+  ``gpumem_probe_drift_bytes_per_step`` and ``gpumem_process_seconds_to_oom`` (labels ``gpu``,
+  ``uuid``, ``pid``): the seconds until it reaches the GPU's free memory + its own
+  (:mod:`gpumem_tui.forecast`; each left out when there is no such figure);
 - ``gpumem_exporter_nvml_up`` (0 without a driver: the exporter still serves),
   ``gpumem_exporter_poll_duration_seconds`` (its own last good poll) and
   ``gpumem_exporter_poll_errors_total`` (polls that raised: the series above keep the last good
@@ -60,10 +62,10 @@ from gpumem_tui.exporter_http import HostPolicy, host_name, serve_metrics
 from gpumem_tui.exporter_series import (
     COMMAND_LIMIT,
     gpu_families,
-    oom_family,
+    forecast_families,
+    forecasts,
     probe_families,
     process_families,
-    seconds_to_oom,
 )
 from gpumem_tui.exporter_text import MetricsApp, TextEncoder
 from gpumem_tui.probed_state import ProbedProcesses
@@ -171,7 +173,7 @@ def metric_families(state: ExporterState) -> Iterator[object]:
         snap, poll_seconds, poll_errors = state.snapshot, state.poll_seconds, state.poll_errors
         probed = {pid: (kept.measured_peak_bytes, kept.last_mark, state.estimates.get(pid))
                   for pid, kept in state.probed.items()}
-        oom = seconds_to_oom(snap, state.measured, sorted(probed)) if snap is not None else []
+        outlooks = forecasts(snap, state.measured, sorted(probed)) if snap is not None else []
     up = GaugeMetricFamily("gpumem_exporter_nvml_up", "1 when NVML answered the last poll, else 0")
     up.add_metric([], 0.0 if snap is None or snap.nvml_error else 1.0)
     yield up
@@ -187,7 +189,7 @@ def metric_families(state: ExporterState) -> Iterator[object]:
     yield from gpu_families(snap)
     yield from process_families(snap)
     yield from probe_families(probed)
-    yield oom_family(oom)
+    yield from forecast_families(outlooks)
 
 
 def exposition(state: ExporterState) -> bytes:

@@ -27,8 +27,9 @@ empty): ``gpumem_process_memory_used_bytes`` (NVML used),
 ``gpumem_process_host_rss_bytes``. Only the processes of the last poll are exported, so ended
 processes drop out and the label sets stay bounded.
 
-Per probed process with a time-to-OOM (labels ``gpu``, ``uuid``, ``pid``):
-``gpumem_process_seconds_to_oom`` (:mod:`gpumem_tui.forecast`).
+Per probed process whose per-step peak rises steadily: ``gpumem_probe_drift_bytes_per_step``
+(label ``pid``) and, with a time-to-OOM, ``gpumem_process_seconds_to_oom`` (labels ``gpu``,
+``uuid``, ``pid``) (:mod:`gpumem_tui.forecast`).
 """
 
 from __future__ import annotations
@@ -167,44 +168,59 @@ def probe_families(probed: dict[int, tuple[int, PhaseMark | None, Any]]) -> Iter
                                   "The estimator's peak for the probe's setup (NVML-used scope on CUDA)", labels=["pid"])
     step = GaugeMetricFamily("gpumem_probe_step", "The probed job's current training step", labels=["pid"])
     phase = GaugeMetricFamily("gpumem_probe_phase", "1 for the probed job's current phase", labels=["pid", "phase"])
+    available = GaugeMetricFamily("gpumem_probe_prediction_available",
+                                  "1 when the estimator predicts the probed job's memory, 0 when not (e.g. its probe "
+                                  "published no model config: only what was measured is served)", labels=["pid"])
     for pid, (peak, mark, estimate) in sorted(probed.items()):
         if peak:
             measured.add_metric([str(pid)], float(peak))
-        if estimate is not None and estimate.estimate is not None:
+        predicts = estimate is not None and estimate.estimate is not None
+        available.add_metric([str(pid)], 1.0 if predicts else 0.0)
+        if predicts:
             predicted.add_metric([str(pid)], float(estimate.estimate.peak_bytes))
         if mark is not None:
             step.add_metric([str(pid)], float(mark.step))
             phase.add_metric([str(pid), mark.phase.value], 1.0)
-    yield from (measured, predicted, step, phase)
+    yield from (measured, predicted, available, step, phase)
 
 
-def seconds_to_oom(snap: Snapshot, measured: Any, pids: list[int]) -> list[tuple[list[str], float]]:
-    """``(labels gpu, uuid, pid; seconds)`` of each of ``pids`` whose per-step peak rises
-    steadily: :func:`gpumem_tui.forecast.forecast` of its steps in ``measured`` (a
+def forecasts(snap: Snapshot, measured: Any, pids: list[int]) -> list[tuple[int, str, str, Any]]:
+    """``(pid, gpu, uuid, Forecast)`` of each of ``pids`` with per-step peaks:
+    :func:`gpumem_tui.forecast.forecast` of its steps in ``measured`` (a
     :class:`~gpumem_tui.probed_state.ProbedProcesses`) against
-    :func:`~gpumem_tui.forecast.snapshot_limit` of ``snap``. A PID without a forecast (no
-    drift, a poor fit, no GPU figures, no step times) is left out, never a made-up figure."""
+    :func:`~gpumem_tui.forecast.snapshot_limit` of ``snap`` (gpu and uuid "" when the process
+    has no single GPU row: then there is no limit)."""
     out = []
     gpu_of = {p.pid: p.device_index for p in snap.processes if p.device_index is not None}
     uuids = {d.index: d.uuid or "" for d in snap.devices}
     for pid in pids:
         summary = measured.summary(pid)
-        limit = snapshot_limit(snap, pid, measured.context(pid))
-        if summary is None or limit is None or not summary.record.steps:
+        if summary is None or not summary.record.steps:
             continue
-        seconds = _finite(forecast(summary.record.steps, limit).seconds_to_limit)
-        if seconds is not None:
-            out.append(([str(gpu_of[pid]), uuids.get(gpu_of[pid], ""), str(pid)], seconds))
+        limit = snapshot_limit(snap, pid, measured.context(pid))
+        gpu = gpu_of.get(pid) if limit is not None else None
+        out.append((pid, "" if gpu is None else str(gpu), uuids.get(gpu, "") if gpu is not None else "",
+                    forecast(summary.record.steps, limit)))
     return out
 
 
-def oom_family(values: list[tuple[list[str], float]]) -> object:
-    """``gpumem_process_seconds_to_oom`` with ``values`` (:func:`seconds_to_oom`)."""
+def forecast_families(values: list[tuple[int, str, str, Any]]) -> Iterator[object]:
+    """From :func:`forecasts`: ``gpumem_probe_drift_bytes_per_step`` (label ``pid``; the
+    fitted rise of the per-step peak, only when it rises steadily) and
+    ``gpumem_process_seconds_to_oom`` (labels ``gpu``, ``uuid``, ``pid``; only with a
+    forecast in seconds). A PID without one (no drift, a poor fit, no GPU figures, no step
+    times) is left out, never a made-up figure."""
     from prometheus_client.core import GaugeMetricFamily
 
-    family = GaugeMetricFamily("gpumem_process_seconds_to_oom",
-                               "Seconds until the process's steadily rising per-step peak reaches its GPU's free "
-                               "memory + its own (straight-line forecast)", labels=["gpu", "uuid", "pid"])
-    for labels, seconds in values:
-        family.add_metric(labels, seconds)
-    return family
+    drift = GaugeMetricFamily("gpumem_probe_drift_bytes_per_step",
+                              "Steady rise of the probed job's per-step peak (least-squares fit), bytes per step",
+                              labels=["pid"])
+    oom = GaugeMetricFamily("gpumem_process_seconds_to_oom",
+                            "Seconds until the process's steadily rising per-step peak reaches its GPU's free "
+                            "memory + its own (straight-line forecast)", labels=["gpu", "uuid", "pid"])
+    for pid, gpu, uuid, outlook in values:
+        if outlook.drift is not None and (rate := _finite(outlook.drift.bytes_per_step)) is not None:
+            drift.add_metric([str(pid)], rate)
+        if gpu and (seconds := _finite(outlook.seconds_to_limit)) is not None:
+            oom.add_metric([gpu, uuid, str(pid)], seconds)
+    yield from (drift, oom)

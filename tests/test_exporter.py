@@ -104,6 +104,7 @@ def test_probed_process_measured_predicted_step_and_phase():
     assert predicted == state.estimates.get(4242).estimate.peak_bytes and predicted > 500 * MiB  # CUDA: context in
     assert got["gpumem_probe_step"] == [({"pid": "4242"}, 7.0)]
     assert got["gpumem_probe_phase"] == [({"pid": "4242", "phase": "backward"}, 1.0)]
+    assert got["gpumem_probe_prediction_available"] == [({"pid": "4242"}, 1.0)]
     # the job ends: it is in no list of the next poll, and its series go away
     state.update(Snapshot(time=12.0), 0.01)
     got = _samples(build_registry(state))
@@ -449,8 +450,13 @@ def test_seconds_to_oom_of_a_leaking_probed_job_and_none_for_a_flat_one():
     steps_left = (26 * GiB - (2 * GiB + 12 * MiB * 20)) // (12 * MiB)
     assert got["gpumem_process_seconds_to_oom"] == [({"gpu": "0", "uuid": "GPU-0", "pid": "4242"},
                                                       pytest.approx(steps_left * 1.0))]
+    assert got["gpumem_probe_drift_bytes_per_step"] == [({"pid": "4242"}, pytest.approx(12 * MiB))]
+    # no model config: what was measured is served, and that nothing is predicted
+    assert got["gpumem_probe_prediction_available"] == [({"pid": "4242"}, 0.0)]
+    assert "gpumem_probe_predicted_peak_bytes" not in got and got["gpumem_probe_measured_peak_bytes"]
     assert b"gpumem_process_seconds_to_oom{" in exposition(state)  # the custom writer has it too
     flat = ExporterState()
     for n in range(1, 6):
         flat.update(_leaky_poll(n, rate=0), 0.01)
-    assert "gpumem_process_seconds_to_oom" not in _samples(build_registry(flat))  # no drift: left out
+    got = _samples(build_registry(flat))
+    assert "gpumem_process_seconds_to_oom" not in got and "gpumem_probe_drift_bytes_per_step" not in got  # no drift
