@@ -125,3 +125,18 @@ def test_a_comparison_with_a_prediction_carries_the_time_to_oom_against_the_limi
     assert "no_prediction" not in out and out["peak_predicted_bytes"] > 0
     assert out["drift"]["bytes_per_step"] == 4 * MiB and out["drift"]["over_steps"] == 28
     assert out["steps_to_limit"] == (2048 - 700 - 120) // 4 and out["seconds_to_limit"] == out["steps_to_limit"] * 1.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(st.tuples(st.integers(0, 1 << 50), st.one_of(st.none(), st.floats(allow_nan=True))),
+                       max_size=40),
+       limit=st.one_of(st.none(), st.integers(1, 1 << 50)))
+def test_any_steps_give_a_forecast_or_a_reason_never_an_error(values, limit):
+    steps = [StepPeak(i + 1, peak, (), end=end) for i, (peak, end) in enumerate(values)]
+    fc = forecast(steps, limit)
+    assert (fc.steps_to_limit is None) == (fc.drift is None or limit is None)
+    assert fc.steps_to_limit is None or fc.steps_to_limit >= 0
+    assert fc.seconds_per_step is None or (math.isfinite(fc.seconds_per_step) and fc.seconds_per_step > 0)
+    assert fc.seconds_to_limit is None or math.isfinite(fc.seconds_to_limit)
+    assert (fc.reason is None) == (fc.seconds_to_limit is not None)
+    assert fc.text()
