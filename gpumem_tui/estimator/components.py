@@ -457,10 +457,12 @@ def _sdpa_output_copied(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
 
 def _cuda_sdpa_window_mask(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
     """Whether transformers passes an explicit (sliding-window) mask to SDPA: a sliding-window
-    layer whose sequence is longer than its window (``masking_utils.sdpa_mask``; below the
-    window it passes ``is_causal``)."""
+    layer whose sequence reaches its window (``masking_utils._ignore_causal_mask_sdpa``
+    returns False once ``kv_length >= local_attention_size``, transformers 5.x; a sequence of
+    exactly the window gets a mask equal to the causal one, materialised all the same; below
+    the window it passes ``is_causal``)."""
     return bool(arch.kind == "decoder" and arch.sliding_window and arch.sliding_layers
-                and spec.seq > arch.sliding_window)
+                and spec.seq >= arch.sliding_window)
 
 
 def _cuda_sdpa_backend(arch: ModelArchitecture, spec: TrainingSpec) -> str:
@@ -766,9 +768,10 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
 def cuda_masked_sdpa_extra_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
     """Saved bytes per layer that an explicit SDPA mask adds on CUDA (bytes; 0 elsewhere).
 
-    A sliding-window layer whose sequence is longer than its window gets an explicit boolean
-    ``(b, 1, s, s)`` mask from transformers (``masking_utils.sdpa_mask``; below the window it
-    passes ``is_causal`` and no mask). Then (1) transformers repeats k and v to every query
+    A sliding-window layer whose sequence reaches its window (``s >= window``:
+    ``masking_utils._ignore_causal_mask_sdpa`` skips the mask only while ``kv_length <
+    local_attention_size``) gets an explicit boolean ``(b, 1, s, s)`` mask from transformers
+    (``masking_utils.sdpa_mask``; below the window it passes ``is_causal`` and no mask). Then (1) transformers repeats k and v to every query
     head (``repeat_kv``; ``use_gqa_in_sdpa`` is false with a mask): two new ``b s (q - kv)``
     tensors saved by SDPA; (2) flash refuses the mask (``check_for_attn_mask``,
     ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``) and the memory-efficient kernel
@@ -782,7 +785,7 @@ def cuda_masked_sdpa_extra_bytes(arch: ModelArchitecture, spec: TrainingSpec, b:
     ``is_causal``).
     """
     if (spec.device != "cuda" or spec.attention != "sdpa" or not arch.family.sdpa or arch.kind != "decoder"
-            or not arch.sliding_window or s <= arch.sliding_window or not arch.sliding_layers
+            or not arch.sliding_window or s < arch.sliding_window or not arch.sliding_layers
             or _sdpa_math(arch, spec)):
         return 0
     e = precision(spec).compute
