@@ -380,7 +380,7 @@ def _sdpa_math(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
         # fused kernels need one head size for q, k and v (torch ``sdp_utils_cpp``:
         # ``check_head_dim_size_cpp``); MLA's values are narrower than its keys
         return True
-    if arch.family.sdpa_broadcast_kv and arch.num_kv_heads != arch.num_heads:
+    if arch.family.sdpa_broadcast_kv and arch.num_kv_heads != arch.num_heads and not arch.kv_expanded:
         # fused kernels need as many KV heads as query heads unless ``enable_gqa`` is passed
         # (torch ``sdp_utils``: ``check_batch_size_and_num_heads_dense``); measured, MemTracker,
         # Falcon-7B shape on CPU SDPA: fp32 s x s probabilities per layer
@@ -508,6 +508,11 @@ def _broadcast_kv_copies(arch: ModelArchitecture, b: int, s: int, e: int) -> int
     query heads into the matrix rows and copies nothing (``torch.matmul`` folding, ATen
     ``LinearAlgebra.cpp``; measured, MemTracker, Falcon-7B shapes: exact at b = 1, one
     ``2 b s (q - kv) e`` per layer more at b = 2 and 4)."""
+    if arch.kv_expanded:
+        # Falcon's new decoder architecture copies k and v to every query head itself
+        # (``broadcast_to`` + ``flatten`` in ``_split_heads``), at any batch size (measured,
+        # MemTracker on meta: 2 b s (q - kv) e per layer, benchmarks/data/measured_neox_falcon.json)
+        return 2 * b * s * (arch.q_dim - arch.kv_dim) * e
     if not arch.family.sdpa_broadcast_kv or arch.num_kv_heads != 1 or arch.num_heads == 1 or b == 1:
         return 0
     return 2 * b * s * (arch.q_dim - arch.kv_dim) * e
@@ -1216,9 +1221,14 @@ def checkpoint_mask_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
     layers and builds one mask per kind: both are alive until the last layer of a kind has run
     backward; ``first_layer`` gives what is left while layer 0 runs backward (measured: two
     ``where`` at the log-softmax and last-layer backward, one at layer 0)."""
+    e = 4 if precision(spec).amp else precision(spec).compute
+    if arch.kind == "decoder" and arch.alibi:
+        # ALiBi (Falcon): the bias folded into one ``(b, a, s, s)`` float mask for every
+        # attention path (transformers ``FalconModel.forward``, ``masked_fill``; measured,
+        # MemTracker on meta: ``masked_fill [b, a, s, s]`` alive at the log-softmax backward)
+        return b * arch.num_heads * s * s * e
     if arch.kind != "decoder" or not (spec.attention == "eager" or not arch.family.sdpa):
         return 0
-    e = 4 if precision(spec).amp else precision(spec).compute
     both = arch.family.mask_per_attention_kind and 0 < arch.sliding_layers < arch.num_layers and not first_layer
     return (2 if both else 1) * b * s * s * e
 
