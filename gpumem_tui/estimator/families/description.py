@@ -92,7 +92,9 @@ class Family:
         ``rotary_concat``: the rotary embedding splits each head into rotated and pass-through
         dims and joins them with ``torch.cat((rot, pass), -1)`` (GPT-NeoX, Phi, StableLM's
         ``apply_rotary_pos_emb``), so q and k are new ``(b, a, s, d)``-contiguous tensors
-        rather than views in the projection's ``(b, s, a, d)`` layout; an SDPA kernel that
+        rather than views in the projection's ``(b, s, a, d)`` layout (Falcon gets the same
+        layout from ``transpose(1, 2).reshape(b, a, s, d)`` in ``FalconAttention.forward``,
+        rotary or ALiBi alike); an SDPA kernel that
         writes its output in the query's layout then makes the o-projection copy it.
     """
 

@@ -131,6 +131,7 @@ FALCON = Family(
     dropout_fields=((("attention_dropout",), 0.0), (("hidden_dropout",), 0.0), ((), 0.0)),
     eager_qkv="fused_bmm", softmax_fp32=False, sdpa_broadcast_kv=True,
     parallel_field="parallel_attn", new_layout_field="new_decoder_architecture", alibi_field="alibi",
+    rotary_concat=True,
 )
 
 #: Qwen2-MoE / Qwen1.5-MoE (``Qwen2MoeForCausalLM``): Qwen2 attention (q/k/v biases), routed
