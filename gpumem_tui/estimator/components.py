@@ -749,6 +749,8 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         if arch.activation == "gelu_new":
             cuda_amp = prec.amp and spec.device == "cuda"
             mlp = bs * f * cuda_autocast.gelu_new_saved_bytes_per_element(e, cuda_amp)
+        elif arch.activation == "gelu_fast":
+            mlp = bs * f * GELU_FAST_SAVED * e
         else:
             mlp = bs * f * e
         # ReLU saves its output, which is also the down projection's input: one tensor
@@ -904,6 +906,13 @@ def _frozen_savings(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int)
     return saved + _layer0_parallel_mlp_savings(arch, spec, bs)
 
 
+#: tensors of the MLP's width that HF ``FastGELUActivation`` (``gelu_fast``: ``0.5 x (1 +
+#: tanh(0.7978845608 x (1 + 0.044715 x x)))``, transformers ``activations.py``) keeps for
+#: backward, run op by op: ``x`` and ``0.044715 x`` (their product), ``0.7978845608 x`` and
+#: ``1 + 0.044715 x x`` (their product), the ``tanh`` output, ``0.5 x`` and ``1 + tanh``
+GELU_FAST_SAVED = 7
+
+
 def _layer0_parallel_mlp_savings(arch: ModelArchitecture, spec: TrainingSpec, bs: int) -> int:
     """Layer 0's MLP activation saves nothing under LoRA in a parallel block (GPT-NeoX, Falcon,
     Phi) when no adapter sits on the MLP's first projection: the MLP reads the frozen
@@ -919,6 +928,8 @@ def _layer0_parallel_mlp_savings(arch: ModelArchitecture, spec: TrainingSpec, bs
     f = arch.intermediate_size
     if arch.activation == "gelu_new":
         return bs * f * cuda_autocast.gelu_new_saved_bytes_per_element(e, precision(spec).amp and spec.device == "cuda")
+    if arch.activation == "gelu_fast":
+        return bs * f * GELU_FAST_SAVED * e
     return bs * f * e if arch.activation != "relu" else 0
 
 
