@@ -897,7 +897,9 @@ def _frozen_savings(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int)
         if not arch.family.norm_offset_fp32:  # (Gemma 2's frozen final norm is counted without it)
             saved += bs * h * (4 if precision(spec).amp else e)  # final norm's normalized copy (weight frozen)
         saved += bs * h * 4 + bs * 4  # layer 0 input norm
-    else:
+    elif spec.grad_ckpt != "full":
+        # (under full checkpointing with LoRA ``enable_input_require_grads`` makes the
+        # embedding output require grad: layer 0's norm is part of its recompute like the others)
         saved += bs * h * e + 2 * bs * 4  # layer 0 LayerNorm input + stats
         if arch.learned_positions and arch.family.buffers != "position_ids":
             saved += s * 8
