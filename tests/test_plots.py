@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import io
+import math
 import re
 import subprocess
 import sys
@@ -198,3 +199,83 @@ def test_the_estimator_core_knows_no_plots() -> None:
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             offenders += [f"{path.name}: {n}" for n in names if n.startswith(("plotext", "gpumem_tui.plots"))]
     assert offenders == []
+
+
+# ---- compare --plot (the drawing; plain values in) --------------------------------------------------
+
+from gpumem_tui.plots.compare_plot import Level, compare_plot, reduce_curve  # noqa: E402
+
+
+def _job(steps: int = 6, t0: float = 1_700_000_000.0):
+    """A made-up probed job: each step a forward rise, a backward top, an optimizer step."""
+    curve, step_levels, phase_levels, t = [], [], [], t0
+    predicted = {"forward": 5 * GiB, "backward": 7 * GiB, "optimizer_step": 3 * GiB}
+    for s in range(steps):
+        start = t
+        for phase, low, high in (("forward", 2 * GiB, 5 * GiB), ("backward", 5 * GiB, 7 * GiB),
+                                 ("optimizer_step", 3 * GiB, 3 * GiB + 100 * MiB)):
+            begin = t
+            for i in range(30):
+                curve.append((t, low + (high - low) * i // 29 + s * 10 * MiB))
+                t += 0.1
+            phase_levels.append(Level(predicted[phase], phase, begin, t))
+        step_levels.append(Level(7 * GiB + s * 10 * MiB, str(s), start, t))
+    return curve, step_levels, phase_levels
+
+
+@pytest.mark.parametrize("width", [40, 64, 101])
+def test_compare_plot_labels_fit_the_width_and_have_no_colour(width: int) -> None:
+    curve, steps, phases = _job()
+    text = compare_plot(curve, "torch reserved", PlotOptions(width=width, height=18, colour=False),
+                        steps=steps, phases=phases, title="pid 4242 on cuda:0, gpt2")
+    assert "\x1b" not in text
+    assert max(len(line) for line in text.splitlines()) <= width
+    flat = " ".join(text.split())  # the legend may wrap between words
+    assert "measured torch reserved, max 7.05 GiB" in flat
+    assert "per-step peak of 6 steps, max 7.05 GiB" in flat
+    for name, size in (("forward", "5.00"), ("backward", "7.00"), ("optimizer step", "3.00")):
+        assert f"predicted {name} {size} GiB" in flat
+    axis_labels = next(line for line in text.splitlines() if "time (s)" in line)
+    assert axis_labels.startswith("GiB")  # the y unit, under its axis
+
+
+def test_compare_plot_colour_and_literal_text() -> None:
+    curve, steps, phases = _job(2)
+    coloured = compare_plot(curve, "NVML used", PlotOptions(width=80, height=16, colour=True), steps=steps)
+    assert "\x1b[" in coloured
+    assert max(len(ANSI.sub("", line)) for line in coloured.splitlines()) <= 80
+    hostile = compare_plot(curve, "NVML\x1b[2J used", PlotOptions(width=80, height=16, colour=False),
+                           title="pid 1 \x1b]0;owned\x07")
+    assert "\x1b" not in hostile and "\x07" not in hostile
+
+
+def test_compare_plot_time_unit_follows_the_span() -> None:
+    day = [(1_700_000_000.0 + i * 600.0, GiB + i * MiB) for i in range(145)]  # 24 h, a sample per 10 min
+    text = compare_plot(day, "NVML used", PlotOptions(width=80, height=16, colour=False))
+    assert "time (h)" in text and "24" in text
+    assert "time (min)" in compare_plot(day[:20], "NVML used", PlotOptions(width=80, height=16, colour=False))
+
+
+def test_compare_plot_without_phase_spans_draws_whole_width_levels() -> None:
+    curve, _, _ = _job(1)
+    text = compare_plot(curve, "torch allocated", PlotOptions(width=70, height=16, colour=False),
+                        phases=[Level(6 * GiB, "backward")])
+    # across the canvas, where the curve does not cross it
+    assert max(line.count("=") for line in text.splitlines()) >= 50
+
+
+def test_compare_plot_needs_a_sample() -> None:
+    with pytest.raises(ValueError, match="no measured samples"):
+        compare_plot([(math.nan, GiB)], "NVML used", PlotOptions(width=80, height=16, colour=False))
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(st.integers(min_value=0, max_value=2**40), min_size=1, max_size=3000),
+       buckets=st.integers(min_value=1, max_value=200))
+def test_reduce_curve_keeps_the_extremes(values: list[int], buckets: int) -> None:
+    points = [(float(i), v) for i, v in enumerate(values)]
+    reduced = reduce_curve(points, buckets)
+    assert len(reduced) <= max(len(points), 0) and len(reduced) <= max(2 * buckets, len(points) if
+                                                                          len(points) <= 2 * buckets else 0)
+    assert max(v for _, v in reduced) == max(values) and min(v for _, v in reduced) == min(values)
+    assert [t for t, _ in reduced] == sorted(t for t, _ in reduced)

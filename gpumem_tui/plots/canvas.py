@@ -42,6 +42,13 @@ class Style:
             return plotext.marker(self.mark)
         return plotext.marker(self.mark, pixel=plotext.pixel(foreground=self.colour))
 
+    def marker_for(self, symbol: str, options: PlotOptions) -> Any:
+        """A plotext marker drawn as ``symbol`` (e.g. ``"braille"``) in this style's colour;
+        ``mark`` stays its legend sample."""
+        if not options.colour:
+            return plotext.marker(symbol)
+        return plotext.marker(symbol, pixel=plotext.pixel(foreground=self.colour))
+
     def sample(self, options: PlotOptions) -> str:
         """The mark as it appears in the legend (coloured on a terminal)."""
         if not options.colour:
@@ -114,21 +121,23 @@ def byte_axis(top_bytes: float, ticks: int = 5) -> ByteAxis:
 
 
 def legend_lines(entries: Sequence[tuple[str, str]], width: int) -> list[str]:
-    """``(sample, text)`` entries as ``sample text`` items separated by two spaces, wrapped
-    to ``width`` printable columns (a sample counts one column, whatever ANSI codes it
-    carries); an item longer than the width is cut."""
+    """``(sample, text)`` entries as ``sample text`` items (``text`` alone for an empty
+    sample) separated by two spaces, wrapped to ``width`` printable columns (a sample counts
+    one column, whatever ANSI codes it carries); an item longer than the width is cut."""
     lines: list[str] = []
     current, used = "", 0
     for sample, text in entries:
-        size = 2 + len(text)
+        item = f"{sample} {text}" if sample else text
+        size = len(text) + (2 if sample else 0)
         if size > width:
-            text, size = text[: max(0, width - 3)] + "…", width
+            cut = text[: max(0, width - (3 if sample else 1))] + "…"
+            item, size = (f"{sample} {cut}" if sample else cut), width
         if used and used + 2 + size > width:
             lines.append(current)
             current, used = "", 0
         if used:
             current, used = current + "  ", used + 2
-        current, used = current + f"{sample} {text}", used + size
+        current, used = current + item, used + size
     if current:
         lines.append(current)
     return lines
