@@ -73,7 +73,8 @@ def reduce_curve(points: Sequence[tuple[float, int]], buckets: int) -> list[tupl
 
 
 def compare_plot(curve: Sequence[tuple[float, int]], figure_name: str, options: PlotOptions, *,
-                 steps: Sequence[Level] = (), phases: Sequence[Level] = (), title: str = "") -> str:
+                 steps: Sequence[Level] = (), phases: Sequence[Level] = (), title: str = "",
+                 steps_label: str = "per-step peak") -> str:
     """The chart and its legend as text, every line at most ``options.width`` columns.
 
     Args:
@@ -85,6 +86,8 @@ def compare_plot(curve: Sequence[tuple[float, int]], figure_name: str, options: 
         phases: the predicted peak of each phase over the spans where it ran; a phase whose
             spans are unknown comes as one :class:`Level` without ``start``/``end``.
         title: the job (e.g. ``"pid 4242 on cuda:0, gpt2"``); made printable.
+        steps_label: what ``steps`` are, for the legend (e.g. ``"per-step highest sample"``
+            when they come from the samples rather than the probe's high-water marks).
 
     Raises:
         ValueError: ``curve`` has no point with a finite time (nothing to draw).
@@ -125,15 +128,16 @@ def compare_plot(curve: Sequence[tuple[float, int]], figure_name: str, options: 
     head = printable(title, 80)
     full = f"{head + ': ' if head else ''}measured {shown} vs predicted"
     figure.title(full if len(full) <= options.width else full[: options.width - 1] + "…")
-    return "\n".join([render(figure, options), *legend_lines(_legend(points, shown, steps, phases, options),
+    return "\n".join([render(figure, options), *legend_lines(_legend(points, shown, (steps_label, steps), phases, options),
                                                              options.width)])
 
 
-def _legend(points, figure_name: str, steps: Sequence[Level], phases: Sequence[Level],  # type: ignore[no-untyped-def]
+def _legend(points, figure_name: str, labelled_steps: tuple[str, Sequence[Level]], phases: Sequence[Level],  # type: ignore[no-untyped-def]
             options: PlotOptions) -> list[tuple[str, str]]:
     entries = [(CURVE_STYLE.sample(options), f"measured {figure_name}, max {format_size(max(b for _, b in points))}")]
+    steps_label, steps = labelled_steps
     if steps:
-        entries.append((STEP_STYLE.sample(options), f"per-step peak of {len(steps)} steps, max "
+        entries.append((STEP_STYLE.sample(options), f"{printable(steps_label, 40)} of {len(steps)} steps, max "
                                                      f"{format_size(max(s.value_bytes for s in steps))}"))
     seen: dict[str, int] = {}
     for level in phases:  # one entry per phase: its predicted peak (the highest if it varies)
