@@ -279,3 +279,82 @@ def test_reduce_curve_keeps_the_extremes(values: list[int], buckets: int) -> Non
                                                                           len(points) <= 2 * buckets else 0)
     assert max(v for _, v in reduced) == max(values) and min(v for _, v in reduced) == min(values)
     assert [t for t, _ in reduced] == sorted(t for t, _ in reduced)
+
+
+# ---- compare --plot: what a trace gives the plot ---------------------------------------------------
+
+import json as _json  # noqa: E402
+
+from gpumem_tui.estimator.architecture import CATALOGUE_DIR  # noqa: E402
+from gpumem_tui.plots.trace_series import MAX_SPANS, gather  # noqa: E402
+from gpumem_tui.process_estimate import from_probe_info  # noqa: E402
+from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak, ProbeInfo, ProbeSample, Snapshot  # noqa: E402
+
+GPT2_CONFIG = _json.loads((CATALOGUE_DIR / "gpt2.json").read_text())
+T0 = 1_700_000_000.0
+
+
+def _info(pid: int = 500, device: str = "cuda:0") -> ProbeInfo:
+    setup = {"task": "train", "batch": 2, "seq": 128, "dtype": "float32", "device": device,
+             "optimizer": "AdamW", "grad_ckpt": False, "attention": "sdpa"}
+    return ProbeInfo(pid=pid, model_config=GPT2_CONFIG, setup=tuple(setup.items()))
+
+
+def _snapshots(steps: int, *, peaks: bool, device: str = "cuda:0", pid: int = 500, other: int = 501):
+    """A probed job: per step three phases 1 s each, a sample every 0.25 s (another process's
+    samples interleaved, which must not count), the probe's high-water marks when ``peaks``."""
+    snaps = [Snapshot(time=T0, probe_infos=(_info(pid, device), _info(other, device)))]
+    t = T0
+    for step in range(1, steps + 1):
+        for n, phase in enumerate((Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER_STEP)):
+            samples = tuple(ProbeSample(time=t + k / 4, pid=p, device=device,
+                                        allocated_bytes=(100 + 10 * step + 50 * n + k) * MiB * (1 if p == pid else 9))
+                            for k in range(4) for p in (pid, other))
+            peak = (PhasePeak(pid=pid, step=step, phase=phase, start=t, end=t + 1,
+                              peak_bytes=(200 + 10 * step + 50 * n) * MiB, device=device),) if peaks else ()
+            snaps.append(Snapshot(time=t, probes=samples, phase_marks=(PhaseMark(t, pid, phase, step),),
+                                  phase_peaks=peak))
+            t += 1
+    return snaps
+
+
+def test_gather_reads_the_probes_high_water_marks_and_predicts_in_the_same_figure() -> None:
+    series = gather(_snapshots(5, peaks=True), 500)
+    assert series.figure == "torch allocated" and series.steps_label == "per-step peak"
+    assert [(s.value_bytes, s.start, s.end) for s in series.steps] == [
+        ((300 + 10 * n) * MiB, T0 + 3 * (n - 1), T0 + 3 * n) for n in range(1, 6)]
+    assert len(series.curve) == 5 * 3 * 4 and max(b for _, b in series.curve) < 1 * (1 << 30)  # pid 501 left out
+    estimate = from_probe_info(_info(), device="cuda:0").estimate
+    allocated = {p.name: p.live_bytes - p.components["cuda_context"] - p.components["allocator_reserve"]
+                 for p in estimate.phases}
+    assert {(lv.label, lv.value_bytes) for lv in series.phases} == set(allocated.items())
+    assert len(series.phases) == 15 and all(lv.start is not None for lv in series.phases)
+    assert "gpt2" in series.title and series.notes == []
+
+
+def test_gather_without_high_water_marks_takes_the_highest_sample_between_marks() -> None:
+    series = gather(_snapshots(3, peaks=False, device="cpu"), 500)
+    assert series.figure == "CPU live tensors" and series.steps_label == "per-step highest sample"
+    # step n: its samples rise to (100 + 10 n + 50 * 2 + 3) MiB in the optimizer step
+    assert [s.value_bytes for s in series.steps] == [(203 + 10 * n) * MiB for n in range(1, 4)]
+    assert [s.start for s in series.steps] == [T0, T0 + 3, T0 + 6]
+    spans = [(lv.label, lv.start, lv.end) for lv in series.phases]
+    assert spans[:2] == [("forward", T0, T0 + 1), ("backward", T0 + 1, T0 + 2)]
+
+
+def test_gather_without_probe_info_draws_no_prediction() -> None:
+    snaps = [s for s in _snapshots(2, peaks=True)]
+    snaps[0] = Snapshot(time=T0)
+    series = gather(snaps, 500)
+    assert series.phases == [] and "no model/setup information" in series.notes[0]
+    assert len(series.steps) == 2
+
+
+def test_gather_keeps_memory_bounded_on_a_long_run() -> None:
+    series = gather(_snapshots(MAX_SPANS + 300, peaks=True), 500, buckets=50)
+    assert len(series.curve) <= 8 * 50 and len(series.steps) <= MAX_SPANS
+    assert max(s.value_bytes for s in series.steps) == (200 + 10 * (MAX_SPANS + 300) + 100) * MiB
+    assert all(lv.start is None for lv in series.phases) and len(series.phases) == 3  # across the plot
+    text = compare_plot(series.curve, series.figure, PlotOptions(width=80, height=16, colour=False),
+                        steps=series.steps, phases=series.phases)
+    assert max(len(line) for line in text.splitlines()) <= 80
