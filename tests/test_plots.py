@@ -28,7 +28,7 @@ from gpumem_tui.units import GiB, MiB
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 PACKAGE = Path(__file__).resolve().parents[1] / "gpumem_tui"
 # a row of the canvas that is a horizontal line from frame to frame: the --fit budget
-BUDGET_ROW = re.compile(r"[├┼]─{20,}┤")
+BUDGET_ROW = re.compile(r"│─{20,}│")
 
 
 def _run(argv: list[str], capsys) -> tuple[int, str, str]:

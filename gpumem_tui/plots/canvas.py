@@ -67,15 +67,6 @@ def new_figure(options: PlotOptions) -> Any:
     return figure
 
 
-def hline(figure: Any, y: float, style: Style, options: PlotOptions) -> None:
-    """A horizontal line across the canvas at ``y`` (axis units), in ``style``'s colour on a
-    terminal (plotext draws it with box-drawing characters either way)."""
-    if options.colour:
-        figure.line(y, pixel=plotext.pixel(foreground=style.colour))
-    else:
-        figure.line(y)
-
-
 def render(figure: Any, options: PlotOptions) -> str:
     """The figure as text: ANSI colours only when ``options.colour``; no trailing spaces."""
     text = figure.build().string(colorless=not options.colour)

@@ -15,7 +15,7 @@ import textwrap
 from dataclasses import dataclass
 
 from gpumem_tui.estimator.estimate import Estimate
-from gpumem_tui.plots.canvas import Style, byte_axis, format_size, hline, legend_lines, new_figure, render
+from gpumem_tui.plots.canvas import Style, byte_axis, format_size, legend_lines, new_figure, render
 from gpumem_tui.plots.options import PlotOptions
 from gpumem_tui.text import printable
 
@@ -75,7 +75,9 @@ def estimate_plot(estimate: Estimate, options: PlotOptions, *, per_rank: str | N
         figure.draw(figure.text(peak_at + 1, axis.scale(phases[peak_at].live_bytes) + row,
                                 f"peak {format_size(estimate.peak_bytes)}", alignment="center"))
     if limit is not None:
-        hline(figure, axis.scale(limit.budget_bytes), LIMIT_STYLE, options)
+        # a segment drawn after the bars, so the budget shows where it cuts through them
+        y = axis.scale(limit.budget_bytes)
+        figure.draw(figure.segment((0.5, len(phases) + 0.5), (y, y), marker=LIMIT_STYLE.marker(options)))
     figure.ruler("y").lim(0, axis.upper)
     figure.ruler("y").ticks(list(axis.ticks), labels=list(axis.labels))
     figure.ruler("x").lim(0.5, len(phases) + 0.5)
