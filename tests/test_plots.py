@@ -358,3 +358,25 @@ def test_gather_keeps_memory_bounded_on_a_long_run() -> None:
     text = compare_plot(series.curve, series.figure, PlotOptions(width=80, height=16, colour=False),
                         steps=series.steps, phases=series.phases)
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def _canvas_rows(out: str) -> list[str]:
+    """The inside of the chart's frame, one string per row, top first."""
+    lines = out.splitlines()
+    top = next(i for i, line in enumerate(lines) if "┌" in line)
+    bottom = next(i for i, line in enumerate(lines) if "└" in line)
+    return [re.split(r"[┤│┼├]", line, maxsplit=1)[1].rsplit("│", 1)[0] for line in lines[top + 1:bottom]]
+
+
+@pytest.mark.parametrize("method", ["detailed", "bytes20", "zero16"])
+@pytest.mark.parametrize("rows", [10, 11, 13, 16, 22, 30])
+def test_peak_label_sits_above_the_bars(method: str, rows: int, capsys) -> None:
+    _, out, _ = _run(["gpt2", "--batch", "3", "--method", method, "--plot", "--width", "60", "--height", str(rows)],
+                     capsys)
+    canvas = _canvas_rows(out)
+    label = re.search(r"peak [0-9.,]+ [MG]iB", out).group(0)
+    at = next(i for i, row in enumerate(canvas) if label in row)
+    marks = {style.mark for _, _, style in BANDS}
+    assert not marks & set(canvas[at].replace(label, ""))  # the label's row holds only the label
+    assert all(not marks & set(row) for row in canvas[:at])  # nothing of a bar above it
+    assert any(marks & set(row) for row in canvas[at + 1:])  # the bars are below

@@ -64,7 +64,8 @@ def estimate_plot(estimate: Estimate, options: PlotOptions, *, per_rank: str | N
     names = [_PHASE_NAMES.get(p.name, p.name.replace("_", " ")) for p in phases]
     top = max([estimate.peak_bytes, *(p.live_bytes for p in phases), limit.budget_bytes if limit else 0])
     canvas_rows = max(1, options.height - _FRAME_ROWS)
-    axis = byte_axis(top * (1 + 2 / canvas_rows))  # a row above the highest bar for its peak label
+    # room above the highest bar for its peak label, 1.5 rows up (below)
+    axis = byte_axis(top / max(0.5, 1 - 1.6 / canvas_rows))
     figure = new_figure(options)
     shown = [(key, name, style) for key, name, style in BANDS if any(p.components.get(key, 0) > 0 for p in phases)]
     for i, phase in enumerate(phases):
@@ -72,7 +73,8 @@ def estimate_plot(estimate: Estimate, options: PlotOptions, *, per_rank: str | N
     peak_at = next((i for i, p in enumerate(phases) if p.name == estimate.peak_phase), None)
     if peak_at is not None:
         row = axis.upper / canvas_rows
-        figure.draw(figure.text(peak_at + 1, axis.scale(phases[peak_at].live_bytes) + row,
+        # 1.5 rows up: clear of the bar's top row wherever the value falls within its row
+        figure.draw(figure.text(peak_at + 1, axis.scale(phases[peak_at].live_bytes) + 1.5 * row,
                                 f"peak {format_size(estimate.peak_bytes)}", alignment="center"))
     if limit is not None:
         # a segment drawn after the bars, so the budget shows where it cuts through them
@@ -114,6 +116,9 @@ def _draw_bar(figure, x: int, components: dict[str, int], shown, axis, options: 
 def _title(estimate: Estimate, per_rank: str | None, width: int) -> str:
     model = printable(estimate.model, 60)
     where = f" per rank ({per_rank})" if per_rank else ""
-    figure = "NVML used" if estimate.device == "cuda" else "live tensor bytes"
+    if estimate.method != "detailed":  # a seed rule: no context, reserve or temporaries
+        figure = f"method {estimate.method}"
+    else:
+        figure = "NVML used" if estimate.device == "cuda" else "live tensor bytes"
     title = f"{model}{where}: one step predicted, {figure}"
     return title if len(title) <= width else title[: width - 1] + "…"
