@@ -6,16 +6,20 @@
 The main loop polls the same telemetry source as the dashboard
 (:class:`gpumem_tui.telemetry.live.LiveSource`: NVML, host details, probe streams) every
 ``--interval`` seconds and keeps what it saw in an :class:`ExporterState`; a scrape only reads
-that state (the HTTP server of :mod:`gpumem_tui.exporter_http`, prometheus_client's WSGI app
-behind a Host check, timeouts and a connection cap, answers in its own threads), so a slow
-NVML call never makes a scrape wait. Metrics (bytes, watts, degrees Celsius, ratios 0-1):
+that state (the HTTP server of :mod:`gpumem_tui.exporter_http`: the text exposition of
+:mod:`gpumem_tui.exporter_text`, encoded once per poll, behind a Host check, timeouts and a
+connection cap, answered in its own threads), so a slow NVML call never makes a scrape wait. Metrics (bytes, hertz, watts, degrees Celsius, ratios 0-1;
+the GPU and process series are listed in :mod:`gpumem_tui.exporter_series`, beside
+dcgm-exporter's names in ``docs/exporter.md``):
 
-- ``gpumem_gpu_memory_used_bytes`` / ``_total_bytes``, ``gpumem_gpu_utilization_ratio``,
-  ``gpumem_gpu_temperature_celsius``, ``gpumem_gpu_power_watts``: labels ``gpu``, ``uuid``,
-  ``name``; a figure NVML could not read (None, NaN or infinite) is left out (never a made-up 0);
-- ``gpumem_process_memory_used_bytes`` (NVML used): labels ``gpu``, ``pid``, ``user``,
-  ``command`` (cut to :data:`COMMAND_LIMIT` characters); only the processes of the last poll,
-  so ended processes drop out and the label set stays bounded;
+- per GPU (labels ``gpu``, ``uuid``, ``name``): memory used / total / free, utilization,
+  memory utilization, temperature, power and power limit, clocks, fan, PCIe and NVLink
+  throughput, MIG mode; a figure NVML could not read is left out (never a made-up 0);
+- per process (labels ``gpu``, ``uuid``, ``pid``, ``user``, ``command`` cut to
+  :data:`COMMAND_LIMIT` characters, MIG ``gpu_instance`` / ``compute_instance``): NVML used
+  memory, SM and memory-bandwidth utilization; per PID host CPU (ratio of a core) and RSS;
+  only the processes of the last poll, so ended processes drop out and the label set stays
+  bounded;
 - for probed processes (labels ``pid``): ``gpumem_probe_measured_peak_bytes`` (the highest
   torch allocated / live-tensor figure the probe reported, high-water marks included),
   ``gpumem_probe_predicted_peak_bytes`` (the estimator's peak for the probe's own setup, the
@@ -40,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
-import math
 import signal
 import sys
 import threading
@@ -51,15 +54,16 @@ from pathlib import Path
 
 from gpumem_tui.cli_support import InputError, OneLineParser, positive_seconds
 from gpumem_tui.exporter_http import HostPolicy, host_name, serve_metrics
+from gpumem_tui.exporter_series import COMMAND_LIMIT, gpu_families, probe_families, process_families
+from gpumem_tui.exporter_text import MetricsApp, TextEncoder
 from gpumem_tui.process_estimate import ProcessEstimates
 from gpumem_tui.telemetry.model import PhaseMark, Snapshot
-from gpumem_tui.text import printable
 
 PROG = "gpumem-tui exporter"
 DEFAULT_LISTEN = "127.0.0.1:9835"
-COMMAND_LIMIT = 80  # label values are kept short: a long command line would bloat every scrape
 
-__all__ = ["COMMAND_LIMIT", "ExporterState", "build_registry", "main", "parse_listen", "poll_into"]
+__all__ = ["COMMAND_LIMIT", "ExporterState", "build_registry", "exposition", "main", "metric_families", "parse_listen",
+           "poll_into", "state_app"]
 
 
 @dataclass
@@ -86,6 +90,7 @@ class ExporterState:
     last_poll_error: str | None = None
     probed: dict[int, _Probed] = field(default_factory=dict)
     estimates: ProcessEstimates = field(default_factory=ProcessEstimates)
+    generation: int = 0  # counts updates and failed polls: the served bytes change only with it
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def update(self, snap: Snapshot, poll_seconds: float) -> None:
@@ -115,12 +120,14 @@ class ExporterState:
             self.estimates.prune(self.probed)
             self.snapshot = snap
             self.poll_seconds = poll_seconds
+            self.generation += 1
 
     def poll_failed(self, error: str) -> None:
         """Count a poll that raised (``error``: its one-line text); the last good data stays."""
         with self.lock:
             self.poll_errors += 1
             self.last_poll_error = error
+            self.generation += 1
 
 
 def poll_into(source, state: ExporterState) -> str | None:  # noqa: ANN001 - anything with .poll() -> Snapshot
@@ -140,12 +147,9 @@ def poll_into(source, state: ExporterState) -> str | None:  # noqa: ANN001 - any
     return None
 
 
-def _finite(value: float | None) -> float | None:
-    """``value`` as a float, or None when it is None, NaN or infinite (not a reading)."""
-    return None if value is None or not math.isfinite(value) else float(value)
-
-
-def _families(state: ExporterState) -> Iterator[object]:
+def metric_families(state: ExporterState) -> Iterator[object]:
+    """The prometheus_client metric families of ``state`` now (read under its lock at the first
+    ``next``); what every encoder of the exporter writes."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     with state.lock:
@@ -164,55 +168,29 @@ def _families(state: ExporterState) -> Iterator[object]:
     yield errors
     if snap is None:
         return
-    gpu_labels = ["gpu", "uuid", "name"]
-    per_gpu = {
-        "memory_used_bytes": ("NVML used memory of the GPU", lambda d: d.memory_used_bytes),
-        "memory_total_bytes": ("Total memory of the GPU", lambda d: d.memory_total_bytes),
-        "utilization_ratio": ("GPU utilization, 0-1", lambda d: None if d.utilization_gpu_percent is None
-                              else d.utilization_gpu_percent / 100.0),
-        "temperature_celsius": ("GPU temperature", lambda d: d.temperature_c),
-        "power_watts": ("GPU power draw", lambda d: d.power_draw_w),
-    }
-    for suffix, (doc, value_of) in per_gpu.items():
-        family = GaugeMetricFamily(f"gpumem_gpu_{suffix}", doc, labels=gpu_labels)
-        for dev in snap.devices:
-            value = _finite(value_of(dev))
-            if value is not None:
-                family.add_metric([str(dev.index), dev.uuid or "", printable(dev.name or "", 64)], value)
-        yield family
-    processes = GaugeMetricFamily("gpumem_process_memory_used_bytes", "NVML used memory of a process on a GPU",
-                                  labels=["gpu", "pid", "user", "command"])
-    for proc in snap.processes:
-        if proc.used_memory_bytes is None or proc.device_index is None:
-            continue
-        command = printable(proc.command or "", COMMAND_LIMIT)
-        processes.add_metric([str(proc.device_index), str(proc.pid), proc.user or "", command],
-                             float(proc.used_memory_bytes))
-    yield processes
-    measured = GaugeMetricFamily("gpumem_probe_measured_peak_bytes",
-                                 "Highest torch allocated (CPU: live tensor) bytes the probe reported", labels=["pid"])
-    predicted = GaugeMetricFamily("gpumem_probe_predicted_peak_bytes",
-                                  "The estimator's peak for the probe's setup (NVML-used scope on CUDA)", labels=["pid"])
-    step = GaugeMetricFamily("gpumem_probe_step", "The probed job's current training step", labels=["pid"])
-    phase = GaugeMetricFamily("gpumem_probe_phase", "1 for the probed job's current phase", labels=["pid", "phase"])
-    for pid, (peak, mark, estimate) in sorted(probed.items()):
-        if peak:
-            measured.add_metric([str(pid)], float(peak))
-        if estimate is not None and estimate.estimate is not None:
-            predicted.add_metric([str(pid)], float(estimate.estimate.peak_bytes))
-        if mark is not None:
-            step.add_metric([str(pid)], float(mark.step))
-            phase.add_metric([str(pid), mark.phase.value], 1.0)
-    yield from (measured, predicted, step, phase)
+    yield from gpu_families(snap)
+    yield from process_families(snap)
+    yield from probe_families(probed)
+
+
+def exposition(state: ExporterState) -> bytes:
+    """The ``/metrics`` body for ``state`` now (text format 0.0.4, as :class:`~gpumem_tui.exporter_text.MetricsApp` serves it)."""
+    return TextEncoder().encode(metric_families(state))
+
+
+def state_app(state: ExporterState) -> MetricsApp:
+    """The WSGI app serving ``state``: encoded once per poll, whoever scrapes."""
+    return MetricsApp(lambda: (state.generation, metric_families(state)))
 
 
 def build_registry(state: ExporterState):  # noqa: ANN201 - prometheus_client's CollectorRegistry
-    """A registry whose only collector reads ``state`` at each scrape (no process metrics)."""
+    """A prometheus_client registry whose only collector reads ``state`` (no process metrics):
+    the same families as :func:`exposition`, for prometheus_client's own encoders."""
     from prometheus_client.registry import CollectorRegistry
 
     class _StateCollector:
         def collect(self) -> Iterator[object]:
-            return _families(state)
+            return metric_families(state)
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_StateCollector())
@@ -283,23 +261,27 @@ def main(argv: Sequence[str]) -> int:
         print(f"{PROG}: prometheus_client is not installed ({exc})", file=sys.stderr)
         return 2
     from gpumem_tui.telemetry.live import LiveSource
+    from gpumem_tui.telemetry.nvml import NvmlSource
 
     state = ExporterState()
     try:
         policy = HostPolicy(host, remote=args.allow_remote, extra=args.allow_host)
-        server, _thread = serve_metrics(host, port, build_registry(state), policy)
+        app = state_app(state)
+        server, _thread = serve_metrics(host, port, app, policy)
     except OSError as exc:
         print(f"{PROG}: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    source = LiveSource(args.probe_dir)
+    # extended: the exporter also serves clocks, fan, PCIe / NVLink throughput and MIG mode
+    source = LiveSource(args.probe_dir, nvml=NvmlSource(extended=True))
     print(f"{PROG}: serving http://{host}:{port}/metrics every {args.interval:g} s", file=sys.stderr, flush=True)
     reported: str | None = None
     try:
         while not stop.is_set():
             started = time.monotonic()
             error = poll_into(source, state)
+            app.prepare()  # encode for the next scrape now, not while it waits
             if error is not None and error != reported:  # one line per new kind of failure, not per poll
                 print(f"{PROG}: poll failed (serving the last good data): {error}", file=sys.stderr, flush=True)
             reported = error

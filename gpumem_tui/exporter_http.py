@@ -1,11 +1,11 @@
-"""The exporter's HTTP server: prometheus_client's WSGI app behind a Host check, a read
-timeout, a connection deadline and a cap on concurrent connections (issue: DNS rebinding
-and unbounded connections).
+"""The exporter's HTTP server: the metrics WSGI app behind a Host check, a read timeout, a
+connection deadline and a cap on concurrent connections (issue: DNS rebinding and unbounded
+connections).
 
-The exposition itself is :func:`prometheus_client.exposition.make_wsgi_app` (unchanged
-``/metrics`` bodies, content negotiation and gzip) served by prometheus_client's
-``ThreadingWSGIServer`` (one thread per connection, as ``start_http_server`` does); this module
-only adds the limits around it.
+The exposition itself is the WSGI app it is given (the exporter's is
+:class:`gpumem_tui.exporter_text.MetricsApp`; prometheus_client's ``make_wsgi_app(registry)``
+works the same), served by prometheus_client's ``ThreadingWSGIServer`` (one thread per
+connection, as ``start_http_server`` does); this module only adds the limits around it.
 
 - **Host** (defence against DNS rebinding: a page in a browser on this machine that makes its
   own name resolve to 127.0.0.1 may send requests here, but its ``Host`` header still carries
@@ -192,18 +192,16 @@ def _refuse_busy(request: socket.socket) -> None:
         pass
 
 
-def serve_metrics(host: str, port: int, registry, policy: HostPolicy, *,  # noqa: ANN001 - a CollectorRegistry
+def serve_metrics(host: str, port: int, app: Callable, policy: HostPolicy, *,
                   read_timeout: float = READ_TIMEOUT, connection_seconds: float = CONNECTION_SECONDS,
                   max_connections: int = MAX_CONNECTIONS):  # noqa: ANN201 - (server, thread)
-    """Serve ``registry`` on ``host:port`` in a daemon thread; returns ``(server, thread)``
+    """Serve the WSGI ``app`` on ``host:port`` in a daemon thread; returns ``(server, thread)``
     (``server.shutdown()`` stops it; ``port`` 0 picks a free one: ``server.server_address``).
 
     Raises:
         OSError: the address cannot be bound (in use, not an address of this machine).
     """
     from wsgiref.simple_server import WSGIRequestHandler, make_server
-
-    from prometheus_client.exposition import make_wsgi_app
 
     class Handler(WSGIRequestHandler):
         timeout = read_timeout  # StreamRequestHandler sets it on the socket: each read waits at most this
@@ -214,7 +212,7 @@ def serve_metrics(host: str, port: int, registry, policy: HostPolicy, *,  # noqa
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
     server_class = type("MetricsServer", (_server_class(max_connections, connection_seconds),),
                         {"address_family": family})
-    server = make_server(host, port, _guarded(make_wsgi_app(registry), policy), server_class, handler_class=Handler)
+    server = make_server(host, port, _guarded(app, policy), server_class, handler_class=Handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5},
                               name="gpumem-tui-exporter-http", daemon=True)
     thread.start()

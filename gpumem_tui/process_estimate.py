@@ -38,6 +38,7 @@ __all__ = [
     "ProcessEstimate",
     "ProcessEstimates",
     "compare_process",
+    "what_if_changes",
     "compare_snapshots",
     "compare_trace",
     "device_kind",
@@ -71,6 +72,9 @@ class ProcessEstimate:
         problem: one line saying why ``estimate`` is None (or what of the setup was not
             usable), else None.
         info_key: identifies the ProbeInfo content it was built from (None for ``"user"``).
+        model: the model's name alone (``"llama-3.2-1b"``), as the label gives it.
+        what_if: for a ``"user"`` estimate of a probed PID, the settings that differ from the
+            job's own (probe's) estimate, e.g. ``("batch 8 (job: 4)",)``; empty otherwise.
     """
 
     pid: int
@@ -81,6 +85,54 @@ class ProcessEstimate:
     estimate: Any = None
     problem: str | None = None
     info_key: str | None = None
+    model: str = ""
+    what_if: tuple[str, ...] = ()
+
+    @property
+    def is_what_if(self) -> bool:
+        """True for the user's what-if on a probed process (not the job's own estimate)."""
+        return self.source == SOURCE_USER and bool(self.what_if)
+
+
+#: TrainingSpec field -> the estimator form's label for it: a what-if names its changes so.
+SPEC_LABELS = {
+    "device": "kernels", "mixed_precision": "fp32 master", "optimizer": "optim", "grad_ckpt": "ckpt",
+    "attention": "attn", "zero": "ZeRO", "lora_rank": "LoRA r",
+}  # fmt: skip
+#: spec fields that are facts of the box, not settings of the job (never a what-if's change)
+_NOT_SETTINGS = frozenset({"measured_context"})
+
+
+def what_if_changes(job: ProcessEstimate, architecture: Any, spec: Any, model: str) -> tuple[str, ...]:
+    """The settings of ``architecture`` + ``spec`` that differ from the job's estimate ``job``.
+
+    One entry per differing setting, in the spec's field order after the model, each as
+    ``"<form label> <what-if value> (job: <job's value>)"``, e.g. ``"batch 8 (job: 4)"``;
+    ``model`` names the what-if's model. Empty when nothing differs or ``job`` has no spec.
+    """
+    import dataclasses
+
+    changes: list[str] = []
+    if job.architecture is not None and architecture is not None and architecture != job.architecture:
+        changes.append(f"model {printable(model, limit=48)} (job: {job.model or 'probed model'})")
+    if job.spec is None or spec is None or not dataclasses.is_dataclass(spec):
+        return tuple(changes)
+    for field in dataclasses.fields(spec):
+        name = field.name
+        if name in _NOT_SETTINGS:
+            continue
+        mine, theirs = getattr(spec, name, None), getattr(job.spec, name, None)
+        if mine != theirs:
+            changes.append(f"{SPEC_LABELS.get(name, name.replace('_', ' '))} {_value(mine)} (job: {_value(theirs)})")
+    return tuple(changes)
+
+
+def _value(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value)) or "none"
+    return printable(str(value), limit=32) if value is not None else "default"
 
 
 def device_kind(device: object) -> str:
@@ -160,7 +212,8 @@ def from_probe_info(info: ProbeInfo, device: str | None = None, measured_context
     """
     from gpumem_tui.estimator.estimate import estimate as run_estimate
 
-    label = f"{model_label(info)} (probe, pid {info.pid})"
+    model = model_label(info)
+    label = f"{model} (probe, pid {info.pid})"
     key = _info_key(info, device, measured_context)
     overrides = {"device": device_kind(device)} if device else {}
     try:
@@ -168,19 +221,20 @@ def from_probe_info(info: ProbeInfo, device: str | None = None, measured_context
         if measured_context is not None and spec.device == "cuda":
             spec = replace(spec, measured_context=init_context(measured_context, arch, spec))
     except ComparisonError as exc:
-        return ProcessEstimate(info.pid, SOURCE_PROBE, label, problem=str(exc), info_key=key)
+        return ProcessEstimate(info.pid, SOURCE_PROBE, label, problem=str(exc), info_key=key, model=model)
     except Exception as exc:  # noqa: BLE001 - data from another process must not raise here
         return ProcessEstimate(
-            info.pid, SOURCE_PROBE, label, problem=f"pid {info.pid}: cannot read the probe's setup: {exc}", info_key=key
+            info.pid, SOURCE_PROBE, label, problem=f"pid {info.pid}: cannot read the probe's setup: {exc}",
+            info_key=key, model=model,
         )
     try:
         est = run_estimate(arch, spec)
     except ValueError as exc:  # SpecError / ArchitectureError are ValueErrors
         return ProcessEstimate(
             info.pid, SOURCE_PROBE, label, arch, spec,
-            problem=f"pid {info.pid}: the estimator rejected the probed setup: {exc}", info_key=key,
+            problem=f"pid {info.pid}: the estimator rejected the probed setup: {exc}", info_key=key, model=model,
         )  # fmt: skip
-    return ProcessEstimate(info.pid, SOURCE_PROBE, label, arch, spec, est, info_key=key)
+    return ProcessEstimate(info.pid, SOURCE_PROBE, label, arch, spec, est, info_key=key, model=model)
 
 
 def compare_process(
@@ -334,6 +388,17 @@ def _with_box_context(user: ProcessEstimate, probed: ProcessEstimate) -> Process
         return user
 
 
+def _labelled(user: ProcessEstimate, probed: ProcessEstimate | None) -> ProcessEstimate:
+    """``user`` with its what-if changes against ``probed`` (the job's estimate) and its label."""
+    changes = what_if_changes(probed, user.architecture, user.spec, user.model) if probed is not None else ()
+    if changes:
+        label = f"what-if on pid {user.pid}: {', '.join(changes)}"
+        label = label if len(label) <= 120 else label[:119] + "…"
+    else:
+        label = f"{user.model or 'model'} (set by you, pid {user.pid})"
+    return replace(user, what_if=changes, label=label)
+
+
 class ProcessEstimates:
     """The registry of per-PID estimates that the dashboard keeps (one per PID).
 
@@ -367,23 +432,28 @@ class ProcessEstimates:
             if shown is None or shown.source != SOURCE_USER:
                 self._by_pid[info.pid] = current
             else:
-                self._by_pid[info.pid] = _with_box_context(shown, current)
+                self._by_pid[info.pid] = _labelled(_with_box_context(shown, current), current)
         return self._by_pid[info.pid]
 
     def set_user(self, pid: int, architecture: Any, spec: Any, estimate: Any, model: str) -> ProcessEstimate:
         """The user set this PID's estimate in the pane; ``model`` names the model chosen.
 
-        Setting exactly the probe's own architecture and spec goes back to the probe's value.
+        On a probed PID it is a what-if: its ``what_if`` lists the settings that differ from
+        the job's (:func:`what_if_changes`) and its label says so, e.g. ``"what-if on pid
+        1088: batch 8 (job: 4)"``. Setting exactly the probe's own architecture and spec goes
+        back to the probe's value; setting the estimate it already has changes nothing.
         """
         probed = self._probed.get(pid)
         if probed is not None and probed.estimate is not None and (probed.architecture, probed.spec) == (architecture, spec):
             self._by_pid[pid] = probed
             return probed
-        label = f"{printable(model, limit=48)} (set by you, pid {pid})"
-        value = ProcessEstimate(pid, SOURCE_USER, label, architecture, spec, estimate)
+        current = self._by_pid.get(pid)
+        if current is not None and current.source == SOURCE_USER and (current.architecture, current.spec) == (architecture, spec):
+            return current
+        value = ProcessEstimate(pid, SOURCE_USER, "", architecture, spec, estimate, model=printable(model, limit=48))
         if probed is not None:
             value = _with_box_context(value, probed)
-        self._by_pid[pid] = value
+        self._by_pid[pid] = value = _labelled(value, probed)
         return value
 
     def clear_user(self, pid: int) -> None:

@@ -156,7 +156,8 @@ def _replay(args: argparse.Namespace) -> int:
             theme=args.theme,
             themes=themes,
             readonly=True,  # a replayed PID is not a process to signal
-            banner=f"replay of {args.trace.name} ({source.duration:.0f} s, x{args.speed:g})",
+            # the replay line shows the position, length and current speed (which keys change)
+            banner=f"replay of {args.trace.name}",
         )
     except KeyboardInterrupt:
         pass

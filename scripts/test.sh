@@ -15,6 +15,7 @@ apt_install_missing() {  # COMMAND PACKAGE WHY
     fi
 }
 apt_install_missing prometheus prometheus "the fleet tests need it"
+apt_install_missing promtool prometheus "the alert rules test needs it (Debian's prometheus package ships it)"
 apt_install_missing chromium chromium "the browser test of gpumem-tui serve needs it"
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 rc=$?

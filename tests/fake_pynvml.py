@@ -85,6 +85,11 @@ _ERROR_TEXT = {
 }
 
 NVML_TEMPERATURE_GPU = 0
+NVML_CLOCK_GRAPHICS, NVML_CLOCK_SM, NVML_CLOCK_MEM = 0, 1, 2
+NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES = 0, 1
+NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 138, 139
+NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_DEVICE_MIG_DISABLE, NVML_DEVICE_MIG_ENABLE = 0, 1
 NVML_VALUE_NOT_AVAILABLE_ulonglong_value = ULLONG_MAX
 
 
@@ -145,11 +150,11 @@ class _ProcessInfo:
 
     __slots__ = ("pid", "usedGpuMemory", "gpuInstanceId", "computeInstanceId")
 
-    def __init__(self, pid, used):
+    def __init__(self, pid, used, gi=0xFFFFFFFF, ci=0xFFFFFFFF):
         self.pid = pid
         self.usedGpuMemory = used
-        self.gpuInstanceId = 0xFFFFFFFF
-        self.computeInstanceId = 0xFFFFFFFF
+        self.gpuInstanceId = gi
+        self.computeInstanceId = ci
 
 
 class _UtilSample:
@@ -157,9 +162,9 @@ class _UtilSample:
 
     __slots__ = ("pid", "timeStamp", "smUtil", "memUtil", "encUtil", "decUtil")
 
-    def __init__(self, pid, stamp, sm):
-        self.pid, self.timeStamp, self.smUtil = pid, stamp, sm
-        self.memUtil = self.encUtil = self.decUtil = 0
+    def __init__(self, pid, stamp, sm, mem=0):
+        self.pid, self.timeStamp, self.smUtil, self.memUtil = pid, stamp, sm, mem
+        self.encUtil = self.decUtil = 0
 
 
 @dataclass
@@ -171,6 +176,9 @@ class FakeProcess:
     kind: str = "compute"  # compute | graphics | mps
     sm: int | None = None  # SM % reported by nvmlDeviceGetProcessUtilization (None: no sample)
     sample_time_us: int | None = None  # None: a fresh sample at each call
+    mem: int = 0  # memory-bandwidth % of the same sample (memUtil)
+    gpu_instance: int | None = None  # MIG GPU / compute instance ids (None: not MIG, 0xFFFFFFFF)
+    compute_instance: int | None = None
 
 
 @dataclass
@@ -184,6 +192,14 @@ class FakeGpu:
     temperature: int = 55
     power_mw: int = 123_456
     power_limit_mw: int = 400_000
+    clock_sm_mhz: int = 1410
+    clock_mem_mhz: int = 1593
+    fan_percent: int = 42  # nvmlDeviceGetFanSpeed; data-centre boards answer NOT_SUPPORTED (use fail())
+    pcie_tx_kbps: int = 2_000  # nvmlDeviceGetPcieThroughput, KB/s
+    pcie_rx_kbps: int = 500_000
+    nvlink_tx_kib: int | None = 7_000_000  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, KiB; None: no NVLink
+    nvlink_rx_kib: int | None = 9_000_000
+    mig_mode: int | None = 0  # nvmlDeviceGetMigMode current (and pending) mode; None: not supported
     processes: list[FakeProcess] = field(default_factory=list)
     lost: bool = False
 
@@ -243,8 +259,10 @@ class FakeNvml:
         return gpu
 
     def add_process(self, gpu: int, pid: int, used: int | None = 256 * MiB, kind: str = "compute",
-                    sm: int | None = None, sample_time_us: int | None = None) -> FakeProcess:
-        proc = FakeProcess(pid=pid, used=used, kind=kind, sm=sm, sample_time_us=sample_time_us)
+                    sm: int | None = None, sample_time_us: int | None = None, mem: int = 0,
+                    gpu_instance: int | None = None, compute_instance: int | None = None) -> FakeProcess:
+        proc = FakeProcess(pid=pid, used=used, kind=kind, sm=sm, sample_time_us=sample_time_us, mem=mem,
+                           gpu_instance=gpu_instance, compute_instance=compute_instance)
         self.gpus[gpu].processes.append(proc)
         return proc
 
@@ -309,7 +327,9 @@ class FakeNvml:
             used = ULLONG_MAX if p.used is None else p.used
             if used == ULLONG_MAX and not na_raw:
                 used = None
-            out.append(_ProcessInfo(p.pid, used))
+            none = 0xFFFFFFFF
+            out.append(_ProcessInfo(p.pid, used, none if p.gpu_instance is None else p.gpu_instance,
+                                    none if p.compute_instance is None else p.compute_instance))
         return out
 
     def _build_module(self) -> types.ModuleType:
@@ -317,7 +337,9 @@ class FakeNvml:
         mod.__file__ = __file__
         fake = self
         for name, value in globals().items():
-            if name.startswith(("NVML_ERROR_", "NVMLError")) or name in ("NVML_SUCCESS", "NVML_TEMPERATURE_GPU"):
+            if name.startswith(("NVML_ERROR_", "NVMLError", "NVML_CLOCK_", "NVML_PCIE_UTIL_", "NVML_FI_DEV_",
+                                "NVML_DEVICE_MIG_")) or name in (
+                    "NVML_SUCCESS", "NVML_TEMPERATURE_GPU", "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG"):
                 setattr(mod, name, value)
         mod.NVMLError = NVMLError
         mod.NVML_VALUE_NOT_AVAILABLE_ulonglong = _Friendly(value=ULLONG_MAX)
@@ -395,6 +417,44 @@ class FakeNvml:
             fake._check("nvmlDeviceGetPowerManagementLimit", handle)
             return handle.gpu.power_limit_mw
 
+        def nvmlDeviceGetClockInfo(handle, type):
+            fake._check("nvmlDeviceGetClockInfo", handle)
+            clocks = {NVML_CLOCK_SM: handle.gpu.clock_sm_mhz, NVML_CLOCK_MEM: handle.gpu.clock_mem_mhz}
+            if type not in clocks:
+                raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+            return clocks[type]  # MHz
+
+        def nvmlDeviceGetFanSpeed(handle):
+            fake._check("nvmlDeviceGetFanSpeed", handle)
+            return handle.gpu.fan_percent
+
+        def nvmlDeviceGetPcieThroughput(device, counter):
+            fake._check("nvmlDeviceGetPcieThroughput", device)
+            if counter not in (NVML_PCIE_UTIL_TX_BYTES, NVML_PCIE_UTIL_RX_BYTES):
+                raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+            return device.gpu.pcie_tx_kbps if counter == NVML_PCIE_UTIL_TX_BYTES else device.gpu.pcie_rx_kbps
+
+        def nvmlDeviceGetFieldValues(handle, fieldIds):
+            # like the real call: one c_nvmlFieldValue_t per id, each with its own nvmlReturn
+            fake._check("nvmlDeviceGetFieldValues", handle)
+            kib = {NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: handle.gpu.nvlink_tx_kib,
+                   NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: handle.gpu.nvlink_rx_kib}
+            out = []
+            for field_id in fieldIds:
+                fid, scope = field_id if isinstance(field_id, tuple) else (field_id, 0)
+                value = kib.get(fid)
+                ret = NVML_SUCCESS if value is not None else NVML_ERROR_NOT_SUPPORTED
+                out.append(_Friendly(fieldId=fid, scopeId=scope, timestamp=int(time.time() * 1e6), latencyUsec=0,
+                                     valueType=NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, nvmlReturn=ret,
+                                     value=_Friendly(ullVal=value or 0)))
+            return out
+
+        def nvmlDeviceGetMigMode(device):
+            fake._check("nvmlDeviceGetMigMode", device)
+            if device.gpu.mig_mode is None:
+                raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+            return [device.gpu.mig_mode, device.gpu.mig_mode]
+
         def nvmlDeviceGetProcessUtilization(handle, timeStamp):
             fake._check("nvmlDeviceGetProcessUtilization", handle)
             now = int(time.time() * 1e6)
@@ -404,7 +464,7 @@ class FakeNvml:
                     continue
                 ts = now if p.sample_time_us is None else p.sample_time_us
                 if ts > timeStamp:
-                    samples.append(_UtilSample(p.pid, ts, p.sm))
+                    samples.append(_UtilSample(p.pid, ts, p.sm, p.mem))
             if not samples:
                 # the driver answers NOT_FOUND when no process ran since timeStamp
                 raise NVMLError(NVML_ERROR_NOT_FOUND)

@@ -101,7 +101,7 @@ async def test_typing_a_batch_updates_the_estimate():
         assert panel.last_update_seconds is not None and panel.last_update_seconds < 0.5
 
 
-async def test_bad_value_marks_the_field_and_keeps_the_last_estimate():
+async def test_bad_value_marks_the_field_and_shows_no_stale_figure():
     app = Host()
     async with app.run_test(size=SIZE) as pilot:
         await _settle(app, pilot)
@@ -115,10 +115,15 @@ async def test_bad_value_marks_the_field_and_keeps_the_last_estimate():
         assert "batch" in panel.invalid_fields
         assert panel.query_one("#est-batch").has_class("-invalid")
         assert panel.query_one("#est-batch-label").has_class("-invalid")
-        assert panel.estimate is good  # last good estimate stays
+        assert panel.estimate is good  # kept for when the form is good again, but not shown:
         assert len(app.changes) == posted  # nothing new posted for a bad form
         message = _text(panel.query_one("#est-message", Static))
-        assert "batch" in message and "last valid" in message
+        assert "batch" in message and "last valid" not in message
+        # no figure of batch 4 stays on screen as if it were the estimate of what the form says
+        shown = " ".join(_text(panel.query_one(f"#est-{name}", Static)) for name in ("fit", "maxbatch", "breakdown"))
+        assert "GiB" not in shown and "MiB" not in shown and "largest" not in shown, shown
+        assert "no estimate for this form" in _text(panel.query_one("#est-fit", Static))
+        assert panel.query_one(MemoryBar)._segments == []  # an empty bar
         # an empty field is just as bad, and a later good value clears the marks
         panel.query_one("#est-batch", Input).value = ""
         await _settle(app, pilot)
@@ -412,3 +417,23 @@ async def test_model_picker_offers_models_from_the_hf_cache(tmp_path, monkeypatc
         select.value = str(snap / "config.json")
         await _settle(app, pilot)
         assert panel.architecture.model_type == "qwen3" and panel.architecture.num_layers == 3
+
+
+async def test_a_state_space_config_is_named_as_unsupported_in_the_form_s_words(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mamba", "hidden_size": 768, "num_hidden_layers": 24,
+                                "vocab_size": 50280, "state_size": 16, "conv_kernel": 4}))
+    app = Host()
+    async with app.run_test(size=SIZE) as pilot:
+        await _settle(app, pilot)
+        panel = app.query_one(EstimatorPanel)
+        panel.set_form(config=str(path))
+        for _ in range(100):  # the file is read off the UI thread
+            await _settle(app, pilot)
+            if "reading" not in panel.invalid_fields.get("config", "reading"):
+                break
+        message = _text(panel.query_one("#est-message", Static))
+        assert "model_type 'mamba' is a state-space model" in message and "not supported" in message
+        assert "(config 1.4e9 for 1.4 B)" in message and "--params" not in message
+        assert "lacks field" not in message
+        assert "no estimate for this form" in _text(panel.query_one("#est-fit", Static))

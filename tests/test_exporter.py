@@ -267,7 +267,14 @@ def test_cli_port_in_use_and_remote_refusal_are_one_line_exit_2():
 
 # -- the HTTP server: Host check, timeouts, connection cap (DNS rebinding, unbounded threads) ---
 
+from gpumem_tui.exporter import exposition, state_app  # noqa: E402
 from gpumem_tui.exporter_http import HostPolicy, host_name, serve_metrics  # noqa: E402
+
+
+def _parsed(text: str) -> list:
+    """Families as prometheus_client's parser reads them: (name, type, help, samples)."""
+    return [(f.name, f.type, f.documentation, sorted((s.name, sorted(s.labels.items()), s.value) for s in f.samples))
+            for f in text_string_to_metric_families(text)]
 
 
 @pytest.fixture
@@ -285,7 +292,7 @@ def serve(static_state):
     servers = []
 
     def start(policy: HostPolicy | None = None, **limits) -> int:
-        server, _ = serve_metrics("127.0.0.1", 0, build_registry(static_state),
+        server, _ = serve_metrics("127.0.0.1", 0, state_app(static_state),
                                   policy or HostPolicy("127.0.0.1"), **limits)
         servers.append(server)
         return server.server_address[1]
@@ -311,11 +318,13 @@ def _get(port: int, host: str | None) -> tuple[int, bytes]:
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.1:{port}", "localhost", "LocalHost:{port}", "localhost.",
                                   "[::1]", "[::1]:{port}"])
-def test_a_loopback_host_gets_the_same_body_as_prometheus_client_makes(serve, static_state, host):
+def test_a_loopback_host_gets_the_same_series_as_prometheus_client_makes(serve, static_state, host):
     port = serve()
     status, body = _get(port, host.format(port=port))
     assert status == 200
-    assert body == generate_latest(build_registry(static_state))  # the exposition is unchanged
+    assert body == exposition(static_state)
+    reference = generate_latest(build_registry(static_state)).decode()  # prometheus_client's encoder
+    assert _parsed(body.decode()) == _parsed(reference)
     assert b'user="alice"' in body
 
 

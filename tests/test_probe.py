@@ -369,8 +369,8 @@ def test_a_sample_taken_while_the_training_thread_allocates_still_adds_up(attach
     real_categories = probe.categories
     calls = []
 
-    def categories_while_training():
-        result = real_categories()
+    def categories_while_training(gradients=None):
+        result = real_categories(gradients)
         if not calls:
             scratch.clear()  # freed between this read of the categories and of the live bytes
         calls.append(result)
@@ -380,3 +380,25 @@ def test_a_sample_taken_while_the_training_thread_allocates_still_adds_up(attach
     fields = probe.memory()
     assert len(calls) == 2  # the first reading saw a free and was taken again
     assert sum(fields["categories"].values()) == fields["cpu_live_tensors"]
+
+
+def test_the_sampling_thread_never_reads_param_grad(attach):
+    """autograd stores ``param.grad`` without the GIL, so the sampling thread reading it during
+    backward could crash the job (SIGSEGV seen in benchmark runs): it takes the gradient bytes
+    from the tracker's 'gradients' label instead, and they agree with the gradients."""
+    import threading
+
+    model, opt = tiny()
+    probe = attach(model, opt)
+    model(torch.randn(4, 32)).square().mean().backward()  # gradients stored and labelled
+    asked = []
+    real_categories = probe.categories
+    probe.categories = lambda gradients=None: asked.append(gradients) or real_categories(gradients)
+    sampler = probe._thread
+    probe._thread = threading.current_thread()  # read as the sampling thread does
+    try:
+        categories, live, _ = probe._consistent_reading()
+    finally:
+        probe._thread = sampler
+    assert asked and None not in asked  # never left to walk param.grad
+    assert categories["gradients"] == param_bytes(model) and live >= sum(categories.values())

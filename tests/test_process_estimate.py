@@ -107,7 +107,8 @@ async def test_a_user_edit_stays_with_the_process_it_was_made_for():
         panel.set_form(batch=2)
         await wait_for(pilot, lambda: app.process_estimates.get(1089).source == "user")
         mine = app.process_estimates.get(1089)
-        assert mine.spec.batch == 2 and "(set by you, pid 1089)" in mine.label
+        # a what-if on a probed job says what differs from the job's own settings
+        assert mine.spec.batch == 2 and mine.label == "what-if on pid 1089: batch 2 (job: 8)"
         # the probe's hidden fields are kept: only the batch differs from the probe's spec
         probed = app.process_estimates.probe_estimate(1089)
         assert mine.spec == dataclasses.replace(probed.spec, batch=2)

@@ -25,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from gpumem_tui.estimator.families import Family, family_for
-from gpumem_tui.estimator.families.general import ENCODER_DECODER_TYPES, ENCODER_TYPES, general_family
+from gpumem_tui.estimator.families.general import (
+    ENCODER_DECODER_TYPES,
+    ENCODER_TYPES,
+    HEAD_FIELDS,
+    STATE_SPACE_FIELDS,
+    STATE_SPACE_TYPES,
+    general_family,
+)
 from gpumem_tui.estimator.families.known import BERT, BY_MODEL_TYPE, PARAMS
 
 CATALOGUE_DIR = Path(__file__).with_name("catalogue")
@@ -352,7 +359,7 @@ def _get(cfg: dict[str, Any], model_type: str, *names: str, default: Any = ...) 
         if name in cfg and cfg[name] is not None:
             return cfg[name]
     if default is ...:
-        raise ArchitectureError(f"config.json of model_type {model_type!r} lacks field {names[0]!r}")
+        raise ArchitectureError(f"config lacks field {names[0]!r} (model_type {model_type!r})")
     return default
 
 
@@ -568,21 +575,29 @@ def architecture_from_config(config: Any, name: str = "config.json") -> ModelArc
     """Build a :class:`ModelArchitecture` from a parsed Hugging Face ``config.json`` dict.
 
     Raises:
-        ArchitectureError: not a dict, no/unsupported ``model_type``, a missing or invalid
-            field (the message names it), or an inconsistent shape (e.g. KV heads that do
-            not divide the attention heads).
+        ArchitectureError: not a dict, no/unsupported ``model_type`` (a state-space model such
+            as Mamba is named as an unsupported family, pointing at ``--params``), a missing
+            or invalid field (the message names it), or an inconsistent shape (e.g. KV heads
+            that do not divide the attention heads). Every message starts with ``name``
+            (the file or catalogue name) and a colon.
     """
     if not isinstance(config, dict):
         raise ArchitectureError(f"{name}: config must be a JSON object, got {type(config).__name__}")
     mt = config.get("model_type")
     if not isinstance(mt, str) or not mt:
-        raise ArchitectureError(f"{name}: config.json lacks field 'model_type'")
+        raise ArchitectureError(f"{name}: config lacks field 'model_type'")
     if mt in ENCODER_DECODER_TYPES or config.get("is_encoder_decoder") is True:
         raise ArchitectureError(
             f"{name}: model_type {mt!r} is an encoder-decoder model; encoder-decoder models are not modelled yet "
             "(decoder-only and encoder-only configs are)"
         )
     family = family_for(mt)
+    if family is None and (mt in STATE_SPACE_TYPES or (
+            any(config.get(f) is not None for f in STATE_SPACE_FIELDS) and not any(f in config for f in HEAD_FIELDS))):
+        raise ArchitectureError(
+            f"{name}: model_type {mt!r} is a state-space model (no attention heads): this family is not supported; "
+            "give its parameter count instead (--params 1.4e9 for 1.4 B)"
+        )
     note = None
     if family is None:
         family = replace(BERT, verified=False, name="general encoder (BERT layout)") if mt in ENCODER_TYPES \
@@ -598,7 +613,10 @@ def architecture_from_config(config: Any, name: str = "config.json") -> ModelArc
     if not family.moe_fields and config.get("num_local_experts"):
         raise ArchitectureError(f"{name}: {mt} config with experts is not modelled")
     _check_rope_scaling(config.get("rope_scaling"), name)
-    arch = _read(config, name, mt, family)
+    try:
+        arch = _read(config, name, mt, family)
+    except ArchitectureError as exc:  # the readers name the field; the file comes first, as above
+        raise ArchitectureError(f"{name}: {exc}") from None
     _check_plausible(arch, name)
     return arch if note is None else replace(arch, notes=arch.notes + (note,))
 
@@ -725,9 +743,9 @@ def load_config(source: str) -> tuple[Any, str]:
         try:
             config = read_json(path)
         except FileNotFoundError:
-            raise ArchitectureError(f"no such config file: {path}") from None
+            raise ArchitectureError(f"{path}: no such config file") from None
         except (OSError, UnicodeDecodeError) as exc:
-            raise ArchitectureError(f"cannot read {path}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}") from None
+            raise ArchitectureError(f"{path}: cannot read it: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}") from None
         except json.JSONDecodeError as exc:
             raise ArchitectureError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
         except ValueError as exc:  # nested too deeply

@@ -36,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpumem-tui estimate",
         description="Predict the peak memory of one training or inference step (bytes; shown in MiB/GiB = 2^20/2^30). "
         f"The CUDA profile models torch {cuda_kernels.TORCH_VERSION_MODELLED}'s kernel selection (SDPA backends, "
-        "autocast op lists, caching allocator) and peft LoRA; its context figures were measured on an H100 / CUDA 13.",
+        f"autocast op lists, caching allocator) and peft LoRA, rules unchanged since torch "
+        f"{cuda_kernels.TORCH_VERSION_MEASURED}, with which they were checked on an H100 (CUDA 13); "
+        "its CUDA context figures were measured there.",
     )
     add_spec_arguments(p)
     add_estimate_arguments(p)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpumem_tui.estimator.precision import precision
 from gpumem_tui.estimator.recipes import rules as R
 
 if TYPE_CHECKING:
@@ -50,8 +51,6 @@ def logits_loss_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
     (``l n``); without the upcast (LitGPT) the loss dtype is the logits dtype. With ``c = 1``
     and the upcast this is the formula above.
     """
-    from gpumem_tui.estimator.components import precision  # components re-exports this module
-
     e = R.logits_bytes(spec, precision(spec).compute)
     V = arch.vocab_size
     n = b * s * V

@@ -129,9 +129,11 @@ def _cause(out_dir: Path, procs: list[Any], ended: list[int]) -> RankFailure:
     """The failure to report, among the ranks that ``ended`` (non-zero) on their own: a rank
     that left no error record (killed by a signal, or exited) first, since a rank raising
     always records one; otherwise the earliest recorded error (its peers then fail on closed
-    connections)."""
+    connections). Every rank's error record counts, not only those of the ranks that ended:
+    a rank that raised writes its record before it exits, and may still be tearing down when
+    a peer that failed because of it has already gone."""
     errors = {}
-    for index in ended:
+    for index in range(len(procs)):
         with contextlib.suppress(OSError, ValueError):
             errors[index] = json.loads((out_dir / f"rank{index}.err").read_text())
     silent = [i for i in ended if i not in errors]

@@ -32,8 +32,7 @@ _TAG_CATEGORY = {
 _active: Probe | None = None
 _active_lock = threading.Lock()
 _STALE_FILE_SECONDS = 7 * 24 * 3600.0
-# How often a sample re-reads its categories when the training thread allocated meanwhile.
-_CONSISTENT_READ_TRIES = 20
+_CONSISTENT_READ_TRIES = 20  # re-reads of a sample's categories while training allocates
 
 
 class ProbeError(RuntimeError):
@@ -96,6 +95,7 @@ class Probe:
         extra: dict | None = None,
         max_file_bytes: int = 32 << 20,
         reset_peak_stats: bool = True,
+        step_start_hook: bool = True,
     ) -> None:
         try:
             import torch
@@ -176,7 +176,7 @@ class Probe:
             self._tracker.reset_peak()
             self._tracker.start()
         if hooks:
-            self._install_hooks()
+            self._install_hooks(step_start_hook)
         self.mark(Phase.INIT.value)
 
         self._stop = threading.Event()
@@ -264,15 +264,16 @@ class Probe:
                 out.extend(v for v in list(state.values()) if isinstance(v, torch.Tensor))
         return out
 
-    def categories(self) -> dict[str, int]:
+    def categories(self, gradients: int | None = None) -> dict[str, int]:
         """Bytes of parameters, buffers (when any), gradients and optimizer states on the
-        measured device (``numel * element_size``; shared parameters counted once)."""
+        measured device (``numel * element_size``; shared parameters counted once); the given
+        ``gradients`` bytes instead of reading every ``param.grad`` (:meth:`_consistent_reading`)."""
         params = list(self.model.parameters())
+        if gradients is None:
+            gradients = sum(_tensor_bytes(p.grad) for p in params if p.grad is not None and self._on_device(p.grad))
         result = {
             "parameters": sum(_tensor_bytes(p) for p in params if self._on_device(p)),
-            "gradients": sum(
-                _tensor_bytes(p.grad) for p in params if p.grad is not None and self._on_device(p.grad)
-            ),
+            "gradients": gradients,
             "optimizer_states": sum(_tensor_bytes(t) for t in self._state_tensors() if self._on_device(t)),
         }
         buffers = sum(_tensor_bytes(b) for b in self.model.buffers() if self._on_device(b))
@@ -281,33 +282,28 @@ class Probe:
         return result
 
     def _consistent_reading(self) -> tuple[dict[str, int], int | None, int]:
-        """(:meth:`categories`, the tracker's live bytes, its bytes made in forward), read while
-        the tracker saw no tensor allocated or freed, so that all three describe one instant:
-        the training thread runs on while this sampling thread walks the parameters.
-
-        Without a tracker, live is None and the forward bytes 0. The categories are empty
-        when the training thread kept allocating through every try or a dict changed size
-        under us (first optimizer step): that sample then carries no split rather than one
-        that does not add up.
-        """
+        """(:meth:`categories`, tracker live bytes, bytes made in forward) at one instant (the
+        tracker saw no tensor come or go meanwhile; else no split). The sampling thread never
+        reads ``param.grad``: autograd stores it without the GIL, and a read then can SIGSEGV
+        (about one 30-step run in ten); it uses the tracker's gradient label, or no split in backward."""
         tracker = self._tracker
-        if tracker is None:
+        sampling = threading.current_thread() is getattr(self, "_thread", None)  # None before start
+        for _ in range(_CONSISTENT_READ_TRIES if tracker is not None else 0):
+            before, by_tag = tracker.changes, tracker.live_by_tag()
             try:
-                return self.categories(), None, 0
-            except RuntimeError:
-                return {}, None, 0
-        for _ in range(_CONSISTENT_READ_TRIES):
-            before = tracker.changes
-            try:
-                categories = self.categories()
+                categories = self.categories(by_tag.get("gradients", 0) if sampling else None)
             except RuntimeError:
                 return {}, tracker.live_bytes, 0
-            live = tracker.live_bytes
-            made_in_forward = tracker.live_by_tag().get(Phase.FORWARD.value, 0)
+            live = tracker.live_bytes  # read before the check, so it belongs to the same instant
             if tracker.changes == before:
-                return categories, live, made_in_forward
+                return categories, live, by_tag.get(Phase.FORWARD.value, 0)
             time.sleep(0)  # let the training thread get on with what it is doing
-        return {}, tracker.live_bytes, 0
+        if tracker is not None:
+            return {}, tracker.live_bytes, 0
+        with contextlib.suppress(RuntimeError):  # a dict changed size under us
+            if not (sampling and self._phase == Phase.BACKWARD.value):
+                return self.categories(), None, 0
+        return {}, None, 0
 
     def memory(self) -> dict[str, Any]:
         """The memory fields of one stream line (see ``gpumem_tui.telemetry.probe_source``)."""
@@ -545,13 +541,13 @@ class Probe:
 
     # -- hooks -----------------------------------------------------------------------------
 
-    def _install_hooks(self) -> None:
+    def _install_hooks(self, step_start_hook: bool = True) -> None:
         model = self.model
         self._hook_handles.append(model.register_forward_pre_hook(self._forward_pre_hook))
         self._hook_handles.append(model.register_forward_hook(self._forward_hook))
         if self.optimizer is not None:
-            self._hook_handles.append(self.optimizer.register_step_pre_hook(self._step_pre_hook))
-            self._hook_handles.append(self.optimizer.register_step_post_hook(self._step_post_hook))
+            pre = [self.optimizer.register_step_pre_hook(self._step_pre_hook)] if step_start_hook else []
+            self._hook_handles += [*pre, self.optimizer.register_step_post_hook(self._step_post_hook)]
         if self._tracker is not None or self._split is not None:
             # Label each gradient as such once autograd stored it (torch >= 2.1), so the
             # breakdown at a peak between two samples still names the gradients; on CUDA
@@ -766,10 +762,9 @@ def attach(model: Any, optimizer: Any = None, **kwargs: Any) -> Probe:
     parameters; default the first floating parameter's), task (the estimator's: "train",
     "lora", "qlora", "inference"), config (a HF-style config dict for non-HF models),
     directory, interval, min_step_interval (seconds), track_tensors, hooks (False: mark phases
-    only with ``probe.phase``/``probe.mark``), device, max_file_bytes, reset_peak_stats, and
-    extra: more setup keys the probe cannot see itself, named as the estimator's TrainingSpec
-    fields, e.g.
-    ``extra={"mixed_precision": True, "zero": 2, "dp": 8, "grad_ckpt": "full"}``.
+    only with ``probe.phase``/``probe.mark``), device, max_file_bytes, reset_peak_stats,
+    step_start_hook (False: the caller marks the step's start; Lightning's ``optimizer.step(closure)``
+    runs forward and backward in it), extra: setup keys as TrainingSpec fields (``{"zero": 2}``).
 
     Loss computed outside the model: call ``probe.watch_loss(loss)`` before ``backward()`` to
     mark backward at its true start (otherwise it is marked when backward reaches the model's

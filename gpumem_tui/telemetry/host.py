@@ -199,7 +199,8 @@ class HostEnricher:
             out.append(ProcessSample(sample.pid, sample.device_index, sample.type, sample.used_memory_bytes,
                                      sample.sm_percent, info["user"], info["command"], info["cpu_percent"],
                                      info["rss_bytes"], info["start_time"], info["status"], info["container"],
-                                     errors, info.get("container_pid")))
+                                     errors, info.get("container_pid"), sample.mem_percent,
+                                     sample.gpu_instance_id, sample.compute_instance_id))
         if from_nvml:  # NVML no longer lists it: forget how long it was invisible
             for pid in list(self._missing):
                 if pid not in looked_up:

@@ -84,6 +84,18 @@ class DeviceSample:
     power_limit_w: float | None
     error: str | None = None  # whole-device failure, e.g. "GPU is lost"
     field_errors: FieldErrors = ()
+    # Optional figures (None: not read, or NVML could not read them; the exporter's source
+    # reads them, the dashboard's does not). NVML units converted: bytes, Hz, bytes/s.
+    memory_free_bytes: int | None = None  # nvmlDeviceGetMemoryInfo().free
+    utilization_memory_percent: float | None = None  # memory controller busy, nvmlUtilization_t.memory
+    clock_sm_hz: int | None = None  # nvmlDeviceGetClockInfo(NVML_CLOCK_SM), MHz x 1e6
+    clock_memory_hz: int | None = None  # nvmlDeviceGetClockInfo(NVML_CLOCK_MEM), MHz x 1e6
+    fan_speed_percent: float | None = None  # nvmlDeviceGetFanSpeed: % of the fan's rated speed (may exceed 100)
+    pcie_tx_bytes_per_second: int | None = None  # nvmlDeviceGetPcieThroughput(TX), KB/s x 1024
+    pcie_rx_bytes_per_second: int | None = None  # nvmlDeviceGetPcieThroughput(RX), KB/s x 1024
+    nvlink_tx_bytes: int | None = None  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, all links, KiB x 1024 (a counter)
+    nvlink_rx_bytes: int | None = None  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, all links (a counter)
+    mig_enabled: bool | None = None  # nvmlDeviceGetMigMode current mode; None where MIG is not supported
 
     def reason(self, name: str) -> str | None:
         """Why field ``name`` is None (e.g. "N/A", "no permission"), or None."""
@@ -115,6 +127,13 @@ class ProcessSample:
     # The PID inside the process's own (innermost) PID namespace, e.g. what `ps` shows inside
     # its container; None when that is ``pid`` itself. From ``NSpid`` in /proc/<pid>/status.
     container_pid: int | None = None
+    # Memory-bandwidth (memory controller) utilisation of this process, percent: ``memUtil`` of
+    # the same nvmlDeviceGetProcessUtilization sample that gives ``sm_percent``.
+    mem_percent: float | None = None
+    # MIG: the GPU instance and compute instance the process runs in (nvmlProcessInfo_v2_t
+    # ``gpuInstanceId`` / ``computeInstanceId``); None when the GPU is not in MIG mode.
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
 
     def reason(self, name: str) -> str | None:
         """Why field ``name`` is None, or None."""

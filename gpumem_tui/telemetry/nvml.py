@@ -9,7 +9,7 @@ device is looked up again at the next poll, so it comes back when the driver doe
 Processes: compute, graphics and MPS lists are merged per GPU (one row per PID per GPU);
 process calls fall back ``_v3`` -> ``_v2`` -> v1 (remembered per list once one works) and
 ``usedGpuMemory == 2**64-1`` (NVML_VALUE_NOT_AVAILABLE_ulonglong: MIG without privileges,
-WDDM) reads as ``None`` "N/A". Per-process SM % comes from
+WDDM) reads as ``None`` "N/A". Per-process SM % (and memory-bandwidth %) comes from
 ``nvmlDeviceGetProcessUtilization(handle, lastSeenTimeStamp)``, which returns only samples
 newer than the time stamp (NVML API reference, "nvmlDeviceGetProcessUtilization").
 
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpumem_tui.telemetry.model import DeviceSample, ProcessSample, ProcessStatus, ProcessType
+from gpumem_tui.telemetry.nvml_extra import MIG_NONE, read_extra
 from gpumem_tui.telemetry.plausible import MAX_BYTES
 
 ULLONG_MAX = 2**64 - 1
@@ -45,6 +46,8 @@ UNKNOWN = "unknown NVML error"
 
 # An SM % sample older than this (seconds, by our clock) is no longer shown.
 SM_HOLD_SECONDS = 1.5
+_IDLE = (0.0, 0.0)  # (SM %, memory %) of a process without a recent sample: it did not run
+_NO_UTIL = (None, None)  # the utilisation call failed: both unknown
 
 # Upper bounds of plausible readings: no GPU runs above 200 °C (NVIDIA's slowdown limits are
 # near 90 °C) or draws 100 kW (an 8-GPU board draws ~10 kW).
@@ -95,7 +98,7 @@ class _Device:
     name: str | None = None
     uuid: str | None = None
     util_stamp: int = 0  # newest process-utilization sample time stamp seen (µs)
-    sm_last: dict[int, tuple[float, float]] = field(default_factory=dict)  # pid -> (sm %, our time)
+    sm_last: dict[int, tuple[float, float | None, float]] = field(default_factory=dict)  # pid -> (sm %, mem %, our time)
 
 
 def _text(value: Any) -> str:
@@ -113,14 +116,19 @@ def format_cuda_version(value: int) -> str:
 class NvmlSource:
     """Reads devices and GPU processes from NVML; never raises for data it reads.
 
-    ``NvmlSource()`` imports ``pynvml`` and calls ``nvmlInit`` once. If that fails,
+    ``NvmlSource()`` imports ``pynvml`` and calls ``nvmlInit`` once. With ``extended=True``
+    each device sample also carries the figures of :mod:`gpumem_tui.telemetry.nvml_extra`
+    (clocks, fan, PCIe / NVLink throughput, MIG mode). If ``nvmlInit`` fails,
     :attr:`error` holds the NVML error text (e.g. "NVML Shared Library Not Found") and every
     :meth:`poll` returns ``NvmlReading(error=...)``; the init is not retried.
     Use from one thread at a time (the poller thread).
     """
 
-    def __init__(self, module: Any = None) -> None:
+    def __init__(self, module: Any = None, *, extended: bool = False) -> None:
         self._nv: Any = None
+        # The exporter's figures beyond the dashboard's (clocks, fan, PCIe and NVLink
+        # throughput, MIG mode): extra NVML calls per GPU per poll, so only when asked.
+        self.extended = extended
         self.error: str | None = None
         self._devices: dict[int, _Device] = {}
         self._count: int | None = None
@@ -273,12 +281,13 @@ class NvmlSource:
             uuid = get("uuid", "nvmlDeviceGetUUID")
             dev.uuid = _text(uuid) if uuid is not None else None
         mem = get("memory", "nvmlDeviceGetMemoryInfo")
-        total = self._plausible("memory total", _ull(getattr(mem, "total", None)), MAX_BYTES) if mem is not None else None
-        used = self._plausible("memory used", _ull(getattr(mem, "used", None)), MAX_BYTES) if mem is not None else None
+        total, used, free = (self._plausible(f"memory {key}", _ull(getattr(mem, key, None)), MAX_BYTES)
+                             if mem is not None else None for key in ("total", "used", "free"))
         if mem is not None and (total is None or used is None):
             errors.append(("memory", NOT_AVAILABLE))
         util = get("utilization_gpu_percent", "nvmlDeviceGetUtilizationRates")
         gpu_util = self._plausible("utilization", _uint(getattr(util, "gpu", None)), 100) if util is not None else None
+        mem_util = self._plausible("utilization", _uint(getattr(util, "memory", None)), 100) if util is not None else None
         if util is not None and gpu_util is None:
             errors.append(("utilization_gpu_percent", NOT_AVAILABLE))
         raw_temp = get("temperature_c", "nvmlDeviceGetTemperature", getattr(self._nv, "NVML_TEMPERATURE_GPU", 0))
@@ -321,6 +330,9 @@ class NvmlSource:
             power_draw_w=power / 1000.0 if power is not None else None,
             power_limit_w=limit / 1000.0 if limit is not None else None,
             field_errors=tuple(dict.fromkeys(field_errors)),
+            memory_free_bytes=free,
+            utilization_memory_percent=float(mem_util) if mem_util is not None else None,
+            **(read_extra(self._query, self._nv, h) if self.extended else {}),
         )
         return sample, procs
 
@@ -355,7 +367,7 @@ class NvmlSource:
 
     def _processes(self, index: int, dev: _Device) -> tuple[list[ProcessSample], str | None]:
         """Merged compute/MPS/graphics processes of one GPU, and why the list failed (or None)."""
-        merged: dict[int, tuple[ProcessType, int | None]] = {}
+        merged: dict[int, tuple[ProcessType, int | None, int | None, int | None]] = {}
         list_reason: str | None = None
         for ptype, base in _PROCESS_KINDS:
             items, reason = self._list(base, dev.handle)
@@ -369,34 +381,38 @@ class NvmlSource:
                     pid, used = item.pid, item.usedGpuMemory
                 except AttributeError:
                     continue
+                # MIG instance ids (v2/v3 records); 0xFFFFFFFF or absent: not in MIG mode
+                gi, ci = getattr(item, "gpuInstanceId", MIG_NONE), getattr(item, "computeInstanceId", MIG_NONE)
                 if not isinstance(pid, int):
                     continue
                 if used is not None and (used.__class__ is not int or used > MAX_BYTES or used < 0):
                     used = self._plausible("process memory", _ull(used), MAX_BYTES)
                 prev = merged.get(pid)
                 if prev is None:
-                    merged[pid] = (ptype, used)
+                    merged[pid] = (ptype, used, _instance(gi), _instance(ci))
                 else:
                     # keep the higher-priority type (listed first) and the known, larger figure
                     known = [m for m in (prev[1], used) if m is not None]
-                    merged[pid] = (prev[0], max(known) if known else None)
+                    merged[pid] = (prev[0], max(known) if known else None, prev[2], prev[3])
         sm, sm_reason = self._sm_percent(dev, merged)
         out = []
         append = out.append
         sm_get = sm.get
         sm_missing = (("sm_percent", sm_reason),) if sm_reason else ()
-        for pid, (ptype, used) in merged.items():
-            sm_value = sm_get(pid)
+        for pid, (ptype, used, gi, ci) in merged.items():
+            sm_value, mem_value = sm_get(pid, _NO_UTIL)
             errs = sm_missing if sm_value is None else ()
             if used is None:
                 errs = (("used_memory_bytes", NOT_AVAILABLE), *errs)
             # positional construction: this runs once per process row per poll
             append(ProcessSample(pid, index, ptype, used, sm_value, None, None, None, None, None,
-                                 ProcessStatus.OK, None, errs))
+                                 ProcessStatus.OK, None, errs, None, mem_value, gi, ci))
         return out, list_reason
 
-    def _sm_percent(self, dev: _Device, pids: dict[int, Any]) -> tuple[dict[int, float], str | None]:
-        """pid -> SM % from nvmlDeviceGetProcessUtilization, or ({}, reason) if it failed.
+    def _sm_percent(self, dev: _Device, pids: dict[int, Any]) -> tuple[dict[int, tuple[float, float | None]], str | None]:
+        """pid -> (SM %, memory-bandwidth %) from nvmlDeviceGetProcessUtilization (``smUtil``,
+        ``memUtil``), or ({}, reason) if it failed. A ``memUtil`` that is not available or
+        implausible reads None while the sample's SM % stands.
 
         Only samples newer than the newest one already seen are returned by NVML, so the
         newest time stamp is passed back each poll. NVML_ERROR_NOT_FOUND means no process
@@ -419,7 +435,7 @@ class NvmlSource:
                 return {}, self._reason(exc)
         except Exception as exc:
             return {}, f"{type(exc).__name__}: {exc}"
-        newest: dict[int, tuple[int, int]] = {}
+        newest: dict[int, tuple[int, int, int | None]] = {}
         stamp_max = dev.util_stamp
         for sample in samples or ():
             try:
@@ -428,20 +444,23 @@ class NvmlSource:
                 continue
             if util.__class__ is not int or util == UINT_MAX or not 0 <= util <= 100:
                 continue  # not available, or implausible (2**31 %): no sample
+            mem = getattr(sample, "memUtil", None)
+            if mem.__class__ is not int or not 0 <= mem <= 100:
+                mem = None
             prev = newest.get(pid)
             if prev is None or stamp >= prev[0]:
-                newest[pid] = (stamp, util)
+                newest[pid] = (stamp, util, mem)
             if stamp > stamp_max:
                 stamp_max = int(stamp)
         dev.util_stamp = stamp_max
         sm_last = dev.sm_last
-        for pid, (_, util) in newest.items():
-            sm_last[pid] = (float(util), now)
-        out: dict[int, float] = {}
+        for pid, (_, util, mem) in newest.items():
+            sm_last[pid] = (float(util), None if mem is None else float(mem), now)
+        out: dict[int, tuple[float, float | None]] = {}
         horizon = now - SM_HOLD_SECONDS
         for pid in pids:
             last = sm_last.get(pid)
-            out[pid] = last[0] if last is not None and last[1] >= horizon else 0.0
+            out[pid] = (last[0], last[1]) if last is not None and last[2] >= horizon else _IDLE
         if len(sm_last) > len(out):
             for pid in [p for p in sm_last if p not in out]:
                 del sm_last[pid]
@@ -460,6 +479,11 @@ def _uint(value: Any) -> int | None:
     if value is None or not isinstance(value, int) or value == UINT_MAX or value < 0:
         return None
     return value
+
+
+def _instance(value: Any) -> int | None:
+    """A MIG instance id, or None for NVML's "no instance" (0xFFFFFFFF) or a bad value."""
+    return value if value.__class__ is int and 0 <= value < MIG_NONE else None
 
 
 def _failed_device(index: int, dev: _Device | None, reason: str) -> DeviceSample:

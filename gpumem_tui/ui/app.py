@@ -116,11 +116,19 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         Binding("q", "quit", "Quit", id="quit", tooltip="Quit gpumem-tui"),
         Binding("question_mark", "help", "Help", id="help", tooltip="Show the key bindings"),
         Binding("slash", "filter", "Filter", id="filter", tooltip="Filter processes: user:NAME gpu:N words"),
-        Binding("escape", "clear_filter", "Clear filter", show=False, id="clear_filter",
+        # Esc: out of a form field, tab bar or the GPU panel back to the table; in the filter
+        # box (or on the table) it clears the filter. Two bindings so that each says what it does.
+        Binding("escape", "leave_field", "Back to table", id="leave_field",
+                tooltip="Leave the form / tabs and go back to the process table"),
+        Binding("escape", "clear_filter", "Clear filter", id="clear_filter",
                 tooltip="Clear the process filter"),
         Binding("enter", "detail", "Detail", id="detail", tooltip="Show everything about the selected process"),
         Binding("c", "chart_target", "Chart GPU/proc", id="chart_target",
                 tooltip="Chart the selected process or its GPU"),
+        Binding("p", "job_estimate", "Job's estimate", id="job_estimate",
+                tooltip="Drop the what-if: back to the job's own estimate (from its probe)"),
+        Binding("ctrl+r", "job_estimate_in_field", "Job's estimate", id="job_estimate_in_field",
+                tooltip="The same from a form field (where p is typed)"),
         Binding("b", "toggle_bands", "Bands", id="toggle_bands", tooltip="Show or hide the predicted bands"),
         Binding("t", "toggle_fit_total", "Scale to total", show=False, id="toggle_fit_total",
                 tooltip="Scale the chart to the GPU total (or to the data)"),
@@ -129,6 +137,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         Binding("right_square_bracket", "window(1)", "Zoom out", show=False, id="window_longer",
                 tooltip="Show a longer time window"),
         Binding("e", "toggle_side", "Estimator", id="toggle_side", tooltip="Show or hide the estimator pane"),
+        # Priority (the table would scroll with the arrows), but only while the focus is on the
+        # table, the GPU panel or the chart: a tab bar, a text field, a checkbox keeps its keys.
         Binding("space", "replay_pause", "Pause", id="replay_pause", priority=True, tooltip="Pause or resume the replay"),
         Binding("left", "replay_seek(-10)", "-10 s", id="replay_back", priority=True, tooltip="Seek back 10 s"),
         Binding("right", "replay_seek(10)", "+10 s", id="replay_forward", priority=True, tooltip="Seek forward 10 s"),
@@ -176,6 +186,9 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.probe_devices: dict[int, str] = {}
         self.probe_samples: OrderedDict[int, deque[ProbeSample]] = OrderedDict()
         self._side_toggled = False
+        self._position_notice: Any = None  # the replay's last "replay at ..." notification
+        self._target_before_filter: tuple[str, int] | None = None  # charted before a filter hid all
+        self._what_if_shown: int | None = None  # the PID whose what-if `p` drops, when shown
         self.chart_target: tuple[str, int] | None = None
         self.chart_window = chart_window
         self.bands: list[Band] = []  # the predicted bands drawn now (of the charted process)
@@ -309,7 +322,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.poll_error = None
         self._record(snap)
         for notice in snap.notices:
-            self.notify(printable(notice, 1024), severity="information", timeout=8, markup=False)
+            self._show_notice(printable(notice, 1024))
         devices = self.device_panel
         devices.display = bool(snap.devices)
         devices.show(snap.devices, fit_width=self._left_column.size.width or None)
@@ -347,6 +360,22 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         if self.freeze_gc_after_start and not self._gc_frozen and (self.has_side_pane or not self.side_pane_enabled):
             self._gc_frozen = True
             self.call_after_refresh(self._freeze_gc)
+
+    #: a replay's notices that say where it is now: each replaces the previous one (seeking
+    #: four times leaves one notice, the position, not four stacked over the pane)
+    POSITION_NOTICES = ("replay at ", "replay finished")
+
+    def _show_notice(self, text: str) -> None:
+        """Show a notice of the source; a replay's position notice replaces the last one."""
+        if not (self.replay and text.startswith(self.POSITION_NOTICES)):
+            self.notify(text, severity="information", timeout=8, markup=False)
+            return
+        from textual.notifications import Notification, Notify
+
+        if self._position_notice is not None:
+            self._unnotify(self._position_notice)  # gone already (timed out): nothing happens
+        self._position_notice = Notification(text, timeout=8, markup=False)
+        self.post_message(Notify(self._position_notice))
 
     @staticmethod
     def _freeze_gc() -> None:
@@ -448,45 +477,10 @@ class GpuMemApp(ThemedAppMixin, App[None]):
 
     # ---- status ---------------------------------------------------------------------------
     def status_text(self) -> Text:
-        """The one-line status: NVML state, counts, sort/filter, poll errors."""
-        snap = self.snapshot
-        text = Text()
-        text.append("gpumem-tui ", style="bold")
-        if snap is None:
-            text.append("waiting for the first sample…")
-        elif snap.nvml_error:
-            narrow = self.size_class == "narrow"  # the same facts in a line that fits 80 columns
-            text.append("no NVML: " if narrow else "NVML not available: ", style="bold")
-            text.append(printable(snap.nvml_error, 300))
-            text.append(f" · {'' if narrow else 'showing '}{len(snap.processes)} host processes")
-            if not narrow and not self.banner and not snap.probes:
-                text.append(" · `gpumem-tui demo` runs a built-in training job to watch")
-        else:
-            text.append(f"{len(snap.devices)} GPU{'s' if len(snap.devices) != 1 else ''}")
-            if snap.driver_version:
-                text.append(f" · driver {printable(snap.driver_version, 32)}")
-            if snap.cuda_driver_version:
-                text.append(f" · CUDA {printable(snap.cuda_driver_version, 32)}")
-            text.append(f" · {len(snap.processes)} processes")
-            if self.table.hidden_rows:
-                text.append(f" ({self.table.hidden_rows} not listed: / filters)")
-        if self.banner:
-            text.append(f" · {self.banner}")
-        if self.is_mounted:
-            table = self.table
-            if table.filter.active:
-                text.append(f" · filter: {printable(self.filter_box.value, 80)}")
-            if table.filter.problems:
-                text.append(f" ({'; '.join(table.filter.problems)})")
-        if self.readonly:
-            text.append(" · read-only")
-        if self.side_pane_hidden and not self._side_toggled:
-            text.append(" · e: estimator")  # the pane left with the width: say how to get it
-        if self.poll_error:
-            text.append(" · poll failed: ", style="bold")
-            text.append(printable(self.poll_error, 300))
-            text.append(" (retrying)")
-        return text
+        """The one-line status (:func:`gpumem_tui.ui.status_line.dashboard_status`)."""
+        from gpumem_tui.ui.status_line import dashboard_status
+
+        return dashboard_status(self)
 
     def _watch_poll(self) -> None:
         stuck = self.poller.in_flight_seconds()
@@ -504,22 +498,18 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             self.replay_bar.update(self.replay_text(), layout=False)
 
     def replay_text(self) -> Text:
+        """The replay line: playing / paused / ended, position, speed and (not narrow) the keys."""
+        from gpumem_tui.ui.status_line import replay_line
+
         src = self.source
-        paused = bool(getattr(src, "paused", False))
-        pos = getattr(src, "position", None)
-        dur = getattr(src, "duration", None)
-        speed = getattr(src, "speed", None)
-        text = Text("replay ", style="bold")
-        text.append("⏸ paused" if paused else "▶ playing")
-        if isinstance(pos, (int, float)):
-            text.append(f" · {pos:.1f} s")
-            if isinstance(dur, (int, float)):
-                text.append(f" / {dur:.1f} s")
-        if isinstance(speed, (int, float)):
-            text.append(f" · ×{speed:g}")
-        if self.size_class != "narrow":  # narrow: the key line lists them
-            text.append(" · space pause · ←/→ seek 10 s · +/- speed")
-        return text
+        return replay_line(
+            paused=bool(getattr(src, "paused", False)),
+            ended=bool(getattr(src, "finished", False)),
+            position=getattr(src, "position", None),
+            duration=getattr(src, "duration", None),
+            speed=getattr(src, "speed", None),
+            keys=self.size_class != "narrow",  # narrow: the key line lists them
+        )
 
     # ---- chart ----------------------------------------------------------------------------
     def device_total(self, index: int | None) -> int | None:
@@ -608,13 +598,20 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             where = f"GPU {proc.device_index}" if proc is not None and proc.device_index is not None else "host"
             chart.set_title(f"PID {ident} ({where}) {name}".rstrip())
             if not curves:
-                chart.set_message(f"PID {ident}: no memory figure to chart (NVML reports none for it)")
+                chart.set_message(self._no_curve_reason(ident, snap))
         chart.set_series(curves, snap.time)
         chart.set_total(total, "GPU total")
         chart.set_phase_marks(marks)
         chart.set_phase_peaks(self.phase_peaks.get(ident, ()) if kind == "proc" else ())
         self.bands, note = self._predicted_bands(target)
         chart.set_bands(self.bands, note)  # replots
+
+    @staticmethod
+    def _no_curve_reason(pid: int, snap: Snapshot) -> str:
+        """Why PID ``pid`` has no curve: no NVML at all, or NVML gives no figure for it."""
+        if snap.nvml_error:
+            return f"no NVML ({printable(snap.nvml_error, 40)}): no GPU memory to chart for PID {pid}"
+        return f"PID {pid}: no memory figure to chart (NVML reports none for it)"
 
     def _predicted_bands(self, target: tuple[str, int]) -> tuple[list[Band], str | None]:
         """The bands to draw for the chart's target and the legend's note about them.
@@ -637,8 +634,14 @@ class GpuMemApp(ThemedAppMixin, App[None]):
     # ---- side pane (estimator / comparison) -------------------------------------------------
     def on_estimator_panel_estimate_changed(self, message: Any) -> None:
         """A change of the form is the estimate of the process the form belonged to (if any):
-        it becomes that PID's estimate, drawn on its chart and compared with its samples."""
+        it becomes that PID's estimate, drawn on its chart; on a probed PID it is a what-if,
+        shown beside (not instead of) the comparison of the job's own estimate. The form
+        showing the PID's estimate as it is (its probe's, or the what-if already set) is no
+        change."""
         if message.pid is None:
+            return
+        current = self.process_estimates.get(message.pid)
+        if current is not None and (current.architecture, current.spec) == (message.architecture, message.spec):
             return
         self.process_estimates.set_user(message.pid, message.architecture, message.spec, message.estimate, message.model)
         if self.chart_target == ("proc", message.pid):
@@ -662,6 +665,11 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             self.set_class(name == wanted, f"-size-{name}")
         for footer in self.screen_stack[0].query(Footer) if self.screen_stack else ():
             footer.compact = wanted != "wide"
+
+    @property
+    def side_pane_toggled(self) -> bool:
+        """True once the user showed or hid the pane with `e` (it no longer follows the width)."""
+        return self._side_toggled
 
     @property
     def side_pane_hidden(self) -> bool:
@@ -689,12 +697,17 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             gpu_label=self.device_name(gpu),
             pid=pid,
             process=self.process_estimates.get(pid),
+            job=self.process_estimates.probe_estimate(pid) if pid is not None else None,
             samples=tuple(self.probe_samples.get(pid, ())) if pid is not None else (),
             processes=procs,
             marks=tuple(self.phase_marks.get(pid, ())) if pid is not None else (),
             published_params=dict(info.setup).get("total_params") if info is not None else None,
             gpu_context=self.gpu_contexts.get(gpu) if gpu is not None else None,
         )
+        what_if = self._what_if_pid()
+        if what_if != self._what_if_shown:  # `p` (back to the job's estimate) comes or goes
+            self._what_if_shown = what_if
+            self.refresh_bindings()
         error = pane.push(self.screen_stack[0], self._pane_state, selection)
         if error:
             self.notify(error, title="Estimator", severity="error", markup=False)
@@ -733,14 +746,36 @@ class GpuMemApp(ThemedAppMixin, App[None]):
     # ---- actions --------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in REPLAY_ACTIONS:
-            # The replay keys are priority bindings (the table would take the arrows), but a
-            # text field's arrows, space and +/- are the user's typing: the field gets them.
-            return self.replay and not isinstance(self.focused, (Input, TextArea))
+            # Priority bindings (the table would take the arrows), so only where no focused
+            # widget needs these keys: tabs switch with the arrows, fields type, checkboxes
+            # toggle with space. Elsewhere the key goes to that widget.
+            return self.replay and self.focus_on_dashboard
+        if action == "leave_field":
+            return not self.focus_on_dashboard and self.focused is not self.filter_box
+        if action == "clear_filter":  # shown (and acting) while there is a filter to clear
+            return self.focused is self.filter_box or self.filter_box.display or bool(self.filter_box.value)
+        if action in ("job_estimate", "job_estimate_in_field"):
+            in_field = isinstance(self.focused, (Input, TextArea))
+            if in_field != (action == "job_estimate_in_field"):
+                return False  # one of the two keys is shown, the one that works here
+            return self._what_if_pid() is not None  # hidden, not greyed: the footer is short
         if action == "signal" and self.readonly:
             return False
         if action == "toggle_side":
-            return self.has_side_pane
+            # Shown from the first frame when a pane will come: Textual's Footer does not redraw
+            # while the app lacks focus, so a served page (unfocused at start) kept a footer
+            # without `e` when the binding appeared only once the pane mounted.
+            return self.side_pane_enabled
         return True
+
+    @property
+    def focus_on_dashboard(self) -> bool:
+        """True when nothing or one of the dashboard's own widgets (table, GPU panel, chart)
+        has the focus, not a form field, tab bar or filter box."""
+        return self.focused is None or isinstance(self.focused, (ProcessTable, DevicePanel, MemoryChart))
+
+    def action_leave_field(self) -> None:
+        self.table.focus()
 
     def help_rows(self) -> list[tuple[str, str, str]]:
         """(keys, description, id) for every binding that is active here."""
@@ -754,10 +789,18 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             if binding.action.split("(")[0] in REPLAY_ACTIONS and not self.replay:
                 continue
             seen.add(ident)
-            keys = self._keymap.get(binding.id, binding.key) if binding.id else binding.key
-            display = ", ".join(self.get_key_display(Binding(k.strip(), "")) for k in keys.split(","))
-            rows.append((display, binding.tooltip or binding.description, binding.id or ""))
+            rows.append((self._keys_shown(binding), binding.tooltip or binding.description, binding.id or ""))
+        # the form field's key for the job's estimate is one row with the table's key
+        merged = {row[2]: row for row in rows}
+        if "job_estimate" in merged and "job_estimate_in_field" in merged:
+            field_keys = merged["job_estimate_in_field"][0]
+            rows = [(f"{keys}, {field_keys} (in a field)", description, ident) if ident == "job_estimate" else
+                    (keys, description, ident) for keys, description, ident in rows if ident != "job_estimate_in_field"]
         return rows
+
+    def _keys_shown(self, binding: Binding) -> str:
+        keys = self._keymap.get(binding.id, binding.key) if binding.id else binding.key
+        return ", ".join(self.get_key_display(Binding(k.strip(), "")) for k in keys.split(","))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.help_rows()))
@@ -810,7 +853,12 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             self.table_empty.update(note)
         target = self.chart_target
         if target is None and not empty and table.selected is not None:  # the filter was eased
-            self.chart_target = ("proc", table.selected.pid)
+            # back to the process charted before the filter hid every row, if it is listed
+            before, self._target_before_filter = self._target_before_filter, None
+            if before is not None and before[0] == "proc" and table.select_pid(before[1]):
+                self.chart_target = before
+            else:
+                self.chart_target = ("proc", table.selected.pid)
             self._highlighted_key = table.selected_key
             return True
         if not table.filter.active or target is None or target[0] != "proc":
@@ -818,6 +866,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         if any(p.pid == target[1] for p in table.shown):
             return False
         selected = table.selected
+        if selected is None:
+            self._target_before_filter = target  # what Esc (or a wider filter) goes back to
         self.chart_target = ("proc", selected.pid) if selected is not None else None
         self._highlighted_key = table.selected_key
         return True
@@ -837,12 +887,40 @@ class GpuMemApp(ThemedAppMixin, App[None]):
     def action_chart_target(self) -> None:
         proc = self.table.selected
         target = self.chart_target
+        if proc is not None and proc.device_index is None and target in (None, ("proc", proc.pid)):
+            # nothing to switch to: say why rather than do nothing
+            snap = self.snapshot
+            why = (f"NVML is not available ({printable(snap.nvml_error, 80)})" if snap is not None and snap.nvml_error
+                   else f"PID {proc.pid} is on no GPU")
+            self.notify(f"no GPU chart: {why}; the chart shows the process", title="Chart", timeout=4, markup=False)
         if target and target[0] == "proc" and proc is not None and proc.device_index is not None:
             self.chart_target = ("gpu", proc.device_index)
         elif proc is not None:
             self.chart_target = ("proc", proc.pid)
         self._update_chart()
         self._update_side()
+
+    def _what_if_pid(self) -> int | None:
+        """The charted PID when its estimate is the user's what-if and its job's own (probe's)
+        estimate exists to go back to; else None."""
+        pid = self.chart_pid() if self.chart_target is None or self.chart_target[0] == "proc" else None
+        process = self.process_estimates.get(pid)
+        if pid is None or process is None or not process.is_what_if:
+            return None
+        return pid if self.process_estimates.probe_estimate(pid) is not None else None
+
+    def action_job_estimate(self) -> None:
+        pid = self._what_if_pid()
+        if pid is None:
+            self.notify("no what-if to drop: the selected process shows its job's own estimate", timeout=3)
+            return
+        self.process_estimates.clear_user(pid)
+        self.notify(f"PID {pid}: back to its job's own estimate (from its probe)", timeout=3, markup=False)
+        self._update_chart()
+        self._update_side()
+
+    def action_job_estimate_in_field(self) -> None:
+        self.action_job_estimate()
 
     def action_toggle_bands(self) -> None:
         chart = self.chart
@@ -864,6 +942,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.chart_window = chart.window
 
     def action_toggle_side(self) -> None:
+        if not self.has_side_pane:
+            self._mount_side_pane()  # pressed before the pane came: bring it now, then toggle
         self._side_toggled = True
         for side in self.screen_stack[0].query("#side"):
             side.display = not side.display

@@ -97,6 +97,15 @@ class ComparisonView(Vertical):
         height: auto;
         max-height: 1fr;
     }
+    ComparisonView > #cmp-whatif {
+        height: auto;
+        color: $text-warning;
+        text-style: bold;
+        padding: 0 1;
+    }
+    ComparisonView > #cmp-whatif.-none {
+        display: none;
+    }
     ComparisonView > #cmp-notes {
         height: auto;
         color: $text-muted;
@@ -107,9 +116,11 @@ class ComparisonView(Vertical):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.result: ComparisonResult | None = None
+        self.what_if: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("no comparison yet: select a probed process", id="cmp-figure", classes="-none")
+        yield Static("", id="cmp-whatif", classes="-none")
         table: DataTable[Any] = DataTable(id="cmp-table", cursor_type="row", zebra_stripes=True)
         table.tooltip = (
             "err % and error = predicted - measured (% of measured); sizes in binary units (MiB = 2^20 B); "
@@ -122,13 +133,20 @@ class ComparisonView(Vertical):
         yield Static("", id="cmp-notes")
 
     def update_comparison(
-        self, result: ComparisonResult | None, reason: str | None = None, title: str | None = None
+        self, result: ComparisonResult | None, reason: str | None = None, title: str | None = None,
+        what_if: str | None = None,
     ) -> None:
         """Show ``result`` (or clear the table and show ``reason`` when result is None).
 
         ``title`` names the estimate, e.g. "llama-3.2-1b (probe, pid 1088)" (default: the PID).
+        ``what_if``: a line about the user's what-if on this process, shown apart from the
+        table (the table compares the job's own estimate with what it measured).
         """
         self.result = result
+        self.what_if = what_if
+        line = self.query_one("#cmp-whatif", Static)
+        line.update(Text(printable(what_if or "", limit=500)))
+        line.set_class(not what_if, "-none")
         table = self.query_one(DataTable)
         figure = self.query_one("#cmp-figure", Static)
         notes = self.query_one("#cmp-notes", Static)

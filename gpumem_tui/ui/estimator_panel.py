@@ -10,15 +10,19 @@ How the app uses it:
 
 - ``panel.set_gpu_total(bytes | None, label)`` when the selected GPU changes (the user can
   still type a budget such as ``24GiB`` in the panel, which wins);
-- ``panel.show_process(pid, process_estimate)`` when the selection changes: the form takes
-  that process's estimate (a :class:`gpumem_tui.process_estimate.ProcessEstimate`, built
-  from its own probe or set by the user); without one the form keeps the what-if;
+- ``panel.show_process(pid, process_estimate, job)`` when the selection changes: the form
+  takes that process's estimate (a :class:`gpumem_tui.process_estimate.ProcessEstimate`,
+  built from its own probe or set by the user); without one the form keeps the what-if.
+  ``job`` is the estimate from the process's probe: a line over the form says whether the
+  form shows it or a what-if, and which settings differ ("what-if on PID 1088: batch 8
+  (job: 4)");
 - handle :class:`EstimatorPanel.EstimateChanged`: it names the PID the form was showing, so
   the app records the user's estimate for that process and nowhere else.
 
 Bad input never raises: the field is marked (CSS class ``-invalid`` on the field and its
-label), a message in the form's own words says what is wrong (never a CLI flag), and the last
-good estimate stays on screen. The bar, bands and colours are :mod:`gpumem_tui.ui.memory_bar`'s;
+label), a message in the form's own words says what is wrong (never a CLI flag), and no figure
+is shown for a form that cannot be estimated (the bar is empty and the fit line says why): a
+number from an earlier state of the form would read as the estimate of what it says now. The bar, bands and colours are :mod:`gpumem_tui.ui.memory_bar`'s;
 the texts under the bar are :mod:`gpumem_tui.ui.estimate_text`'s.
 
 Units on screen are binary (KiB, MiB, GiB = 2**10, 2**20, 2**30 bytes).
@@ -56,16 +60,19 @@ _FIELD_LABELS = {
     "seq": "seq", "dtype": "dtype", "mixed_precision": "mixed", "optimizer": "optim",
     "grad_ckpt": "ckpt", "attention": "attn", "zero": "ZeRO", "dp": "dp", "tp": "tp", "pp": "pp",
     "lora_rank": "LoRA r", "budget": "GPU mem",
+    "params": "config",  # the CLI's --params is a count typed in the config field
 }  # fmt: skip
 _PROBE_KEY = "\x00probe"  # Select value of a probed model's config (never a catalogue name)
 _INT_FIELDS = ("batch", "seq", "dp", "tp", "pp", "lora_rank")
+_CSS_PATH = Path(__file__).with_name("estimator_panel.tcss")
 _PLAIN_NUMBER = re.compile(r"^\s*[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?\s*$")
 
 
 class EstimatorPanel(VerticalScroll):
     """What-if memory estimate form (see the module docstring).
 
-    Public state (read-only): ``estimate`` (last good Estimate or None), ``architecture``,
+    Public state (read-only): ``estimate`` (last good Estimate or None; not shown while the
+    form has an error), ``architecture``,
     ``spec``, ``invalid_fields`` (field -> message), ``max_batch_value`` (int or None),
     ``budget_bytes`` (the total the fit is checked against, or None), ``solving`` (a
     largest-batch solve is running or queued in a worker thread).
@@ -76,87 +83,17 @@ class EstimatorPanel(VerticalScroll):
         """True while the largest-batch solve for the current form is not on screen yet."""
         return self._solving or self._pending_solve is not None
 
-    DEFAULT_CSS = """
-    EstimatorPanel {
-        height: 1fr;
-        padding: 0 1;
-        scrollbar-size-vertical: 1;
-    }
-    EstimatorPanel #est-form {
-        layout: grid;
-        grid-size: 4;
-        grid-columns: auto 1fr auto 1fr;
-        grid-gutter: 0 1;
-        grid-rows: 1;
-        height: auto;
-    }
-    EstimatorPanel #est-form > * {
-        height: 1;
-    }
-    EstimatorPanel #est-form > Label {
-        color: $text-muted;
-        width: auto;
-        height: 1;
-    }
-    EstimatorPanel #est-form > Label.-invalid {
-        color: $text-error;
-        text-style: bold;
-    }
-    EstimatorPanel #est-form > .-wide {
-        column-span: 3;
-    }
-    EstimatorPanel #est-form > Input, EstimatorPanel #est-form > Select {
-        width: 1fr;
-    }
-    EstimatorPanel #est-form > Checkbox {
-        width: 1fr;
-        height: 1;
-    }
-    EstimatorPanel Select.-invalid > SelectCurrent {
-        background-tint: $error 30%;
-    }
-    EstimatorPanel Checkbox.-invalid {
-        background-tint: $error 30%;
-    }
-    EstimatorPanel #est-message {
-        color: $text-error;
-        height: auto;
-    }
-    EstimatorPanel #est-message.-empty {
-        display: none;
-    }
-    EstimatorPanel MemoryBar {
-        margin-top: 1;
-    }
-    EstimatorPanel #est-fit {
-        height: 2;
-        text-style: bold;
-    }
-    EstimatorPanel #est-fit.-fits {
-        color: $text-success;
-    }
-    EstimatorPanel #est-fit.-nofit {
-        color: $text-error;
-    }
-    EstimatorPanel #est-fit.-nobudget, EstimatorPanel #est-notes {
-        color: $text-muted;
-        text-style: none;
-    }
-    EstimatorPanel #est-maxbatch {
-        height: 1;
-    }
-    EstimatorPanel #est-breakdown, EstimatorPanel #est-notes {
-        height: auto;
-    }
-    """
+    DEFAULT_CSS = _CSS_PATH.read_text(encoding="utf-8")
 
     class EstimateChanged(Message):
         """A new valid estimate is on screen (posted only when it differs from the last).
 
         Attributes: ``estimate`` (Estimate), ``architecture``, ``spec`` (TrainingSpec), ``bands``
         (:func:`~gpumem_tui.ui.memory_bar.bands_from_estimate`), ``panel``, ``pid`` (the
-        process whose estimate the user changed, or None: a what-if, or the form only showing
-        a process's own estimate), ``model`` (the model's name as the form shows it).
+        process the form belongs to once the user changed a field since the form took that
+        process's estimate, or None: a what-if for no process, or the form only showing a
+        process's estimate; one equal to that process's own estimate is no change),
+        ``model`` (the model's name as the form shows it).
         """
 
         def __init__(
@@ -210,13 +147,17 @@ class EstimatorPanel(VerticalScroll):
         self._probe_arch: Any = None
         self._probe_label: str | None = None
         self._base_spec: Any = None
-        self._shown_process: tuple[int | None, int | None] = (None, None)
+        self._shown_process: tuple[int | None, int | None, int | None] = (None, None, None)
+        self._job: Any = None  # the shown process's estimate from its probe (what-ifs differ from it)
         # A process shown before the form's fields are mounted waits here: setting a Select's
         # options before it is composed raises, and its mount would reset its value.
         self._fields_mounted = False
         self._pending_process: tuple[int | None, Any] | None = None
         self.process_pid: int | None = None
-        self._edits_count = False  # the next new estimate is an edit of process_pid's estimate
+        # The user changed a field since the form took process_pid's estimate: only then is a
+        # new estimate the user's for that process (not when the GPU or a loaded file redraws
+        # the form, nor the form's first estimate of a process it was not showing).
+        self._user_edit = False
         self._gpu_total: int | None = None
         self._gpu_label: str | None = None
         self._gpu_context: int | None = None
@@ -317,6 +258,7 @@ class EstimatorPanel(VerticalScroll):
             budget.tooltip = "Memory to fit in: binary GiB/MiB or decimal GB/MB; empty = selected GPU"
             yield budget
         yield Static("", id="est-message", classes="-empty")
+        yield Static("", id="est-whatif", classes="-empty")
         yield MemoryBar(id="est-bar")
         yield Static("", id="est-fit")
         yield Static("", id="est-maxbatch")
@@ -327,9 +269,9 @@ class EstimatorPanel(VerticalScroll):
         self._fields_mounted = True  # children are mounted before their parent's Mount
         self._sync_enabled()
         if self._pending_process is not None:
-            pid, process = self._pending_process
+            pid, process, job = self._pending_process
             self._pending_process = None
-            self.show_process(pid, process)  # recomputes
+            self.show_process(pid, process, job)  # recomputes
         else:
             self.recompute()
         # Colours are looked up from the theme when drawn: redraw when the theme changes.
@@ -345,7 +287,7 @@ class EstimatorPanel(VerticalScroll):
                 del widget._gpumem_text  # force the next redraw to rebuild its colours
         self.query_one(MemoryBar).refresh()
         if self.estimate is not None:
-            self._render_estimate(stale=bool(self.invalid_fields))
+            self._render_estimate(stale=any(name != "budget" for name in self.invalid_fields))
 
     def on_resize(self) -> None:
         self.query_one(MemoryBar).refresh()
@@ -364,7 +306,7 @@ class EstimatorPanel(VerticalScroll):
         self._gpu_context = measured_context
         self.recompute()
 
-    def show_process(self, pid: int | None, process: Any = None) -> None:
+    def show_process(self, pid: int | None, process: Any = None, job: Any = None) -> None:
         """The form now belongs to ``pid`` (None: a what-if for no process).
 
         ``process`` is that PID's :class:`~gpumem_tui.process_estimate.ProcessEstimate` (from
@@ -373,36 +315,40 @@ class EstimatorPanel(VerticalScroll):
         gradient accumulation, LoRA targets, ...) is kept from its spec, so the form's estimate
         is the process's own. Without one, the form keeps what it shows (nothing is predicted
         for that process until the user changes the form). A later change of the form is
-        posted with ``pid`` in :class:`EstimateChanged`.
+        posted with ``pid`` in :class:`EstimateChanged`. ``job`` is the process's estimate from
+        its probe (None: not probed); the what-if line compares the form with it.
         """
         if not self._fields_mounted:
-            self._pending_process = (pid, process)
+            self._pending_process = (pid, process, job)
             return
-        shown = (pid, None if process is None else id(process))
+        shown = (pid, None if process is None else id(process), None if job is None else id(job))
         if shown == self._shown_process:
             return
         try:
-            self._show_process(pid, process)
+            self._show_process(pid, process, job)
         except Exception:
-            self._shown_process = (None, None)  # not shown: the next push tries again
+            self._shown_process = (None, None, None)  # not shown: the next push tries again
             raise
         self._shown_process = shown
 
-    def _show_process(self, pid: int | None, process: Any) -> None:
+    def _show_process(self, pid: int | None, process: Any, job: Any) -> None:
         self.process_pid = pid
-        # Only a change made after this point is the user's estimate for ``pid``: the form's
-        # first estimate for it (its probe's, or the what-if it already shows) is not.
-        self._edits_count = process is None and self._posted_key is not None
+        self._job = job if pid is not None else None
+        self._user_edit = False
         if process is None:
             if pid is None and self._base_spec is not None:
                 self._base_spec = None  # a what-if holds only what the form shows
                 self.recompute()
+            else:
+                self._show_what_if()
             return
         arch, spec = process.architecture, process.spec
         with self.prevent(Input.Changed, Select.Changed, Checkbox.Changed):
             if arch is not None:
                 self._probe_arch = arch
-                self._probe_label = printable(process.label, limit=60)
+                # the model's name and whose it is (a what-if's label lists its changes instead)
+                whose = "probe" if process.source == "probe" else "set by you"
+                self._probe_label = printable(f"{process.model or 'model'} ({whose}, pid {pid})", limit=60)
                 self._set_model_options()
                 select = self.query_one("#est-model", Select)
                 if select.value == _PROBE_KEY and self._catalogue:
@@ -436,6 +382,7 @@ class EstimatorPanel(VerticalScroll):
                 elif isinstance(widget, Select):
                     widget.value = str(value)
         self._sync_enabled()
+        self._user_edit = True
         self.recompute()
 
     # ----- events ----------------------------------------------------------------------------
@@ -447,6 +394,11 @@ class EstimatorPanel(VerticalScroll):
         event.stop()
         if isinstance(event, Select.Changed) and event.select.id == "est-task":
             self._sync_enabled()
+        # The user's change comes through the field that has the focus (typing, a click, the
+        # Select's list); a field setting its first value when mounted has none.
+        control, focused = getattr(event, "control", None), self.app.focused
+        if control is not None and focused is not None and (focused is control or control in focused.ancestors):
+            self._user_edit = True
         self.recompute()
 
     # ----- the computation -------------------------------------------------------------------
@@ -490,7 +442,8 @@ class EstimatorPanel(VerticalScroll):
                 errors[self._model_field()] = str(exc)
             except ValueError as exc:
                 errors[""] = str(exc)
-        self.budget_bytes = budget if "budget" not in errors else self.budget_bytes
+        # A budget that cannot be read is none (not the last one read): the fit is not checked.
+        self.budget_bytes = budget if "budget" not in errors else None
 
         self._mark_invalid(errors)
         if est is not None:
@@ -498,12 +451,18 @@ class EstimatorPanel(VerticalScroll):
             key = (id(arch), spec)
             if key != self._posted_key:
                 self._posted_key = key
-                pid = self.process_pid if self._edits_count else None
-                self._edits_count = True
+                pid = self.process_pid if self._user_edit else None
                 self.post_message(self.EstimateChanged(self, est, arch, spec, pid, self.model_name()))
-        self._render_estimate(stale=bool(errors))
-        if est is not None or "budget" not in errors:
+        # The estimate needs every field but the budget; without a budget it has no fit line.
+        stale = any(name != "budget" for name in errors)
+        self._render_estimate(stale=stale)
+        self._show_what_if()
+        if not stale:
             self._start_max_batch()
+        else:
+            self._generation += 1  # a solve still running is for an earlier form: not shown
+            self.max_batch_value = None
+            _set_text(self.query_one("#est-maxbatch", Static), "", fixed_height=True)
 
     def _read_budget(self, errors: dict[str, str]) -> int | None:
         text = self.query_one("#est-budget", Input).value.strip()
@@ -676,8 +635,6 @@ class EstimatorPanel(VerticalScroll):
                 else estimate_text.in_form_words(v, _FIELD_LABELS)
                 for k, v in errors.items()
             ]
-            if self.estimate is not None:
-                lines.append("(showing the last valid estimate)")
             self._show_message("\n".join(lines))
         else:
             self._show_message("")
@@ -696,13 +653,17 @@ class EstimatorPanel(VerticalScroll):
         fit = self.query_one("#est-fit", Static)
         breakdown = self.query_one("#est-breakdown", Static)
         notes = self.query_one("#est-notes", Static)
-        if est is None:
+        if est is None or stale:
+            # No figure for a form that cannot be estimated: the message above says why.
             bar.set_data([], self.budget_bytes)
-            _set_text(fit, "", fixed_height=True)
+            for name in ("-fits", "-nofit", "-nobudget"):
+                fit.set_class(name == "-nobudget", name)
+            _set_text(fit, "no estimate for this form: fix the field marked above" if stale else "",
+                      fixed_height=True)
             _set_text(breakdown, "")
             _set_text(notes, "")
             return
-        bar.set_data(segment_bytes(est), self.budget_bytes, stale=stale)
+        bar.set_data(segment_bytes(est), self.budget_bytes)
         typed_budget = bool(self.query_one("#est-budget", Input).value.strip())
         where = f" ({self._gpu_label})" if self._gpu_label and not typed_budget else ""
         state, text = estimate_text.fit_line(estimate_peak(est), self.budget_bytes, where)
@@ -711,6 +672,25 @@ class EstimatorPanel(VerticalScroll):
         _set_text(fit, text, fixed_height=True)
         _set_text(breakdown, estimate_text.breakdown_text(est, lambda variable: theme_colour(self, variable)))
         _set_text(notes, estimate_text.notes_text(est, self._warnings(), _FIELD_LABELS))
+
+    def _show_what_if(self) -> None:
+        """The line over the result: whether the form shows the selected job's own estimate
+        (from its probe) or a what-if, and which settings differ from the job's."""
+        from gpumem_tui.process_estimate import what_if_changes
+
+        line = self.query_one("#est-whatif", Static)
+        job, pid = self._job, self.process_pid
+        text = ""
+        if pid is not None and job is not None and job.estimate is not None:
+            if any(name != "budget" for name in self.invalid_fields):
+                text = f"what-if on PID {pid}: not estimated (see above) · p / ctrl+r: the job's estimate"
+            else:
+                changes = what_if_changes(job, self.architecture, self.spec, self.model_name())
+                text = (f"what-if on PID {pid}: {', '.join(changes)} · p / ctrl+r: the job's estimate" if changes
+                        else f"PID {pid}: the job's own estimate (from its probe)")
+        line.set_class(not text, "-empty")
+        line.set_class(text.startswith("what-if"), "-what-if")
+        _set_text(line, printable(text, limit=300))
 
     def _warnings(self) -> list[str]:
         """The spec's own warnings plus those against the model (e.g. seq > max positions)."""

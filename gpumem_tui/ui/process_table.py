@@ -2,7 +2,13 @@
 
 Sorting: ``s`` / ``S`` move the sort to the next / previous column, ``r`` reverses it, and a
 click on a column header sorts by that column (a second click reverses). Unknown values
-(None) always sort last. Filtering: a query of space-separated terms; ``user:NAME`` and
+(None) always sort last.
+
+Default order, the same at every terminal size: GPU memory (NVML used), largest first. Where
+no process has a GPU (no NVML, or no GPU process) the GPU columns are hidden and the order is
+host RSS, largest first: the memory the host can see, and a figure known from the first poll
+(CPU % needs two, so sorting by it moves every row after the first poll). RSS is therefore
+never among the columns a narrow table drops while the GPU columns are hidden. Filtering: a query of space-separated terms; ``user:NAME`` and
 ``gpu:N`` (repeatable, OR within a kind) narrow by user and GPU index, any other word must
 appear (case-insensitive) in the command, user, PID or container.
 """
@@ -228,7 +234,9 @@ class ProcessTable(LineTable):
     @property
     def effective_sort(self) -> tuple[str, bool]:
         """(column, reverse) actually applied: a hidden sort column falls back to a shown one
-        (RSS, else CPU %, else PID), so the arrow in the header always says what is applied."""
+        (RSS, else CPU %, else PID), so the arrow in the header always says what is applied.
+        GPU memory, the default, is hidden only with the other GPU columns, when RSS is shown:
+        the default order is GPU memory, else RSS, at every size (see the module doc)."""
         if self.sort_column in self.visible_columns:
             return self.sort_column, self.sort_reverse
         for fallback in ("rss", "cpu", "pid"):
@@ -287,7 +295,9 @@ class ProcessTable(LineTable):
         if not any(p.container or p.container_pid for p in self._processes):
             hidden.add("container")
         if self.size.width and self.size.width < NARROW_WIDTH:
-            hidden |= NARROW_HIDDEN  # the command matters more; the detail view has them all
+            # the command matters more; the detail view has them all. Without GPU columns RSS
+            # is the memory column and the default order: it stays (and has their room).
+            hidden |= NARROW_HIDDEN - ({"rss"} if "mem" in hidden else set())
         return tuple(k for k in COLUMN_KEYS if k not in hidden)
 
     def on_resize(self) -> None:
@@ -314,7 +324,12 @@ class ProcessTable(LineTable):
             Text(_BY_KEY[k].label + ((" ▼" if reverse else " ▲") if k == column else "  "), style="bold")
             for k in self.visible_columns
         ]
+        # The selected row is the charted one: a re-sort that moves it out of view scrolls
+        # just enough to keep it in sight (the view stays put while it is in sight).
+        in_sight = self.cursor_row in self.rows_on_screen()
         self.set_rows(headers, cells_by_key, keep, grow_only=old_keys == cells_by_key.keys())
+        if in_sight and keep is None and self.cursor_row not in self.rows_on_screen():
+            self._scroll_cursor_into_view()
 
     def _render_rows(self) -> dict[str, list[Text]]:
         """Cells of every shown row, in order. A row whose sample is unchanged keeps its

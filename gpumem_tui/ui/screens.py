@@ -19,7 +19,9 @@ from gpumem_tui.ui import cells
 
 
 class HelpScreen(ModalScreen[None]):
-    """Lists every key binding with its description."""
+    """Lists every key binding with what it does, in words (``rows``: (keys, description,
+    binding id); the id, which names the binding in the config file's ``[keys]`` table, is
+    kept in ``rows`` for that but not shown)."""
 
     BINDINGS = [
         Binding("escape,q,question_mark", "dismiss", "Close", id="help_close", tooltip="Close the help"),
@@ -32,16 +34,16 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         table = Table(box=None, show_header=True, header_style="bold", expand=False)
         table.add_column("key")
-        table.add_column("action")
-        table.add_column("id", style="dim")
-        for key, description, binding_id in self.rows:
-            table.add_row(Text(key), Text(description), Text(binding_id))
+        table.add_column("what it does")
+        for key, description, _binding_id in self.rows:
+            table.add_row(Text(key), Text(description))
         with Vertical(id="help-box", classes="dialog"):
             yield Static(Text("Keys", style="bold"), classes="dialog-title")
             with VerticalScroll():
                 yield Static(table, id="help-table")
             yield Static(
-                Text("Filter syntax: user:NAME gpu:N word ...  (Esc clears).  Esc / ? closes."),
+                Text("Filter syntax: user:NAME gpu:N word ...  (Esc clears).  The config file's [keys] "
+                     "table changes keys.  Esc / ? closes."),
                 classes="dialog-hint",
             )
 

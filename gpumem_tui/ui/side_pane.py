@@ -8,8 +8,10 @@ cannot be imported. The app describes what is selected in a :class:`PaneSelectio
   ``EstimatorPanel.set_gpu_total`` (only when they change);
 - the selected PID and its :class:`~gpumem_tui.process_estimate.ProcessEstimate` ->
   ``EstimatorPanel.show_process`` (the form shows that process's own estimate);
-- that estimate + the process's probe samples -> ``ComparisonView``, computed by
-  :func:`gpumem_tui.process_estimate.compare_process`, the code ``gpumem-tui compare`` runs.
+- the job's own estimate (from its probe) + the process's probe samples -> ``ComparisonView``,
+  computed by :func:`gpumem_tui.process_estimate.compare_process`, the code ``gpumem-tui
+  compare`` runs. A user's what-if on a probed PID is not scored against the measurement (its
+  settings are not the job's): the view shows it on a line of its own, with what differs.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ class PaneSelection:
     """What the pane shows: the selected GPU and process, and that process's data.
 
     ``gpu_total`` is in bytes (None: no GPU). ``samples`` are the process's probe samples,
-    ``processes`` its NVML rows (NVML used), ``marks`` its phase marks, ``peaks`` its probe's
+    ``job`` the estimate built from its probe (None: not probed; equal to ``process`` unless
+    the user set a what-if), ``processes`` its NVML rows (NVML used), ``marks`` its phase marks, ``peaks`` its probe's
     per-phase high-water marks (part of the measured peak); ``published_params`` is
     the ``total_params`` its probe published (or None). ``gpu_context`` is the CUDA context
     after initialisation measured on the selected GPU from a probed job there (bytes, see
@@ -41,6 +44,7 @@ class PaneSelection:
     gpu_label: str | None = None
     pid: int | None = None
     process: ProcessEstimate | None = None
+    job: ProcessEstimate | None = None
     samples: Sequence[ProbeSample] = ()
     processes: Sequence[ProcessSample] = ()
     marks: Sequence[PhaseMark] = ()
@@ -119,7 +123,7 @@ def _push(screen: Any, state: PaneState, sel: PaneSelection) -> None:
         state.gpu = (sel.gpu, sel.gpu_total, sel.gpu_context)
         label = f"GPU {sel.gpu}" + (f" {sel.gpu_label}" if sel.gpu_label else "") if sel.gpu is not None else None
         panel.set_gpu_total(sel.gpu_total, label, measured_context=sel.gpu_context)
-    panel.show_process(sel.pid, sel.process)
+    panel.show_process(sel.pid, sel.process, sel.job)
     _update_comparison(view, state, sel)
 
 
@@ -127,7 +131,10 @@ def _update_comparison(view: Any, state: PaneState, sel: PaneSelection) -> None:
     from gpumem_tui.comparison import ComparisonError
     from gpumem_tui.process_estimate import compare_process
 
-    pid, process = sel.pid, sel.process
+    pid, shown = sel.pid, sel.process
+    # The measurement is compared with the job's own estimate; a what-if is shown beside it.
+    process = sel.job if shown is not None and shown.is_what_if and sel.job is not None else shown
+    what_if = shown if process is not shown else None
     if pid is None or not sel.samples:
         key: tuple[Any, ...] = ("none", pid)
         message = "select a process that runs gpumem_tui.probe to compare"
@@ -135,7 +142,7 @@ def _update_comparison(view: Any, state: PaneState, sel: PaneSelection) -> None:
         key = ("noest", pid)
         message = f"PID {pid} has no estimate: {NO_ESTIMATE_HINT}"
     else:
-        key = ("cmp", pid, id(process), len(sel.samples), sel.samples[-1].time, len(sel.peaks))
+        key = ("cmp", pid, id(process), id(what_if), len(sel.samples), sel.samples[-1].time, len(sel.peaks))
         message = None
     if state.comparison_key == key:
         return
@@ -148,9 +155,27 @@ def _update_comparison(view: Any, state: PaneState, sel: PaneSelection) -> None:
             process, list(sel.samples), sel.processes, sel.marks, sel.published_params, phase_peaks=sel.peaks
         )
     except ComparisonError as exc:
-        view.update_comparison(None, str(exc))
+        view.update_comparison(None, str(exc), what_if=what_if_line(what_if, process))
         return
     except Exception as exc:  # noqa: BLE001 -- a comparison bug must not kill the dashboard
         view.update_comparison(None, f"comparison failed: {type(exc).__name__}: {exc}")
         return
-    view.update_comparison(result, title=process.label)
+    view.update_comparison(result, title=process.label, what_if=what_if_line(what_if, process))
+
+
+def what_if_line(what_if: ProcessEstimate | None, job: ProcessEstimate) -> str | None:
+    """One line for the user's what-if beside the job's comparison, or None without one:
+    what differs, its predicted peak and the job's (never an error against the measurement:
+    the measured job ran with the job's settings)."""
+    if what_if is None:
+        return None
+    from gpumem_tui.ui.memory_bar import estimate_peak
+    from gpumem_tui.units import format_bytes
+
+    changes = ", ".join(what_if.what_if)
+    if what_if.estimate is None or job.estimate is None:
+        return f"what-if {changes}: no estimate (press p for the job's)"
+    mine, theirs = estimate_peak(what_if.estimate), estimate_peak(job.estimate)
+    return (f"what-if {changes}: predicted peak {format_bytes(mine, precision=2)} vs "
+            f"{format_bytes(theirs, precision=2)} with the job's settings (not compared with the "
+            "measurement: the job ran with its own) · p: back to the job's estimate")

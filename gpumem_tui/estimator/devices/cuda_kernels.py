@@ -38,6 +38,9 @@ thread and autograd thread, see :func:`library_workspace_bytes`).
 from __future__ import annotations
 
 TORCH_VERSION_MODELLED = "2.13"
+#: the torch release of the H100 ground truth the rules were checked against
+#: (``../shared/validation/gpu/README.md``: torch 2.11.0+cu130, CUDA 13.0, driver 580.159.04)
+TORCH_VERSION_MEASURED = "2.11"
 
 MiB = 1 << 20
 

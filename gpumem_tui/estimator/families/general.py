@@ -26,6 +26,16 @@ ENCODER_DECODER_TYPES = frozenset({
     "t5gemma", "t5gemma2", "mvp", "bigbird_pegasus", "seamless_m4t", "speecht5", "encoder_decoder",
 })
 
+#: model types that are state-space / recurrent models without attention heads (Mamba:
+#: ``transformers/models/mamba/configuration_mamba.py`` has ``state_size``, ``conv_kernel``,
+#: ``expand`` and no ``num_attention_heads``); refused by name, or by a config that has state
+#: fields and no attention heads. Hybrids with attention layers (Jamba, Bamba) are not here.
+STATE_SPACE_TYPES = frozenset({"mamba", "mamba2", "falcon_mamba", "rwkv", "xlstm"})
+#: config fields only state-space models have
+STATE_SPACE_FIELDS = ("state_size", "ssm_state_size", "d_state", "ssm_cfg", "time_step_rank")
+#: config fields that give the attention heads (any family)
+HEAD_FIELDS = ("num_attention_heads", "n_head", "num_heads", "n_heads", "encoder_attention_heads")
+
 #: model types read as BERT-style encoders (unverified): same layout as BERT in transformers
 ENCODER_TYPES = frozenset({"roberta", "xlm-roberta", "camembert", "electra", "ernie", "megatron-bert"})
 
