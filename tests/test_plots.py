@@ -380,3 +380,17 @@ def test_peak_label_sits_above_the_bars(method: str, rows: int, capsys) -> None:
     assert not marks & set(canvas[at].replace(label, ""))  # the label's row holds only the label
     assert all(not marks & set(row) for row in canvas[:at])  # nothing of a bar above it
     assert any(marks & set(row) for row in canvas[at + 1:])  # the bars are below
+
+
+def test_compare_chart_puts_compares_peak_in_the_charts_figure_under_it() -> None:
+    from gpumem_tui.plots.compare_chart import compare_chart
+    from gpumem_tui.process_estimate import compare_snapshots
+
+    snaps = _snapshots(4, peaks=True)
+    result = compare_snapshots(snaps, pid=500).to_json()
+    text = compare_chart(snaps, result, PlotOptions(width=72, height=16, colour=False))
+    (peak,) = [p for p in result["peaks"] if p["figure"] == "torch allocated"]
+    assert f"peak in torch allocated: predicted {format_size(peak['predicted_bytes'])}, " \
+           f"measured {format_size(peak['measured_bytes'])}" in text
+    assert "gpt2" in text.splitlines()[0] and "measured torch allocated" in text
+    assert max(len(line) for line in text.splitlines()) <= 72
