@@ -394,3 +394,11 @@ def test_compare_chart_puts_compares_peak_in_the_charts_figure_under_it() -> Non
            f"measured {format_size(peak['measured_bytes'])}" in text
     assert "gpt2" in text.splitlines()[0] and "measured torch allocated" in text
     assert max(len(line) for line in text.splitlines()) <= 72
+
+
+def test_plot_without_plotext_is_one_line_exit_1(monkeypatch, capsys) -> None:
+    for name in [m for m in sys.modules if m == "plotext" or m.startswith(("plotext.", "gpumem_tui.plots."))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "plotext", None)  # import fails as where it is not installed
+    code, out, err = _run(["gpt2", "--plot"], capsys)
+    assert code == 1 and out == "" and err.count("\n") == 1 and "--plot needs plotext" in err

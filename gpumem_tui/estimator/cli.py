@@ -284,7 +284,10 @@ def run(argv: list[str]) -> int:
 
 def _plot(est: Estimate, options: PlotOptions, job, fit: dict | None) -> str:  # type: ignore[no-untyped-def]
     """``--plot``: the chart that replaces the table (plotext imported only here)."""
-    from gpumem_tui.plots.estimate_plot import Limit, estimate_plot
+    try:
+        from gpumem_tui.plots.estimate_plot import Limit, estimate_plot
+    except ImportError as exc:  # a partial installation: say what is missing, no traceback
+        raise _RuntimeFailure(f"--plot needs plotext ({exc}); pip install 'plotext>=6.1,<7'") from None
 
     per_rank = job.largest.role if job is not None else None  # the largest rank role, as the table
     limit = Limit(fit["budget_bytes"], fit["budget"]) if fit is not None else None
