@@ -402,3 +402,55 @@ def test_plot_without_plotext_is_one_line_exit_1(monkeypatch, capsys) -> None:
     monkeypatch.setitem(sys.modules, "plotext", None)  # import fails as where it is not installed
     code, out, err = _run(["gpt2", "--plot"], capsys)
     assert code == 1 and out == "" and err.count("\n") == 1 and "--plot needs plotext" in err
+
+
+# ---- compare --plot on a recorded trace -------------------------------------------------------------
+
+
+def _trace(tmp_path: Path, steps: int = 6) -> Path:
+    from gpumem_tui.telemetry.replay import TraceRecorder
+
+    path = tmp_path / "job.jsonl"
+    with TraceRecorder(path) as rec:
+        for snap in _snapshots(steps, peaks=True):
+            rec.write(snap)
+    return path
+
+
+def test_compare_plot_prints_the_chart_instead_of_the_table(tmp_path: Path, capsys) -> None:
+    from gpumem_tui import trace_cli
+
+    path = _trace(tmp_path)
+    code = trace_cli.main(["compare", str(path), "--pid", "500", "--plot", "--width", "72", "--height", "16"])
+    out, err = capsys.readouterr()
+    assert code == 0 and err == ""
+    assert "\x1b" not in out and max(len(line) for line in out.splitlines()) <= 72
+    flat = " ".join(out.split())
+    assert "measured torch allocated" in flat and "per-step peak of 6 steps" in flat
+    assert "predicted backward" in flat and "peak in torch allocated: predicted" in flat
+    assert "error %" not in out  # not the table
+    axis = next(line for line in out.splitlines() if "time (s)" in line)
+    assert axis.startswith("GiB")
+
+
+def test_compare_plot_until_cuts_the_chart_where_compare_cuts(tmp_path: Path, capsys) -> None:
+    from gpumem_tui import trace_cli
+
+    path = _trace(tmp_path)
+    assert trace_cli.main(["compare", str(path), "--pid", "500", "--plot", "--until", "5.5"]) == 0
+    out = " ".join(capsys.readouterr()[0].split())
+    assert "per-step peak of 2 steps" in out  # steps 1 and 2 end by 6 s; step 3 is cut
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--plot", "--json"], "--plot prints a chart and --json prints data: give one of them"),
+    (["--plot", "--width", "39"], "--width: must be between 40 and 1000 columns, got '39'"),
+    (["--plot", "--height", "x"], "--height: must be a whole number of rows, got 'x'"),
+    (["--height", "20"], "--width and --height size the --plot chart; add --plot"),
+])
+def test_compare_plot_bad_flags_are_one_line_exit_2(tmp_path: Path, argv: list[str], message: str, capsys) -> None:
+    from gpumem_tui import trace_cli
+
+    code = trace_cli.main(["compare", str(_trace(tmp_path, 1)), "--pid", "500", *argv])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err
