@@ -454,3 +454,26 @@ def test_compare_plot_bad_flags_are_one_line_exit_2(tmp_path: Path, argv: list[s
     code = trace_cli.main(["compare", str(_trace(tmp_path, 1)), "--pid", "500", *argv])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err
+
+
+@settings(max_examples=40, deadline=None)
+@given(width=st.integers(min_value=40, max_value=240), height=st.integers(min_value=10, max_value=60),
+       batch=st.integers(min_value=1, max_value=64), colour=st.booleans())
+def test_any_allowed_size_fits_both_plots(width: int, height: int, batch: int, colour: bool) -> None:
+    options = PlotOptions(width=width, height=height, colour=colour)
+    curve, steps, phases = _job(3)
+    for text in (estimate_plot(_gpt2(batch=batch), options, limit=Limit(24 * GiB, "24GiB")),
+                 compare_plot(curve, "NVML used", options, steps=steps, phases=phases, title="pid 1")):
+        lines = [ANSI.sub("", line) for line in text.splitlines()]
+        assert max(len(line) for line in lines) <= width
+        assert ("\x1b[" in text) is colour
+
+
+def test_compare_without_plot_does_not_import_plotext(tmp_path: Path) -> None:
+    path = _trace(tmp_path, 1)
+    code = ("import sys\nfrom gpumem_tui import trace_cli\n"
+            f"assert trace_cli.main(['compare', {str(path)!r}, '--pid', '500']) == 0\n"
+            "print('plotext' in sys.modules)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1] == "False"
