@@ -286,7 +286,7 @@ def test_reduce_curve_keeps_the_extremes(values: list[int], buckets: int) -> Non
 import json as _json  # noqa: E402
 
 from gpumem_tui.estimator.architecture import CATALOGUE_DIR  # noqa: E402
-from gpumem_tui.plots.trace_series import MAX_SPANS, gather  # noqa: E402
+from gpumem_tui.plots.trace_series import gather  # noqa: E402
 from gpumem_tui.process_estimate import from_probe_info  # noqa: E402
 from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak, ProbeInfo, ProbeSample, Snapshot  # noqa: E402
 
@@ -350,10 +350,18 @@ def test_gather_without_probe_info_draws_no_prediction() -> None:
     assert len(series.steps) == 2
 
 
-def test_gather_keeps_memory_bounded_on_a_long_run() -> None:
-    series = gather(_snapshots(MAX_SPANS + 300, peaks=True), 500, buckets=50)
-    assert len(series.curve) <= 8 * 50 and len(series.steps) <= MAX_SPANS
-    assert max(s.value_bytes for s in series.steps) == (200 + 10 * (MAX_SPANS + 300) + 100) * MiB
+@pytest.mark.parametrize("peaks", [True, False])
+def test_gather_keeps_memory_bounded_on_a_long_run(peaks: bool, monkeypatch) -> None:
+    from gpumem_tui.plots import trace_series
+
+    limit = 64  # the bound made small, so the run that passes it is short
+    monkeypatch.setattr(trace_series, "MAX_SPANS", limit)
+    steps = 2 * limit + 300  # past the point where neighbouring steps are merged while reading
+    series = gather(_snapshots(steps, peaks=peaks), 500, buckets=50)
+    assert len(series.curve) <= 8 * 50 and len(series.steps) <= limit
+    top = (200 + 10 * steps + 100) * MiB if peaks else (100 + 10 * steps + 100 + 3) * MiB
+    assert max(s.value_bytes for s in series.steps) == top
+    assert series.steps[0].start == T0 and series.steps[-1].end >= T0 + 3 * steps - 1
     assert all(lv.start is None for lv in series.phases) and len(series.phases) == 3  # across the plot
     text = compare_plot(series.curve, series.figure, PlotOptions(width=80, height=16, colour=False),
                         steps=series.steps, phases=series.phases)

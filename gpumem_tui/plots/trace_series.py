@@ -26,7 +26,7 @@ from gpumem_tui.measured_context import ContextMeter
 from gpumem_tui.plots.compare_plot import Level, reduce_curve
 from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeInfo, ProbeSample, Snapshot
 
-MAX_SPANS = 4096
+MAX_SPANS = 4096  # steps (and 3x phase spans) kept; a plot shows far fewer
 _NOT_ALLOCATED = ("cuda_context", "allocator_reserve")  # in no torch-allocated figure
 
 
@@ -47,6 +47,29 @@ class TraceSeries:
     notes: list[str] = field(default_factory=list)
 
 
+class _Steps:
+    """Per-step spans and peaks in the order they come, bounded: past ``2 * MAX_SPANS`` steps,
+    neighbours are merged pairwise (the higher value over both spans)."""
+
+    def __init__(self) -> None:
+        self.items: list[list] = []  # [last step number in it, label, start, end, value]
+
+    def update(self, step: int, start: float, end: float, value: int) -> None:
+        """Widen the current step's span and raise its value, or start a new step."""
+        if self.items and self.items[-1][0] == step:
+            last = self.items[-1]
+            last[2], last[3], last[4] = min(last[2], start), max(last[3], end), max(last[4], value)
+            return
+        self.items.append([step, str(step), start, end, value])
+        if len(self.items) > 2 * MAX_SPANS:
+            self.items = [a if b is None else [b[0], f"{a[1]}-{b[1]}", a[2], b[3], max(a[4], b[4])]
+                          for a, b in zip(self.items[0::2], [*self.items[1::2], None])]
+
+    def levels(self) -> list[Level]:
+        """The steps with a value, at most MAX_SPANS of them."""
+        return _merge_pairs([Level(int(v), label, start, end) for _, label, start, end, v in self.items if v > 0])
+
+
 class _Gatherer:
     """The fold over snapshots (one process); :meth:`finish` makes the :class:`TraceSeries`."""
 
@@ -56,11 +79,11 @@ class _Gatherer:
         self.device: str | None = None
         self.info: ProbeInfo | None = None
         self.contexts = ContextMeter()
-        self.peaks: dict[int, list[float]] = {}  # step -> [start, end, peak bytes]
-        self.peak_spans: list[tuple[str, float, float]] = []
-        self.marks: list[tuple[float, str, int]] = []  # (time, phase, step), pid's own
-        self.step_max: dict[int, int] = {}  # step (from marks) -> highest sample in it
-        self.too_many = False
+        self.peak_steps, self.mark_steps = _Steps(), _Steps()  # from high-water marks / from phase marks
+        self.peak_spans: list[tuple[str, float, float]] = []  # (phase, start, end)
+        self.mark_spans: list[tuple[str, float, float]] = []
+        self.open_mark: tuple[str, float] | None = None  # the phase running since (from marks)
+        self.too_many = False  # more phase spans than a plot can show: levels across the plot
 
     def add(self, snap: Snapshot) -> None:
         self.contexts.add_snapshot(snap)
@@ -72,55 +95,50 @@ class _Gatherer:
         events += [(s.time, 1, s) for s in snap.probes if s.pid == self.pid]
         for _t, _kind, event in sorted(events, key=lambda e: (e[0], e[1])):
             if isinstance(event, PhaseMark):
-                self.marks.append((event.time, event.phase.value, event.step))
+                self._mark(event)
             else:
                 self._sample(event)
         for peak in snap.phase_peaks:
             if peak.pid == self.pid:
-                self._peak(peak)
-        if len(self.marks) > 2 * MAX_SPANS or len(self.peak_spans) > 2 * MAX_SPANS:
+                self.peak_steps.update(peak.step, peak.start, peak.end, peak.peak_bytes)
+                self._span(self.peak_spans, (peak.phase.value, peak.start, peak.end))
+
+    def _span(self, spans: list[tuple[str, float, float]], span: tuple[str, float, float]) -> None:
+        if self.too_many:
+            return
+        spans.append(span)
+        if len(spans) > 3 * MAX_SPANS:
             self.too_many = True
-            self.marks, self.peak_spans = self.marks[-1:], []
+            self.peak_spans, self.mark_spans = [], []
+
+    def _mark(self, mark: PhaseMark) -> None:
+        if self.open_mark is not None:
+            self._span(self.mark_spans, (*self.open_mark, mark.time))
+        self.open_mark = (mark.phase.value, mark.time)
+        self.mark_steps.update(mark.step, mark.time, mark.time, 0)
 
     def _sample(self, sample: ProbeSample) -> None:
         self.device = sample.device
         self.curve.append((sample.time, sample.allocated_bytes))
         if len(self.curve) > 8 * self.buckets:
             self.curve = reduce_curve(self.curve, 2 * self.buckets)
-        if self.marks:
-            step = self.marks[-1][2]
-            self.step_max[step] = max(self.step_max.get(step, 0), sample.allocated_bytes)
-
-    def _peak(self, peak: PhasePeak) -> None:
-        span = self.peaks.setdefault(peak.step, [peak.start, peak.end, peak.peak_bytes])
-        span[0], span[1], span[2] = min(span[0], peak.start), max(span[1], peak.end), max(span[2], peak.peak_bytes)
-        self.peak_spans.append((peak.phase.value, peak.start, peak.end))
+        if self.mark_steps.items:  # the highest sample of the step the marks say is running
+            last = self.mark_steps.items[-1]
+            last[3], last[4] = max(last[3], sample.time), max(last[4], sample.allocated_bytes)
 
     def finish(self) -> TraceSeries:
         on_cpu = (self.device or "cuda").startswith("cpu")
         series = TraceSeries(self.pid, FIGURE_CPU_LIVE if on_cpu else FIGURE_ALLOCATED, self.curve)
-        if self.peaks:
+        if self.peak_steps.items:
             series.steps_label = "per-step peak"  # the probe's high-water marks, as compare reads them
-            series.steps = [Level(int(v), str(step), s, e) for step, (s, e, v) in sorted(self.peaks.items())]
-            spans = self.peak_spans
+            series.steps, spans = self.peak_steps.levels(), self.peak_spans
         else:
             series.steps_label = "per-step highest sample"  # an older probe: no high-water marks
-            series.steps, spans = self._steps_from_marks()
-        series.steps = _merge_pairs(series.steps)
+            if self.open_mark is not None and self.curve:
+                self._span(self.mark_spans, (*self.open_mark, max(self.curve[-1][0], self.open_mark[1])))
+            series.steps, spans = self.mark_steps.levels(), self.mark_spans
         series.phases = self._predicted(spans, series)
         return series
-
-    def _steps_from_marks(self) -> tuple[list[Level], list[tuple[str, float, float]]]:
-        starts: dict[int, float] = {}
-        spans: list[tuple[str, float, float]] = []
-        for (t, phase, step), following in zip(self.marks, [*self.marks[1:], None]):
-            starts.setdefault(step, t)
-            end = following[0] if following else (self.curve[-1][0] if self.curve else t)
-            spans.append((phase, t, end))
-        order = sorted(starts)
-        ends = [starts[n] for n in order[1:]] + [self.curve[-1][0] if self.curve else starts[order[-1]]] if order else []
-        steps = [Level(self.step_max[n], str(n), starts[n], end) for n, end in zip(order, ends) if n in self.step_max]
-        return steps, spans
 
     def _predicted(self, spans: list[tuple[str, float, float]], series: TraceSeries) -> list[Level]:
         if self.info is None:
