@@ -11,9 +11,9 @@ context and the allocator reserve.
 The envelope is the probe's per-step high-water marks (``PhasePeak``, as ``compare`` reads
 them) when the trace has them; for older probes, the highest sample between one step's first
 phase mark and the next step's. Phase spans come from the same records. Snapshots are consumed
-as they come (a list or a stream): the curve is kept reduced (:func:`.compare_plot.reduce_curve`)
-and at most :data:`MAX_SPANS` steps are kept with their spans (pairs of neighbours merged
-beyond that, and the phase levels then drawn across the whole plot).
+as they come (a list or a stream): the curve is kept reduced (:func:`.compare_plot.reduce_curve`),
+at most about :data:`MAX_SPANS` steps are kept (neighbours merged pairwise beyond that) and at
+most ``3 x MAX_SPANS`` phase spans (beyond that each phase's level is drawn across the plot).
 """
 
 from __future__ import annotations
