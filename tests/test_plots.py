@@ -485,3 +485,9 @@ def test_compare_without_plot_does_not_import_plotext(tmp_path: Path) -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[-1] == "False"
+
+
+def test_a_lone_zero_sample_still_gets_readable_axes() -> None:
+    text = compare_plot([(5.0, 0)], "NVML used", PlotOptions(width=60, height=12, colour=False))
+    assert "e-" not in text  # no 1e-10 ticks on a zero-length time axis
+    assert "1.0┤" in text and "MiB" in text  # the bytes axis runs to 1 MiB

@@ -99,7 +99,7 @@ def byte_axis(top_bytes: float, ticks: int = 5) -> ByteAxis:
     The tick step is the smallest of 1, 2, 2.5, 5 x 10^k (in the unit) giving at most
     ``ticks`` steps; the top is the first tick at or above ``top_bytes``.
     """
-    top_bytes = max(float(top_bytes), 1.0)
+    top_bytes = max(float(top_bytes), float(MiB))  # an empty or all-zero plot still gets a readable axis
     unit, factor = ("GiB", GiB) if top_bytes >= GiB else ("MiB", MiB)
     top = top_bytes / factor
     raw = top / ticks

@@ -99,7 +99,7 @@ def compare_plot(curve: Sequence[tuple[float, int]], figure_name: str, options: 
                                        if t is not None and math.isfinite(t)]
     origin, end = min(times), max(times)
     unit, seconds = _time_unit(end - origin)
-    x_end = max((end - origin) / seconds, 1e-9)
+    x_end = max((end - origin) / seconds, 1.0)  # at least one unit: a lone sample gets a readable axis
     top = max([b for _, b in points] + [lv.value_bytes for lv in (*steps, *phases)])
     rows = max(1, options.height - _FRAME_ROWS)
     axis = byte_axis(top * (1 + 1 / rows))
