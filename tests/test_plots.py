@@ -491,3 +491,9 @@ def test_a_lone_zero_sample_still_gets_readable_axes() -> None:
     text = compare_plot([(5.0, 0)], "NVML used", PlotOptions(width=60, height=12, colour=False))
     assert "e-" not in text  # no 1e-10 ticks on a zero-length time axis
     assert "1.0┤" in text and "MiB" in text  # the bytes axis runs to 1 MiB
+
+
+def test_an_estimate_without_phases_is_drawn_as_its_peak() -> None:
+    est = dataclasses.replace(_gpt2(), phases=())
+    text = estimate_plot(est, PlotOptions(width=60, height=14, colour=False))
+    assert f"peak {format_size(est.peak_bytes)}" in text and est.peak_phase.replace("_", " ") in text

@@ -14,7 +14,7 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass
 
-from gpumem_tui.estimator.estimate import Estimate
+from gpumem_tui.estimator.estimate import Estimate, Phase
 from gpumem_tui.plots.canvas import Style, byte_axis, format_size, legend_lines, new_figure, render
 from gpumem_tui.plots.options import PlotOptions
 from gpumem_tui.text import printable
@@ -60,7 +60,8 @@ def estimate_plot(estimate: Estimate, options: PlotOptions, *, per_rank: str | N
             e.g. ``"every rank"``); None for one device.
         limit: the ``--fit`` budget, drawn as a horizontal line; None draws none.
     """
-    phases = estimate.phases or ()
+    # an estimate without phases (none the project makes today) is drawn as its peak alone
+    phases = estimate.phases or (Phase(estimate.peak_phase, estimate.peak_bytes, dict(estimate.components_bytes)),)
     names = [_PHASE_NAMES.get(p.name, p.name.replace("_", " ")) for p in phases]
     top = max([estimate.peak_bytes, *(p.live_bytes for p in phases), limit.budget_bytes if limit else 0])
     canvas_rows = max(1, options.height - _FRAME_ROWS)
