@@ -63,7 +63,7 @@ def test_valid_rules_parse_with_defaults_and_every_key():
     ('rule = "memory_above"\npercent = 120\n', 4, "alerts[1].percent must be a percentage"),
     ('rule = "memory_above"\npercent = "90%"\n', 4, "alerts[1].percent must be a percentage"),
     ('rule = "time_to_oom_below"\nseconds = -5\n', 4, "alerts[1].seconds must be a number of seconds > 0"),
-    ('rule = "memory_above"\npercent = 90\ncommand = "notify.sh --urgent"\n', 3,
+    ('rule = "memory_above"\npercent = 90\ncommand = "notify.sh --urgent"\n', 5,
      "alerts[1].command must be an argument list"),
     ('rule = "memory_above"\npercent = 90\ncommand = []\n', 5, "alerts[1].command must be a non-empty list"),
     ('rule = "gpu_lost"\nsignal = "SIGKILL"\n', 4, "alerts[1].signal refused: an alert never sends a signal"),
