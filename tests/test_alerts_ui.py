@@ -114,3 +114,26 @@ def test_job_inputs_take_the_jobs_own_estimate_its_gpu_memory_and_drift(tmp_path
     assert rang == [1]
     assert shown == [("PID 1001 (gpt2) on GPU 0: memory drifts up 10.0 MiB per step (leak?) "
                       "(rule drift: drift of at least 5.0 MiB per step)", False)]
+
+
+def test_run_dashboard_gives_the_config_files_rules_to_the_app(monkeypatch):
+    from types import SimpleNamespace
+
+    from gpumem_tui.ui import app as app_module
+    from gpumem_tui.ui import launch
+
+    seen = {}
+
+    class Recorder:
+        def __init__(self, source, **kwargs):
+            seen.update(kwargs)
+            self.crash_line = None
+            self.poller = SimpleNamespace(close_source=lambda: None)
+
+        def run(self):
+            pass
+
+    monkeypatch.setattr(app_module, "GpuMemApp", Recorder)
+    config = parse_config('[[alerts]]\nrule = "gpu_lost"\nname = "lost"\n')
+    launch.run_dashboard(FakeSource(), config=config)
+    assert [rule.name for rule in seen["alerts"]] == ["lost"]
