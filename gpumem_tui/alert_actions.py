@@ -6,7 +6,8 @@ daemon thread: the dashboard's thread never waits for one. A program that runs p
 timeout is killed (SIGKILL to its process group); one that fails to start, exits non-zero or
 is killed is logged, and ``on_problem`` gets one line. At most :data:`MAX_RUNNING` run at
 once; an alert beyond that is logged and its hook not run (a hook that hangs on every alert
-must not pile up processes).
+must not pile up processes). :meth:`HookRunner.close` (the dashboard quits) kills those still
+running: no timeout would end them after that.
 
 The log is ``<user cache dir>/alerts.log`` (beside the crash reports, gpumem_tui.crash), mode
 0600, kept under :data:`LOG_LIMIT` bytes by moving it to ``alerts.log.1`` when full.
@@ -120,6 +121,8 @@ class HookRunner:
         self._running = 0
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._processes: set[subprocess.Popen[bytes]] = set()
+        self._closed = False
 
     @property
     def running(self) -> int:
@@ -131,6 +134,8 @@ class HookRunner:
         """Run ``argv`` (``what`` names it in the log) on a daemon thread; False when
         :data:`MAX_RUNNING` already run (it is then logged and reported, not run)."""
         with self._lock:
+            if self._closed:
+                return False
             if self._running >= self.max_running:
                 busy = True
             else:
@@ -150,6 +155,24 @@ class HookRunner:
         for thread in list(self._threads):
             thread.join(timeout)
 
+    def close(self) -> None:
+        """Kill the programs still running (with their children) and start no more: a hook
+        must not outlive the dashboard that started it, where no timeout would end it."""
+        with self._lock:
+            self._closed = True
+            running = list(self._processes)
+        for process in running:
+            _kill_group(process)
+
+    def _track(self, process: subprocess.Popen[bytes], add: bool) -> None:
+        with self._lock:
+            if add:
+                self._processes.add(process)
+            else:
+                self._processes.discard(process)
+        if add and self._closed:  # closed while it started
+            _kill_group(process)
+
     def _problem(self, line: str) -> None:
         self.log.write(line)
         if self.on_problem is not None:
@@ -160,7 +183,7 @@ class HookRunner:
 
     def _run(self, what: str, argv: list[str], env: dict[str, str], timeout: float) -> None:
         try:
-            outcome = _run_killing_on_timeout(argv, env, timeout)
+            outcome = _run_killing_on_timeout(argv, env, timeout, self._track)
         except Exception as exc:  # noqa: BLE001 - any failure to start is logged, never raised
             outcome = f"could not start {printable(argv[0], 200)}: {type(exc).__name__}: {exc}"
         finally:
@@ -172,8 +195,21 @@ class HookRunner:
             self._problem(f"{what} failed: {outcome}")
 
 
-def _run_killing_on_timeout(argv: list[str], env: dict[str, str], timeout: float) -> str | None:
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``process``'s process group (its own session: the hook and its children)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        try:
+            process.kill()
+        except OSError:
+            pass
+
+
+def _run_killing_on_timeout(argv: list[str], env: dict[str, str], timeout: float,
+                            track: Callable[[subprocess.Popen[bytes], bool], None]) -> str | None:
     """Run ``argv``; None on exit status 0, else why it failed (stderr's tail included).
+    ``track(process, True)`` once it started, ``track(process, False)`` once it ended.
 
     Raises:
         OSError: it could not be started (not found, not executable).
@@ -181,17 +217,19 @@ def _run_killing_on_timeout(argv: list[str], env: dict[str, str], timeout: float
     with tempfile.TemporaryFile() as stderr:  # a file, not a pipe: a grandchild holding it open cannot block us
         process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                    stderr=stderr, start_new_session=True, close_fds=True)
+        track(process, True)
         try:
             status = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)  # its own session: the hook and its children
-            except OSError:
-                process.kill()
+            _kill_group(process)
             process.wait()
             return f"{printable(argv[0], 200)} killed after running past its {timeout:g} s timeout"
+        finally:
+            track(process, False)
         if status == 0:
             return None
+        if status < 0:  # a signal: ours at close, or someone else's
+            return f"{printable(argv[0], 200)} killed by signal {-status}"
         stderr.seek(0)
         tail = stderr.read()[-STDERR_KEPT * 4:].decode("utf-8", "replace")[-STDERR_KEPT:]
         said = f"; stderr: {printable(' '.join(tail.split()), STDERR_KEPT)}" if tail.strip() else ""

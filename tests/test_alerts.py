@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -277,7 +278,6 @@ def _gone(pid: int) -> bool:
 def test_a_hanging_hook_and_its_children_are_killed_after_the_timeout(tmp_path):
     import os
     import signal
-    import time
 
     marker = tmp_path / "child.pid"
     code = ("import subprocess, sys, time\n"
@@ -299,6 +299,20 @@ def test_a_hanging_hook_and_its_children_are_killed_after_the_timeout(tmp_path):
     finally:
         if not _gone(child):
             os.kill(child, signal.SIGKILL)
+
+
+def test_closing_kills_the_hooks_still_running_and_starts_no_more(tmp_path):
+    problems: list[str] = []
+    runner = HookRunner(AlertLog(tmp_path / "a.log"), problems.append)
+    assert runner.start("slow", [sys.executable, "-c", "import time; time.sleep(600)"], {}, 600.0)
+    deadline = time.monotonic() + 30
+    while not runner._processes and time.monotonic() < deadline:  # wait until it has started
+        time.sleep(0.02)
+    runner.close()
+    runner.join(60)
+    assert runner.running == 0
+    assert len(problems) == 1 and problems[0].startswith("slow failed:") and problems[0].endswith("killed by signal 9")
+    assert runner.start("later", [sys.executable, "-c", "pass"], {}, 5.0) is False
 
 
 def test_at_most_max_running_hooks_at_once(tmp_path):

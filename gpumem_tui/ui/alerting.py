@@ -57,6 +57,10 @@ class DashboardAlerts:
         for alert in self.fired:
             self.actions.handle(alert)
 
+    def close(self) -> None:
+        """The dashboard closes: kill the hooks still running (gpumem_tui.alert_actions)."""
+        self.actions.runner.close()
+
     def job_inputs(self, snap: Snapshot) -> list[JobInput]:
         """One input per probed PID with its job's own (probe's) estimate: a what-if the user
         typed is not the job. ``seconds_to_oom`` is None (no forecast yet)."""

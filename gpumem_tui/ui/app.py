@@ -301,6 +301,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
 
     def on_unmount(self) -> None:
         self.poller.stop()
+        if self.alerts is not None:
+            self.alerts.close()
 
     # ---- data -----------------------------------------------------------------------------
     @on(SnapshotReady)
