@@ -101,6 +101,8 @@ class AlertEngine:
     def evaluate(self, snapshot: Snapshot, jobs: Iterable[JobInput] = ()) -> list[Alert]:
         """The alerts that fire on ``snapshot`` (rules in config order)."""
         now = snapshot.time
+        if now == self._last_time:  # the same reading again (a paused or finished replay): nothing new
+            return []
         if self._last_time is not None and now < self._last_time:  # a replay went back: start again
             self._since.clear()
             self._fired.clear()

@@ -205,9 +205,10 @@ def test_time_to_oom_and_drift_use_the_optional_inputs():
 
 
 def test_a_replay_that_goes_back_starts_the_rate_limits_again():
-    engine = AlertEngine([parse_rule({"rule": "memory_above", "percent": 50})])
+    engine = AlertEngine([parse_rule({"rule": "memory_above", "percent": 50, "repeat": 0})])
     assert len(engine.evaluate(snap(1000, device(0, 60)))) == 1
-    assert engine.evaluate(snap(1001, device(0, 60))) == []
+    assert engine.evaluate(snap(1000, device(0, 60))) == []  # a finished replay repeats its last reading
+    assert len(engine.evaluate(snap(1001, device(0, 60)))) == 1  # repeat = 0: every new reading
     assert len(engine.evaluate(snap(10, device(0, 60)))) == 1
 
 
