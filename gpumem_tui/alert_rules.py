@@ -83,7 +83,7 @@ class AlertRule:
             return f"drift of at least {self.threshold / (1 << 20):.1f} MiB per step" if self.threshold else "any drift"
         if self.kind == WILL_NOT_FIT:
             return "predicted peak above the memory it can have"
-        return "a GPU or NVML lost"
+        return "GPU or NVML lost"
 
 
 class RuleError(ValueError):

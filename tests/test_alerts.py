@@ -204,6 +204,17 @@ def test_time_to_oom_and_drift_use_the_optional_inputs():
     assert "memory drifts up 3.0 MiB per step" in drift.message
 
 
+def test_text_from_outside_is_made_printable_in_the_message():
+    engine = AlertEngine([parse_rule({"rule": "drift"}), parse_rule({"rule": "gpu_lost"})])
+    hostile = "[bold red]x[/]\x1b[31m\nnext"
+    engine.evaluate(snap(0, device(0, 1)))
+    drift, lost = engine.evaluate(snap(1, device(0, None, error=hostile)),
+                                  [JobInput(pid=5, drift_bytes_per_step=1 << 20, label=hostile)])
+    for alert in (drift, lost):
+        assert "\x1b" not in alert.message and "\n" not in alert.message
+        assert "[bold red]x[/]" in alert.message  # literal: the dashboard shows it with markup=False
+
+
 def test_a_replay_that_goes_back_starts_the_rate_limits_again():
     engine = AlertEngine([parse_rule({"rule": "memory_above", "percent": 50, "repeat": 0})])
     assert len(engine.evaluate(snap(1000, device(0, 60)))) == 1
