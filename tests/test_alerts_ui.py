@@ -137,3 +137,44 @@ def test_run_dashboard_gives_the_config_files_rules_to_the_app(monkeypatch):
     config = parse_config('[[alerts]]\nrule = "gpu_lost"\nname = "lost"\n')
     launch.run_dashboard(FakeSource(), config=config)
     assert [rule.name for rule in seen["alerts"]] == ["lost"]
+
+
+def _plain_alerts(tmp_path, rules):
+    from types import SimpleNamespace
+
+    from gpumem_tui.alert_actions import AlertActions, AlertLog
+    from gpumem_tui.process_estimate import ProcessEstimates
+    from gpumem_tui.ui.alerting import DashboardAlerts
+
+    rang, shown = [], []
+    app = SimpleNamespace(process_estimates=ProcessEstimates(), phase_peaks={}, bell=lambda: rang.append(1),
+                          notify=lambda message, **kw: shown.append((kw["title"], message)))
+    return DashboardAlerts(app, rules, AlertActions(AlertLog(tmp_path / "a.log"), env={})), rang, shown
+
+
+def test_many_alerts_in_one_poll_show_a_few_notices_and_a_summary(tmp_path):
+    from gpumem_tui.telemetry.model import DeviceSample, Snapshot
+    from gpumem_tui.ui.alerting import MAX_NOTICES_PER_POLL
+
+    alerts, rang, shown = _plain_alerts(tmp_path, [parse_rule({"rule": "memory_above", "percent": 10})])
+    gpus = tuple(DeviceSample(i, "GPU", None, 100, 50, None, None, None, None) for i in range(16))
+    alerts.on_snapshot(Snapshot(time=1.0, devices=gpus))
+    assert len(alerts.fired) == 16 and rang == [1]
+    assert len(shown) == MAX_NOTICES_PER_POLL + 1
+    assert shown[-1] == ("Alerts", f"{16 - MAX_NOTICES_PER_POLL} more alerts: see {tmp_path / 'a.log'}")
+    assert (tmp_path / "a.log").read_text().count("alert memory_above GPU ") == 16  # every one is logged
+
+
+def test_an_error_in_evaluation_is_shown_once_and_never_raised(tmp_path, monkeypatch):
+    from gpumem_tui.telemetry.model import Snapshot
+
+    alerts, _, shown = _plain_alerts(tmp_path, [parse_rule({"rule": "gpu_lost"})])
+
+    def broken(*_args, **_kwargs):
+        raise ValueError("bad figure")
+
+    monkeypatch.setattr(alerts.engine, "evaluate", broken)
+    alerts.on_snapshot(Snapshot(time=1.0))
+    alerts.on_snapshot(Snapshot(time=2.0))
+    assert shown == [("Alerts", f"alerts: evaluation failed: ValueError: bad figure (see {tmp_path / 'a.log'})")]
+    assert (tmp_path / "a.log").read_text().count("evaluation failed") == 2

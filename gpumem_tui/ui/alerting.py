@@ -39,12 +39,24 @@ class DashboardAlerts:
         self._wants_drift = any(rule.kind == DRIFT for rule in rules)
         self._drift: dict[int, float] = {}
         self.fired: list[Alert] = []  # the latest poll's alerts (tests, status)
+        self._failed = False
 
     def on_snapshot(self, snap: Snapshot) -> None:
-        """Evaluate the rules on ``snap`` (already recorded by the app) and act on what fires."""
-        self.fired = self.engine.evaluate(snap, self.job_inputs(snap))
-        if not self.fired:
-            return
+        """Evaluate the rules on ``snap`` (already recorded by the app) and act on what fires.
+        An error here is logged and shown once; it never ends the dashboard."""
+        try:
+            self.fired = self.engine.evaluate(snap, self.job_inputs(snap))
+            if self.fired:
+                self._act()
+        except Exception as exc:  # noqa: BLE001 - alerts must never take the dashboard down
+            line = f"alerts: evaluation failed: {type(exc).__name__}: {exc}"
+            self.actions.log.write(line)
+            if not self._failed:
+                self._failed = True
+                self.app.notify(f"{line} (see {self.actions.log.path})", title="Alerts", severity="error",
+                                timeout=15, markup=False)
+
+    def _act(self) -> None:
         app = self.app
         if any(alert.rule.bell for alert in self.fired):
             app.bell()
