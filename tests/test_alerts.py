@@ -9,6 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpumem_tui.alert_actions import AlertActions, AlertLog, HookRunner, desktop_command, hook_environment
 from gpumem_tui.alert_rules import AlertRule, parse_rule
@@ -375,3 +377,23 @@ def test_hook_environment_keeps_the_base_and_writes_bytes_as_integers():
     assert env["HOME"] == "/home/me"
     assert (env["GPUMEM_ALERT_VALUE"], env["GPUMEM_ALERT_THRESHOLD"]) == (str(30 * GiB), str(20 * GiB))
     assert (env["GPUMEM_ALERT_PID"], env["GPUMEM_ALERT_UNIT"]) == ("7", "bytes")
+
+
+# ---- property: `for` and `repeat` over any sequence of polls --------------------------------
+@settings(max_examples=200, deadline=None)
+@given(hold=st.integers(0, 20), repeat=st.integers(0, 50),
+       polls=st.lists(st.tuples(st.integers(1, 15), st.booleans()), min_size=1, max_size=60))
+def test_firings_respect_for_and_repeat(hold, repeat, polls):
+    engine = AlertEngine([parse_rule({"rule": "memory_above", "percent": 50, "for": hold, "repeat": repeat})])
+    t, true_since, fired_at = 0, None, []
+    for step, high in polls:
+        t += step
+        true_since = (t if true_since is None else true_since) if high else None
+        fired = engine.evaluate(snap(t, device(0, 60 if high else 10)))
+        if fired:
+            fired_at.append(t)
+            assert high and t - true_since >= hold  # held on every poll for `for` seconds
+        else:
+            # it did not fire: the condition was off, not held long enough, or within `repeat`
+            assert not high or t - true_since < hold or (fired_at and t - fired_at[-1] < repeat)
+    assert all(b - a >= repeat for a, b in zip(fired_at, fired_at[1:]))
