@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS
-from gpumem_tui.step_peaks import Drift, StepPeak, step_drift, step_peaks
+from gpumem_tui.measured_record import MeasuredFold, MeasuredRecord, device_kind
+from gpumem_tui.step_peaks import Drift, StepPeak, step_drift
 from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeInfo, ProbeSample, ProcessSample
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "FIGURE_RESERVED",
     "PeakComparison",
     "compare",
+    "compare_record",
     "percent_error",
     "short_label",
     "spec_from_probe_info",
@@ -367,7 +369,7 @@ def compare(
         ComparisonError: no probe samples for the process, several PIDs without ``pid``,
             samples from both cpu and cuda, or an estimate without components.
     """
-    predicted = _estimate_components(estimate)
+    _estimate_components(estimate)  # an estimate without components is the first error
     samples = [p for p in probes if pid is None or p.pid == pid]
     if not samples:
         who = f" for pid {pid}" if pid is not None else ""
@@ -375,11 +377,37 @@ def compare(
     pids = sorted({p.pid for p in samples})
     if len(pids) > 1:
         raise ComparisonError(f"probe samples from several processes {pids}: choose one pid")
-    pid = pids[0]
-    devices = sorted({_device_kind(p.device) for p in samples})
-    if len(devices) > 1:
-        raise ComparisonError(f"pid {pid} has probe samples from several devices {devices}")
-    device = devices[0]
+    fold = MeasuredFold(pids[0])
+    for sample in samples:
+        fold.add_sample(sample)
+    for mark in phase_marks:
+        if mark.pid == fold.pid:
+            fold.add_mark(mark)
+    for peak in phase_peaks:
+        if peak.pid == fold.pid:
+            fold.add_peak(peak)
+    for row in processes:
+        if row.pid == fold.pid:
+            fold.add_nvml(row.used_memory_bytes)
+    return compare_record(estimate, fold.record())
+
+
+def compare_record(estimate: Any, measured: MeasuredRecord) -> ComparisonResult:
+    """:func:`compare` on what was measured of one process, folded in bounded memory
+    (:class:`~gpumem_tui.measured_record.MeasuredRecord`): the same figures as
+    :func:`compare` on the samples, marks, high-water marks and NVML rows it was folded from.
+
+    Raises:
+        ComparisonError: no probe samples, samples from both cpu and cuda, or an estimate
+            without components.
+    """
+    predicted = _estimate_components(estimate)
+    pid = measured.pid
+    if not measured.sample_count or measured.peak_allocated is None:
+        raise ComparisonError(f"no probe samples for pid {pid}: nothing measured to compare with")
+    if len(measured.device_kinds) > 1:
+        raise ComparisonError(f"pid {pid} has probe samples from several devices {list(measured.device_kinds)}")
+    device = measured.device_kinds[0]
     on_cuda = device == "cuda"
 
     notes: list[str] = []
@@ -389,9 +417,8 @@ def compare(
     if peak_bytes is None:
         peak_bytes = sum(predicted.values())
     peak_bytes = int(peak_bytes)
-    live_peak = peak_bytes - context - reserve
     est_device = _estimate_field(estimate, "device")
-    if isinstance(est_device, str) and _device_kind(est_device) != device:
+    if isinstance(est_device, str) and device_kind(est_device) != device:
         notes.append(
             f"the estimate models {est_device} kernels but the job ran on {device}: "
             f"estimate with device {device} to compare like with like"
@@ -399,24 +426,44 @@ def compare(
     if not on_cuda and (context or reserve):
         notes.append("the estimate's CUDA context and allocator reserve are left out (the job ran on the CPU)")
 
-    # Headline: torch allocated / CPU live tensors.
-    peak_allocated = max(max(p.allocated_bytes, p.peak_allocated_bytes or 0) for p in samples)
-    steps = step_peaks(phase_peaks, pid)
-    if steps:
-        peak_allocated = max(peak_allocated, max(s.peak_bytes for s in steps))
-    drift = step_drift(steps)
+    drift = step_drift(measured.steps)
     if drift is not None:
         notes.append(f"the {drift.what} rises steadily: {drift.text()} (a leak?)")
-    reserved_values = [p.reserved_bytes for p in samples if p.reserved_bytes is not None]
-    peak_reserved = max(reserved_values) if reserved_values else None
-    nvml_values = [
-        s.used_memory_bytes
-        for s in processes
-        if s.pid == pid and s.used_memory_bytes is not None
-    ]
-    peak_nvml = max(nvml_values) if nvml_values else None
+    if measured.steps_left_out:
+        notes.append(f"the steps listed are the last {len(measured.steps)}; {measured.steps_left_out} earlier "
+                     "steps are not listed (their high-water marks still count in the peak)")
+    peak_allocated, peaks = _peaks(measured, peak_bytes, context, reserve, on_cuda, notes)
+    rows, measured_phase, sample_bytes = _measured_components(predicted, measured, peak_allocated, notes)
+    if on_cuda:
+        rows += _cuda_difference_rows(predicted, peak_allocated, measured.peak_reserved, measured.peak_nvml)
 
+    return ComparisonResult(
+        device=device,
+        pid=pid,
+        measured_figure=peaks[0].figure,
+        components=tuple(rows),
+        peaks=tuple(peaks),
+        predicted_components=tuple(predicted.items()),
+        peak_phase=_estimate_field(estimate, "peak_phase"),
+        sample_count=measured.sample_count,
+        notes=tuple(notes),
+        measured_peak_phase=measured_phase,
+        components_sample_bytes=sample_bytes,
+        steps=measured.steps,
+        drift=drift,
+    )
+
+
+def _peaks(measured: MeasuredRecord, peak_bytes: int, context: int, reserve: int, on_cuda: bool,
+           notes: list[str]) -> tuple[int, list[PeakComparison]]:
+    """The measured peak in the headline figure (torch allocated / CPU live tensors: the
+    samples' and the high-water marks' highest), and one PeakComparison per figure measured."""
+    peak_allocated = measured.peak_allocated or 0
+    if measured.highest_step is not None:
+        peak_allocated = max(peak_allocated, measured.highest_step)
+    peak_reserved, peak_nvml = measured.peak_reserved, measured.peak_nvml
     figure = FIGURE_ALLOCATED if on_cuda else FIGURE_CPU_LIVE
+    live_peak = peak_bytes - context - reserve
     peaks = [PeakComparison(figure, live_peak, peak_allocated, "without CUDA context and allocator reserve")]
     if on_cuda:
         if peak_reserved is not None:
@@ -431,12 +478,23 @@ def compare(
             notes.append("NVML gave no per-process used figure for this process")
     elif peak_nvml is not None:
         notes.append("NVML lists this CPU job on a GPU: its NVML figure is not compared")
+    return peak_allocated, peaks
 
-    split_peak = _split_peak(phase_peaks, pid, peak_allocated)
+
+def _measured_components(predicted: Mapping[str, int], measured: MeasuredRecord, peak_allocated: int,
+                         notes: list[str]) -> tuple[list[ComponentComparison], str | None, int | None]:
+    """Component rows from the split at the measured peak: the probe's split of the highest
+    high-water mark when it is the peak, else the sample with the most live bytes; with the
+    probe's phase there and that split's live bytes."""
+    split_peak = measured.split_peak
+    if split_peak is not None and split_peak.peak_bytes < peak_allocated:
+        split_peak = None  # a split of a lower mark than the measured peak is not the peak's
+    at_peak = measured.at_peak
     if split_peak is not None:  # the probe's split of the highest high-water mark (CUDA)
-        samples_for_rows = [*samples, ProbeSample(time=split_peak.end, pid=pid, device=split_peak.device,
-                                                  allocated_bytes=split_peak.peak_bytes,
-                                                  categories=split_peak.categories)]
+        split_sample = ProbeSample(time=split_peak.end, pid=measured.pid, device=split_peak.device,
+                                   allocated_bytes=split_peak.peak_bytes, categories=split_peak.categories)
+        if at_peak is None or _split_key(split_sample) > _split_key(at_peak):
+            at_peak = split_sample
         notes.append(
             f"components are the probe's split of the peak (step {split_peak.step}, "
             f"{split_peak.phase.value}): parameters, optimizer states and gradients counted from the "
@@ -444,83 +502,41 @@ def compare(
             "buffers from the model output and the loss's graph; activations and temporaries are not "
             "split from each other"
         )
-    else:
-        samples_for_rows = samples
-    rows, at_peak = _component_rows(predicted, samples_for_rows, figure, notes)
+    rows = _component_rows(predicted, at_peak, notes)
+    if at_peak is None:
+        return rows, None, None
     measured_phase = None
-    sample_bytes = None
-    if at_peak is not None:
-        sample_bytes = sum(v for _, v in at_peak.categories)
-        measured_phase = (split_peak.phase.value if split_peak is not None and at_peak.time == split_peak.end
-                          else _phase_at(phase_marks, pid, at_peak.time))
-        if sample_bytes < peak_allocated:
-            notes.append(
-                f"components are from the sample with the most live bytes ({_mib(sample_bytes)}"
-                + (f", in {measured_phase}" if measured_phase else "")
-                + f"); the peak itself ({_mib(peak_allocated)}) fell between samples"
-            )
-    if on_cuda:
-        rows += _cuda_difference_rows(predicted, peak_allocated, peak_reserved, peak_nvml)
-
-    return ComparisonResult(
-        device=device,
-        pid=pid,
-        measured_figure=figure,
-        components=tuple(rows),
-        peaks=tuple(peaks),
-        predicted_components=tuple(predicted.items()),
-        peak_phase=_estimate_field(estimate, "peak_phase"),
-        sample_count=len(samples),
-        notes=tuple(notes),
-        measured_peak_phase=measured_phase,
-        components_sample_bytes=sample_bytes,
-        steps=tuple(steps),
-        drift=drift,
-    )
+    sample_bytes = sum(v for _, v in at_peak.categories)
+    if split_peak is not None and at_peak.time == split_peak.end:
+        measured_phase = split_peak.phase.value
+    elif measured.mark_at_peak is not None and at_peak is measured.at_peak:
+        measured_phase = str(getattr(measured.mark_at_peak.phase, "value", measured.mark_at_peak.phase))
+    if sample_bytes < peak_allocated:
+        notes.append(
+            f"components are from the sample with the most live bytes ({_mib(sample_bytes)}"
+            + (f", in {measured_phase}" if measured_phase else "")
+            + f"); the peak itself ({_mib(peak_allocated)}) fell between samples"
+        )
+    return rows, measured_phase, sample_bytes
 
 
-def _split_peak(peaks: Sequence[PhasePeak], pid: int, measured_peak: int) -> PhasePeak | None:
-    """The highest high-water mark of ``pid`` that carries a split, if it is the measured peak."""
-    split = [p for p in peaks if p.pid == pid and p.categories]
-    if not split:
-        return None
-    best = max(split, key=lambda p: (p.peak_bytes, p.end))
-    return best if best.peak_bytes >= measured_peak else None
+def _split_key(sample: ProbeSample) -> tuple[int, float]:
+    return sum(v for _, v in sample.categories), sample.time
 
 
 def _mib(n: int) -> str:
     return f"{n / (1 << 20):.1f} MiB"
 
 
-def _phase_at(marks: Sequence[PhaseMark], pid: int, when: float) -> str | None:
-    """The phase the probe of ``pid`` was in at ``when`` (its last mark at or before it)."""
-    best: PhaseMark | None = None
-    for mark in marks:
-        if mark.pid == pid and mark.time <= when and (best is None or mark.time >= best.time):
-            best = mark
-    if best is None:
-        return None
-    phase = best.phase
-    return str(getattr(phase, "value", phase))
-
-
-def _device_kind(device: str) -> str:
-    return "cuda" if str(device).lower().startswith("cuda") else str(device).lower()
-
-
 def _component_rows(
     predicted: Mapping[str, int],
-    samples: Sequence[ProbeSample],
-    figure: str,
+    at_peak: ProbeSample | None,
     notes: list[str],
-) -> tuple[list[ComponentComparison], ProbeSample | None]:
-    """Rows from the probe's categories at its peak sample (returned too); unmapped
-    components get None."""
-    with_categories = [p for p in samples if p.categories]
+) -> list[ComponentComparison]:
+    """Rows from the probe's categories at its peak sample ``at_peak`` (the sample with the
+    most live bytes among those with categories); unmapped components get None."""
     measured_parts: dict[str, int] = {}
-    at_peak: ProbeSample | None = None
-    if with_categories:
-        at_peak = max(with_categories, key=lambda p: (sum(v for _, v in p.categories), p.time))
+    if at_peak is not None:
         for category, value in at_peak.categories:
             measured_parts[category] = measured_parts.get(category, 0) + int(value)
     else:
@@ -588,7 +604,7 @@ def _component_rows(
                 source="no probe category holds it",
             )
         )
-    return rows, at_peak
+    return rows
 
 
 def _cuda_difference_rows(
@@ -687,7 +703,7 @@ def _norm_grad_ckpt(value: object) -> object:
 
 
 def _norm_device(value: object) -> object:
-    return _device_kind(str(value))
+    return device_kind(str(value))
 
 
 def _head_from_class(model_class: object) -> str | None:

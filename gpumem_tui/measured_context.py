@@ -101,6 +101,12 @@ class ContextMeter:
         proc = self._by_pid.get(pid)
         return None if proc is None else proc.context
 
+    def copy(self) -> ContextMeter:
+        """An independent copy (probe samples are immutable and shared)."""
+        other = ContextMeter()
+        other._by_pid = {pid: replace(proc, pending=list(proc.pending)) for pid, proc in self._by_pid.items()}
+        return other
+
     def prune(self, alive: Iterable[int]) -> None:
         """Forget PIDs not in ``alive`` (a reused PID starts afresh)."""
         keep = set(alive)

@@ -27,8 +27,9 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from gpumem_tui.comparison import ComparisonError, ComparisonResult, compare, spec_from_probe_info
-from gpumem_tui.measured_context import ContextMeter, init_context
+from gpumem_tui.comparison import ComparisonError, ComparisonResult, compare, compare_record, spec_from_probe_info
+from gpumem_tui.measured_context import init_context
+from gpumem_tui.probed_state import ProbedProcesses, ProbedSummary
 from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeInfo, ProbeSample, ProcessSample, Snapshot
 from gpumem_tui.text import printable
 
@@ -37,9 +38,11 @@ __all__ = [
     "SOURCE_USER",
     "ProcessEstimate",
     "ProcessEstimates",
+    "compare_probed",
     "compare_process",
     "what_if_changes",
     "compare_snapshots",
+    "compare_summary",
     "compare_trace",
     "device_kind",
     "from_probe_info",
@@ -245,7 +248,7 @@ def compare_process(
     published_params: object = None,
     phase_peaks: Sequence[PhasePeak] = (),
 ) -> ComparisonResult:
-    """Predicted vs measured for one process: what both the pane and ``compare`` show.
+    """Predicted vs measured for one process, from its samples.
 
     Args:
         process: its estimate (``process.estimate`` must not be None).
@@ -265,6 +268,26 @@ def compare_process(
     result = compare(
         process.estimate, samples, processes, pid=process.pid, phase_marks=phase_marks, phase_peaks=phase_peaks
     )
+    return _with_process_notes(result, process, published_params)
+
+
+def compare_summary(process: ProcessEstimate, summary: ProbedSummary) -> ComparisonResult:
+    """Predicted vs measured for one process from what was measured of it so far: what both
+    the pane and ``gpumem-tui compare`` show (:mod:`gpumem_tui.probed_state`).
+
+    Raises:
+        ComparisonError: no estimate (the message is ``process.problem``) or nothing measured.
+    """
+    if process.estimate is None:
+        raise ComparisonError(process.problem or f"pid {process.pid}: no estimate")
+    result = compare_record(process.estimate, summary.record)
+    published = dict(summary.info.setup).get("total_params") if summary.info is not None else None
+    return _with_process_notes(result, process, published)
+
+
+def _with_process_notes(result: ComparisonResult, process: ProcessEstimate, published_params: object) -> ComparisonResult:
+    """``result`` with the notes about the process's estimate: a parameter count that differs
+    from the probe's, and a CUDA context measured for this process."""
     counted = getattr(process.estimate, "total_params", None)
     if isinstance(published_params, int) and published_params > 0 and isinstance(counted, int):
         if abs(counted - published_params) > 0.001 * published_params:
@@ -287,12 +310,13 @@ def compare_process(
 # From snapshots / a trace file
 
 
-
 def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None) -> ComparisonResult:
     """Estimate from the probe's published setup and compare with its measured samples.
 
-    The spec's ``device`` is taken from where the probe measured (cpu or cuda), so the
-    prediction includes the CUDA context exactly when the measurement can.
+    The snapshots are folded one at a time (:class:`~gpumem_tui.probed_state.ProbedProcesses`),
+    so an iterator over a long trace is read in bounded memory. The spec's ``device`` is taken
+    from where the probe measured (cpu or cuda), so the prediction includes the CUDA context
+    exactly when the measurement can.
 
     Args:
         snapshots: a recorded or live series; the last ``ProbeInfo`` of the process is used.
@@ -302,21 +326,21 @@ def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None) -> 
         ComparisonError: no probed process, several without ``pid``, no samples, or inputs
             the estimator rejects (one line, names the field).
     """
-    probes: list[ProbeSample] = []
-    processes: list[ProcessSample] = []
-    marks: list[PhaseMark] = []
-    peaks: list[PhasePeak] = []
-    infos: dict[int, ProbeInfo] = {}
-    contexts = ContextMeter()  # the same figure the dashboard measures while it runs
+    state = ProbedProcesses()  # the same state the dashboard keeps while it runs
     for snap in snapshots:
-        contexts.add_snapshot(snap)
-        probes.extend(snap.probes)
-        peaks.extend(snap.phase_peaks)
-        processes.extend(snap.processes)
-        marks.extend(snap.phase_marks)
-        for info in snap.probe_infos:
-            infos[info.pid] = info
-    probed = sorted(infos) or sorted({p.pid for p in probes})
+        state.add_snapshot(snap)
+    return compare_probed(state, pid)
+
+
+def compare_probed(state: ProbedProcesses, pid: int | None = None) -> ComparisonResult:
+    """:func:`compare_snapshots` on the state the snapshots were folded into.
+
+    Raises:
+        ComparisonError: as :func:`compare_snapshots`.
+    """
+    infos = state.infos()
+    sampled = state.sampled_pids()
+    probed = sorted(infos) or sampled
     if pid is None:
         if not probed:
             raise ComparisonError("no probed process in the trace (run the job with gpumem_tui.probe)")
@@ -325,33 +349,39 @@ def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None) -> 
         pid = probed[0]
     info = infos.get(pid)
     if info is None:
-        if pid not in {p.pid for p in probes}:
+        if pid not in sampled:
             listed = ", ".join(map(str, probed)) or "none"
             raise ComparisonError(f"pid {pid} is not in the trace (probed processes: {listed})")
         raise ComparisonError(f"pid {pid} published no model/setup information (ProbeInfo)")
-    samples = [p for p in probes if p.pid == pid]
-    if not samples:
+    summary = state.summary(pid)
+    if summary is None or not summary.record.sample_count:
         raise ComparisonError(f"no probe samples for pid {pid}: nothing measured to compare with")
-    process = from_probe_info(info, device=samples[-1].device, measured_context=contexts.context(pid))
-    return compare_process(process, samples, processes, marks, dict(info.setup).get("total_params"), peaks)
+    process = from_probe_info(info, device=summary.record.device, measured_context=summary.context)
+    return compare_summary(process, summary)
 
 
-def compare_trace(path: str | os.PathLike[str], pid: int | None = None) -> dict[str, Any]:
+def compare_trace(path: str | os.PathLike[str], pid: int | None = None, until: float | None = None) -> dict[str, Any]:
     """``gpumem-tui compare trace.jsonl --json``: the comparison of a recorded trace as JSON.
+
+    The trace is streamed: indexed in one pass (:func:`gpumem_tui.telemetry.trace_file.scan_trace`),
+    then read one record at a time, skipping what a replay skips (records out of time order,
+    unreadable records). ``until``: only the records up to that many seconds after the first
+    (what a replay at that position has passed).
 
     Returns :meth:`ComparisonResult.to_json` plus ``"trace_notices"`` (the reader's notices,
     e.g. a torn last line). All byte figures are ints; percentages are floats or null.
 
     Raises:
-        TraceError: (from ``gpumem_tui.telemetry.replay.read_trace``) empty or non-JSON trace.
+        TraceError: empty or non-JSON trace.
         ComparisonError: the trace has nothing to compare (see :func:`compare_snapshots`).
         OSError: the file cannot be read.
     """
-    from gpumem_tui.telemetry.replay import read_trace
+    from gpumem_tui.telemetry.trace_file import iter_snapshots, scan_trace
 
-    snapshots, notices = read_trace(path)
-    result = compare_snapshots(snapshots, pid=pid).to_json()
-    result["trace_notices"] = list(notices)
+    scan = scan_trace(path)
+    unreadable = [0, 0]  # records that failed to parse: how many, the first's line
+    result = compare_snapshots(iter_snapshots(scan, until, unreadable), pid=pid).to_json()
+    result["trace_notices"] = scan.notices_with_unreadable(*unreadable)
     _check_finite(result)
     return result
 
@@ -462,6 +492,16 @@ class ProcessEstimates:
             self._by_pid[pid] = self._probed[pid]
         else:
             self._by_pid.pop(pid, None)
+
+    def keep_probes(self, probed: Iterable[int]) -> None:
+        """Forget the probe's estimates of PIDs not in ``probed`` (a replay went back to before
+        their ProbeInfo, or the state let an old PID go); an estimate the user set stays."""
+        keep = set(probed)
+        for pid in [p for p in self._probed if p not in keep]:
+            del self._probed[pid]
+            shown = self._by_pid.get(pid)
+            if shown is not None and shown.source == SOURCE_PROBE:
+                del self._by_pid[pid]
 
     def prune(self, alive: Iterable[int]) -> None:
         """Forget PIDs not in ``alive`` (a reused PID must not inherit an estimate)."""

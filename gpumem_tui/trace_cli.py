@@ -2,7 +2,7 @@
 
     gpumem-tui record -o trace.jsonl [--interval S] [--duration S]   # headless recorder
     gpumem-tui replay trace.jsonl [--speed X]                        # dashboard on a trace
-    gpumem-tui compare trace.jsonl [--json] [--pid N]                # predicted vs measured
+    gpumem-tui compare trace.jsonl [--json] [--pid N] [--until S]    # predicted vs measured
 
 ``main`` receives the subcommand name first (see ``gpumem_tui.cli``). Exit codes: 0 ok,
 1 runtime failure, 2 bad input (one line on stderr: bad flags, empty or non-JSON trace,
@@ -25,6 +25,7 @@ from gpumem_tui.cli_support import InputError, OneLineParser, number_arg, positi
 
 
 _speed_factor = number_arg(float)
+_play_position = number_arg(float, strict=False, unit="seconds")
 
 
 def _parser(name: str) -> argparse.ArgumentParser:
@@ -51,6 +52,9 @@ def _parser(name: str) -> argparse.ArgumentParser:
         parser.add_argument("trace", type=Path)
         parser.add_argument("--json", action="store_true", help="print JSON (bytes as integers)")
         parser.add_argument("--pid", type=int, default=None, help="the probed process (if the trace has several)")
+        parser.add_argument("--until", type=_play_position, default=None, metavar="SECONDS",
+                            help="only the records up to SECONDS after the first (what a replay at that "
+                                 "position shows in its comparison pane)")
     return parser
 
 
@@ -176,7 +180,7 @@ def _compare(args: argparse.Namespace) -> int:
     from gpumem_tui.telemetry.replay import TraceError
 
     try:
-        result = compare_trace(args.trace, pid=args.pid)
+        result = compare_trace(args.trace, pid=args.pid, until=args.until)
     except (TraceError, ComparisonError) as exc:
         print(f"gpumem-tui compare: {exc}", file=sys.stderr)
         return 2

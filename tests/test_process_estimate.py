@@ -187,3 +187,22 @@ def test_registry_rebuilds_only_on_new_content_and_never_over_the_users_estimate
     assert reg.set_user(5, probe.architecture, probe.spec, probe.estimate, "x") is probe
     reg.prune([])
     assert reg.get(5) is None and reg.pids() == []
+
+
+def test_keep_probes_forgets_probe_estimates_of_pids_not_seen_yet_but_not_the_users():
+    """A replay that seeks back to before a process's ProbeInfo has no probe estimate for it."""
+    import json
+
+    from gpumem_tui.estimator.architecture import CATALOGUE_DIR
+
+    gpt2 = json.loads((CATALOGUE_DIR / "gpt2.json").read_text())
+    reg = ProcessEstimates()
+    reg.update_probe(ProbeInfo(5, gpt2, (("batch", 2), ("seq", 128))), "cuda:0")
+    reg.update_probe(ProbeInfo(6, gpt2, (("batch", 2), ("seq", 128))), "cuda:0")
+    mine = from_probe_info(ProbeInfo(6, gpt2, (("batch", 4), ("seq", 128))), "cuda:0")
+    reg.set_user(6, mine.architecture, mine.spec, mine.estimate, "gpt2")
+    reg.keep_probes([5])
+    assert reg.get(5).source == "probe"
+    assert reg.get(6).source == "user" and reg.probe_estimate(6) is None
+    reg.keep_probes([])
+    assert reg.get(5) is None and reg.pids() == [6]

@@ -143,7 +143,10 @@ def test_an_unprobed_process_gets_no_bands_until_the_user_sets_its_estimate():
             await pilot.pause(0.2)
             hint = chart._legend_shown.plain
             assert "none for PID 1002" in hint and "gpumem_tui.probe" in hint and "(e)" in hint
-            panel.query_one("#est-batch").value = "3"  # the user sets it for this PID
+            batch = panel.query_one("#est-batch")
+            batch.focus()  # the user's edit comes through the focused field
+            await pilot.pause()
+            batch.value = "3"  # the user sets it for this PID
             await pilot.pause(0.2)
             assert app.process_estimates.get(1002).source == "user"
             assert app.process_estimates.get(1002).spec.batch == 3
@@ -223,7 +226,8 @@ def test_the_pane_uses_the_context_measured_on_the_replayed_gpu():
         app = GpuMemApp(source, interval=0.05)
         async with app.run_test(size=(200, 50)) as pilot:
             assert await _wait(pilot, lambda: source.finished, seconds=60)
-            assert await _wait(pilot, lambda: app.contexts.context(1088) is not None)
+            # the app has applied the last record (the replay's state may be a poll ahead of it)
+            assert await _wait(pilot, lambda: app.snapshot is not None and app.snapshot.time == source.last_time)
             assert app.contexts.context(1088) == 758 * 2**20
             assert set(app.gpu_contexts.values()) == {610 * 2**20}
             gpu = next(iter(app.gpu_contexts))

@@ -87,9 +87,9 @@ def test_hostile_traces_are_one_line_exit_2(tmp_path, command):
 
 
 def test_an_overlong_trace_line_is_skipped_with_the_limit_said(tmp_path, monkeypatch):
-    from gpumem_tui.telemetry import replay
+    from gpumem_tui.telemetry import replay, trace_file
 
-    monkeypatch.setattr(replay, "LINE_LIMIT", 4096)
+    monkeypatch.setattr(trace_file, "LINE_LIMIT", 4096)  # where traces are read
     path = tmp_path / "t.jsonl"
     header = {"format": "gpumem-tui-trace", "version": 1, "created": 1.7e9}
     lines = [header, {"time": 1.7e9}, {"time": 1.7e9 + 1, "notices": ["x" * 10_000]}, {"time": 1.7e9 + 2}]

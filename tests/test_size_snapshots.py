@@ -61,7 +61,7 @@ def until_the_end(app: GpuMemApp, source: ReplaySource):
     async def run_before(pilot) -> None:
         from gpumem_tui.ui.estimator_panel import EstimatorPanel
 
-        last_time = source.snapshots()[-1].time
+        last_time = source.last_time
 
         def done() -> bool:
             # the app has taken the last record (the source reaching the end is not enough: the

@@ -156,3 +156,21 @@ def test_compare_json_and_table_on_a_probed_trace(tmp_path, capsys):
     assert cli.main(["compare", str(path)]) == 0
     table = capsys.readouterr().out
     assert "parameters" in table and "peak" in table and "MiB" in table
+
+
+def test_compare_until_cuts_the_trace_where_a_replay_would_be(tmp_path, capsys):
+    config = {"model_type": "gpt2", "vocab_size": 512, "n_positions": 64, "n_embd": 64, "n_layer": 2,
+              "n_head": 2, "tie_word_embeddings": True}
+    info = ProbeInfo(7, config, (("batch", 2), ("seq", 32), ("device", "cpu")))
+    path = tmp_path / "t.jsonl"
+    with TraceRecorder(path) as rec:
+        for i in range(5):  # one record per second, the live bytes rising
+            rec.write(Snapshot(time=100.0 + i, probe_infos=(info,),
+                               probes=(ProbeSample(100.0 + i, 7, "cpu", 1_000_000 * (i + 1)),)))
+    assert cli.main(["compare", str(path), "--json", "--until", "2.5"]) == 0
+    cut = json.loads(capsys.readouterr().out)
+    assert cut["samples"] == 3 and cut["peak_measured_bytes"] == 3_000_000  # records at 0, 1 and 2 s
+    assert cli.main(["compare", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["peak_measured_bytes"] == 5_000_000
+    assert cli.main(["compare", str(path), "--until", "-1"]) == 2
+    assert "--until" in one_line_error(capsys)

@@ -23,7 +23,7 @@ from textual.widgets import Footer, Input, Static, TextArea
 from textual.worker import Worker, WorkerState
 
 from gpumem_tui.config import check_signal_keys
-from gpumem_tui.measured_context import ContextMeter
+from gpumem_tui.probed_state import ProbedProcesses
 from gpumem_tui.process_estimate import ProcessEstimates
 from gpumem_tui.telemetry.model import (
     PhaseMark,
@@ -196,7 +196,12 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.chart_window = chart_window
         self.bands: list[Band] = []  # the predicted bands drawn now (of the charted process)
         self.process_estimates = ProcessEstimates()
-        self.contexts = ContextMeter()  # CUDA context per probed PID, measured here
+        # What each probed process measured so far (core state, the same compare folds): a
+        # replay feeds its own per record and rebuilds it on a seek; otherwise each poll feeds it.
+        replayed_state = getattr(source, "probed", None)
+        self._feeds_probed = not isinstance(replayed_state, ProbedProcesses)
+        self.probed: ProbedProcesses = replayed_state if not self._feeds_probed else ProbedProcesses()
+        self.contexts = self.probed  # CUDA context per probed PID, measured here (.context(pid))
         self.gpu_contexts: dict[int, int] = {}  # GPU index -> context after init measured on it
         self._pane_state = pane.PaneState()
         self.poller = Poller(self, source, interval)
@@ -425,13 +430,13 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             self.history.add(("proc", pid), t, used)
         for probe in snap.probes:
             self._record_probe(probe)
-        for info in snap.probe_infos:
-            self.probe_infos[info.pid] = info
-        self.contexts.add_snapshot(snap)
-        self.contexts.prune(self.probe_samples)
+        if self._feeds_probed:
+            self.probed.add_snapshot(snap)
+        self.probe_infos = self.probed.infos()
+        self.process_estimates.keep_probes(self.probe_infos)  # after a seek back: those seen so far
         gpu_of = {p.pid: p.device_index for p in snap.processes if p.device_index is not None}
         for pid, info in self.probe_infos.items():  # the device may be known only after the info
-            self.process_estimates.update_probe(info, self.probe_devices.get(pid), self.contexts.context(pid))
+            self.process_estimates.update_probe(info, self.probed.device(pid), self.probed.context(pid))
             probed = self.process_estimates.probe_estimate(pid)
             measured = getattr(probed.spec, "measured_context", None) if probed is not None else None
             if measured is not None and gpu_of.get(pid) is not None:
@@ -701,8 +706,6 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         pid = self.chart_pid()
         if self.chart_target is not None and self.chart_target[0] == "gpu":
             pid = None  # the GPU chart: the form is a what-if, not a process's estimate
-        procs = [p for p in self.snapshot.processes if p.pid == pid] if self.snapshot and pid is not None else []
-        info = self.probe_infos.get(pid) if pid is not None else None
         selection = pane.PaneSelection(
             gpu=gpu,
             gpu_total=self.device_total(gpu),
@@ -710,10 +713,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             pid=pid,
             process=self.process_estimates.get(pid),
             job=self.process_estimates.probe_estimate(pid) if pid is not None else None,
-            samples=tuple(self.probe_samples.get(pid, ())) if pid is not None else (),
-            processes=procs,
-            marks=tuple(self.phase_marks.get(pid, ())) if pid is not None else (),
-            published_params=dict(info.setup).get("total_params") if info is not None else None,
+            measured=self.probed.summary(pid),
             gpu_context=self.gpu_contexts.get(gpu) if gpu is not None else None,
         )
         what_if = self._what_if_pid()
@@ -983,6 +983,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             self.phase_marks.clear()
             self._mark_keys.clear()
             self.phase_peaks.clear()
+            self.probe_samples.clear()
+            self.gpu_contexts.clear()
             self.table.flags.clear()
         self._update_status()
         self.poller.poll_now()

@@ -304,6 +304,8 @@ class EstimatorPanel(VerticalScroll):
         self._gpu_total = int(total_bytes) if total_bytes and total_bytes > 0 else None
         self._gpu_label = label
         self._gpu_context = measured_context
+        # What the box measured is no edit of the user's: only a change made through a focused
+        # field counts as one (_on_field_changed), so this recompute never claims the PID.
         self.recompute()
 
     def show_process(self, pid: int | None, process: Any = None, job: Any = None) -> None:

@@ -8,20 +8,20 @@ cannot be imported. The app describes what is selected in a :class:`PaneSelectio
   ``EstimatorPanel.set_gpu_total`` (only when they change);
 - the selected PID and its :class:`~gpumem_tui.process_estimate.ProcessEstimate` ->
   ``EstimatorPanel.show_process`` (the form shows that process's own estimate);
-- the job's own estimate (from its probe) + the process's probe samples -> ``ComparisonView``,
-  computed by :func:`gpumem_tui.process_estimate.compare_process`, the code ``gpumem-tui
-  compare`` runs. A user's what-if on a probed PID is not scored against the measurement (its
-  settings are not the job's): the view shows it on a line of its own, with what differs.
+- the job's own estimate (from its probe) + what was measured of the process so far (a
+  :class:`~gpumem_tui.probed_state.ProbedSummary`) -> ``ComparisonView``, computed by
+  :func:`gpumem_tui.process_estimate.compare_summary`, the code ``gpumem-tui compare`` runs. A
+  user's what-if on a probed PID is not scored against the measurement (its settings are not
+  the job's): the view shows it on a line of its own, with what differs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpumem_tui.probed_state import ProbedSummary
 from gpumem_tui.process_estimate import ProcessEstimate
-from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeSample, ProcessSample
 
 NO_ESTIMATE_HINT = "attach gpumem_tui.probe to the job, or set its estimate in the Estimator tab (e)"
 
@@ -30,11 +30,10 @@ NO_ESTIMATE_HINT = "attach gpumem_tui.probe to the job, or set its estimate in t
 class PaneSelection:
     """What the pane shows: the selected GPU and process, and that process's data.
 
-    ``gpu_total`` is in bytes (None: no GPU). ``samples`` are the process's probe samples,
-    ``job`` the estimate built from its probe (None: not probed; equal to ``process`` unless
-    the user set a what-if), ``processes`` its NVML rows (NVML used), ``marks`` its phase marks, ``peaks`` its probe's
-    per-phase high-water marks (part of the measured peak); ``published_params`` is
-    the ``total_params`` its probe published (or None). ``gpu_context`` is the CUDA context
+    ``gpu_total`` is in bytes (None: no GPU). ``job`` is the estimate built from the process's
+    probe (None: not probed; equal to ``process`` unless the user set a what-if). ``measured``
+    is what was measured of the process so far (its probe's samples, marks and high-water
+    marks, NVML used, its setup), None when it is not probed. ``gpu_context`` is the CUDA context
     after initialisation measured on the selected GPU from a probed job there (bytes, see
     :mod:`gpumem_tui.measured_context`), or None.
     """
@@ -45,11 +44,7 @@ class PaneSelection:
     pid: int | None = None
     process: ProcessEstimate | None = None
     job: ProcessEstimate | None = None
-    samples: Sequence[ProbeSample] = ()
-    processes: Sequence[ProcessSample] = ()
-    marks: Sequence[PhaseMark] = ()
-    peaks: Sequence[PhasePeak] = ()
-    published_params: object = None
+    measured: ProbedSummary | None = None
     gpu_context: int | None = None
 
 
@@ -129,31 +124,29 @@ def _push(screen: Any, state: PaneState, sel: PaneSelection) -> None:
 
 def _update_comparison(view: Any, state: PaneState, sel: PaneSelection) -> None:
     from gpumem_tui.comparison import ComparisonError
-    from gpumem_tui.process_estimate import compare_process
+    from gpumem_tui.process_estimate import compare_summary
 
-    pid, shown = sel.pid, sel.process
+    pid, shown, measured = sel.pid, sel.process, sel.measured
     # The measurement is compared with the job's own estimate; a what-if is shown beside it.
     process = sel.job if shown is not None and shown.is_what_if and sel.job is not None else shown
     what_if = shown if process is not shown else None
-    if pid is None or not sel.samples:
+    if pid is None or measured is None or not measured.record.sample_count:
         key: tuple[Any, ...] = ("none", pid)
         message = "select a process that runs gpumem_tui.probe to compare"
     elif process is None:
         key = ("noest", pid)
         message = f"PID {pid} has no estimate: {NO_ESTIMATE_HINT}"
     else:
-        key = ("cmp", pid, id(process), id(what_if), len(sel.samples), sel.samples[-1].time, len(sel.peaks))
+        key = ("cmp", pid, id(process), id(what_if), measured.version)
         message = None
     if state.comparison_key == key:
         return
     state.comparison_key = key
-    if message is not None or process is None:
+    if message is not None or process is None or measured is None:
         view.update_comparison(None, message)
         return
     try:
-        result = compare_process(
-            process, list(sel.samples), sel.processes, sel.marks, sel.published_params, phase_peaks=sel.peaks
-        )
+        result = compare_summary(process, measured)
     except ComparisonError as exc:
         view.update_comparison(None, str(exc), what_if=what_if_line(what_if, process))
         return
