@@ -397,3 +397,21 @@ def test_firings_respect_for_and_repeat(hold, repeat, polls):
             # it did not fire: the condition was off, not held long enough, or within `repeat`
             assert not high or t - true_since < hold or (fired_at and t - fired_at[-1] < repeat)
     assert all(b - a >= repeat for a, b in zip(fired_at, fired_at[1:]))
+
+
+def test_gpu_lost_from_the_live_source_with_nvml_failing_mid_run(fake_nvml, tmp_path):
+    """End to end with the fake pynvml: a GPU that NVML reports lost mid-run fires the rule."""
+    from gpumem_tui.telemetry.host import HostEnricher
+    from gpumem_tui.telemetry.live import LiveSource
+
+    source = LiveSource(tmp_path / "probes", host=HostEnricher(in_container=False))
+    try:
+        engine = AlertEngine([parse_rule({"rule": "gpu_lost"}),
+                              parse_rule({"rule": "memory_above", "percent": 99.9})])
+        assert engine.evaluate(source.poll()) == []
+        fake_nvml.lose_gpu(1)
+        (alert,) = engine.evaluate(source.poll())
+        assert (alert.subject, alert.rule.kind) == ("GPU 1", "gpu_lost")
+        assert alert.message.startswith("GPU 1: lost (GPU is lost)")
+    finally:
+        source.close()
