@@ -23,6 +23,9 @@ File shape (every key optional)::
                                 # working directory)
     [keys]                  # binding id -> key(s), e.g. sort_next = "s"
     quit = "q"
+    [[alerts]]              # alert rules: see gpumem_tui.alert_rules
+    rule = "memory_above"
+    percent = 90
 
 A problem never stops the dashboard: a file that is not valid TOML is ignored as a whole, a bad
 or unknown key is ignored on its own; each problem becomes a notice naming the file and line
@@ -37,6 +40,8 @@ import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from gpumem_tui.alert_rules import AlertRule, parse_alerts
 
 APP_NAME = "gpumem-tui"
 CONFIG_DIR_ENV = "GPUMEM_TUI_CONFIG_DIR"
@@ -53,6 +58,7 @@ class Config:
     chart_window: float = 300.0
     screenshot_dir: str | None = None  # None: the working directory
     keymap: tuple[tuple[str, str], ...] = ()
+    alerts: tuple[AlertRule, ...] = ()  # the [[alerts]] rules (gpumem_tui.alert_rules)
     path: Path | None = None  # the file these settings came from, if any
     notices: tuple[str, ...] = field(default=())  # problems found, "path:line: message"
 
@@ -248,6 +254,10 @@ def parse_config(text: str, path: Path | None = None) -> Config:
                 else:
                     pairs.append((str(binding_id), keys.strip()))
             config = replace(config, keymap=tuple(pairs))
+        elif key == "alerts":
+            rules, problems = parse_alerts(value, text, path)
+            config = replace(config, alerts=rules)
+            notices.extend(problems)
         else:
             line = key_line(text, key) or key_line(text, "", key)
             notices.append(f"{_where(path, line)}: unknown setting {key!r} ignored")

@@ -224,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
             model, optimizer, batch=args.batch, seq=args.seq, task="train",
             config=config, directory=args.probe_dir, interval=args.probe_interval,
             extra={"model_name": "gpumem-tui demo GPT-2", "demo_model": "hf" if use_hf else "builtin",
+                   "use_cache": False,  # the forward below passes use_cache=False
                    # the builtin model calls SDPA (HF publishes config._attn_implementation itself)
                    **({} if use_hf else {"attention": "sdpa"})},
         )

@@ -208,6 +208,19 @@ def model_label(info: ProbeInfo) -> str:
     return printable(str(name), limit=48)
 
 
+def _forward_passes_no_cache(info: ProbeInfo) -> bool:
+    """Whether the probed loop's training forward passes ``use_cache=False`` whatever the
+    config says, by what the probe published: the setup's ``use_cache`` (false), or the
+    built-in demo job's ``demo_model`` key (gpumem_tui/demo_job.py calls its model with
+    ``use_cache=False``; traces recorded before it published ``use_cache`` carry only that).
+    Without either, the config's ``use_cache`` and the recipe decide (components.py)."""
+    setup = dict(info.setup)
+    flag = setup.get("use_cache")
+    if isinstance(flag, bool) or (isinstance(flag, str) and flag.strip().lower() in ("false", "true")):
+        return str(flag).strip().lower() == "false"
+    return setup.get("demo_model") in ("hf", "builtin")
+
+
 def from_probe_info(info: ProbeInfo, device: str | None = None, measured_context: int | None = None) -> ProcessEstimate:
     """The estimate of a probed process, from its ProbeInfo only. Never raises.
 
@@ -232,6 +245,8 @@ def from_probe_info(info: ProbeInfo, device: str | None = None, measured_context
     overrides = {"device": device_kind(device)} if device else {}
     try:
         arch, spec = spec_from_probe_info(info, **overrides)
+        if arch.use_cache and _forward_passes_no_cache(info):
+            arch = replace(arch, use_cache=False)
         if measured_context is not None and spec.device == "cuda":
             spec = replace(spec, measured_context=init_context(measured_context, arch, spec))
     except ComparisonError as exc:

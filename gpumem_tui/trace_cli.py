@@ -4,6 +4,7 @@
     gpumem-tui replay trace.jsonl [--speed X]                        # dashboard on a trace
     gpumem-tui compare trace.jsonl [--json] [--pid N] [--until S] [--limit SIZE]
                                                                      # predicted vs measured
+    gpumem-tui compare trace.jsonl --plot [--width N] [--height N]   # ... as a text chart
 
 ``main`` receives the subcommand name first (see ``gpumem_tui.cli``). Exit codes: 0 ok,
 1 runtime failure, 2 bad input (one line on stderr: bad flags, empty or non-JSON trace,
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumem_tui.cli_support import InputError, OneLineParser, number_arg, positive_seconds
+from gpumem_tui.plots.options import PlotOptions, add_plot_arguments, plot_options
 
 
 _speed_factor = number_arg(float)
@@ -72,6 +74,8 @@ def _parser(name: str) -> argparse.ArgumentParser:
         parser.add_argument("--limit", type=_limit_size, default=None, metavar="SIZE",
                             help="memory the job's measured peak may reach (e.g. 24GiB): the "
                                  "time-to-OOM of a steady rise is counted against it")
+        add_plot_arguments(parser, "print a chart instead of the table: the measured curve (torch allocated, or "
+                           "the CPU's live tensors), the per-step peaks and the predicted peak of each phase")
     return parser
 
 
@@ -197,21 +201,47 @@ def _compare(args: argparse.Namespace) -> int:
     from gpumem_tui.telemetry.replay import TraceError
 
     try:
+        plot = plot_options(args, sys.stdout)
+    except InputError as exc:
+        print(f"gpumem-tui compare: {exc}", file=sys.stderr)
+        return 2
+    try:
         result = compare_trace(args.trace, pid=args.pid, until=args.until, limit_bytes=args.limit)
+        chart = _chart(args, result, plot) if plot is not None else None
     except (TraceError, ComparisonError) as exc:
         print(f"gpumem-tui compare: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"gpumem-tui compare: cannot read {args.trace}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    except ValueError as exc:  # the chart: no sample of the process with a readable time
+        print(f"gpumem-tui compare: nothing to plot: {exc}", file=sys.stderr)
+        return 2
     except ImportError as exc:  # a partial installation: say what is missing, no traceback
-        print(f"gpumem-tui compare: the estimator is not available ({exc})", file=sys.stderr)
+        missing = "--plot needs plotext" if exc.name == "plotext" else "the estimator is not available"
+        print(f"gpumem-tui compare: {missing} ({exc})", file=sys.stderr)
         return 1
-    if args.json:
+    if chart is not None:
+        print(chart)
+    elif args.json:
         print(json.dumps(result, indent=2))
     else:
         print(format_comparison(result))
     return 0
+
+
+def _chart(args: argparse.Namespace, result: dict[str, Any], plot: PlotOptions) -> str:
+    """``compare --plot``: the trace read a second time, as a stream (bounded memory), for the
+    curve, the per-step peaks and the phase spans of the process compare chose.
+
+    Raises:
+        TraceError, OSError: as ``compare_trace`` (the file changed or went between the reads).
+        ImportError: plotext is not installed.
+    """
+    from gpumem_tui.plots.compare_chart import compare_chart  # plotext: only for --plot
+    from gpumem_tui.telemetry.trace_file import iter_snapshots, scan_trace
+
+    return compare_chart(iter_snapshots(scan_trace(args.trace), args.until), result, plot)
 
 
 def format_comparison(result: dict[str, Any]) -> str:

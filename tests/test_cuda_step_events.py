@@ -107,15 +107,20 @@ def test_long_generation_is_bounded() -> None:
     assert E.simulate(arch, long) is None
 
 
-def test_masked_sdpa_rule_only_above_the_window_on_cuda() -> None:
+def test_masked_sdpa_rule_from_the_window_on_cuda() -> None:
+    """transformers materialises the sliding-window mask once ``kv_length >= window``
+    (``masking_utils._ignore_causal_mask_sdpa``), so a sequence of exactly the window is
+    masked too; one token shorter gets ``is_causal`` and no mask."""
     arch = load_architecture("mistral-7b") if "mistral-7b" in __import__(
         "gpumem_tui.estimator.architecture", fromlist=["catalogue_names"]).catalogue_names() else None
     if arch is None or not arch.sliding_window:
         pytest.skip("no sliding-window Mistral in the catalogue")
     w = arch.sliding_window
-    below = TrainingSpec(task="lora", batch=1, seq=w, lora_rank=8)
+    below = TrainingSpec(task="lora", batch=1, seq=w - 1, lora_rank=8)
+    at = TrainingSpec(task="lora", batch=1, seq=w, lora_rank=8)
     above = TrainingSpec(task="lora", batch=1, seq=2 * w, lora_rank=8)
-    assert C.cuda_masked_sdpa_extra_bytes(arch, below, 1, w) == 0
+    assert C.cuda_masked_sdpa_extra_bytes(arch, below, 1, w - 1) == 0
+    assert C.cuda_masked_sdpa_extra_bytes(arch, at, 1, w) == 2 * w * (arch.q_dim - arch.kv_dim) * 2 + w * w * 2
     assert C.cuda_masked_sdpa_extra_bytes(arch, above.replace(device="cpu"), 1, 2 * w) == 0
     e = 2
     expected = 2 * 2 * w * (arch.q_dim - arch.kv_dim) * e + (2 * w) ** 2 * e
@@ -145,3 +150,19 @@ def test_simulated_peaks_are_pinned(name: str, kw: dict, peak_allocated: int, pe
     E.simulate.cache_clear()
     sim = E.simulate(load_architecture(name), TrainingSpec(**kw))
     assert (sim.peak_allocated, sim.peak_reserved) == (peak_allocated, peak_reserved)
+
+
+def test_lora_at_the_window_peaks_in_forward_with_the_mask_terms() -> None:
+    """Mistral-7B shape, LoRA q/v, b=1, seq == sliding window (4096), CUDA SDPA: every layer
+    keeps the float mask bias and the repeated k / v, so the forward holds the peak and it
+    exceeds the estimate one token shorter by at least those layers' bytes."""
+    from gpumem_tui.estimator.estimate import estimate
+
+    arch = load_architecture("mistral-7b")
+    assert arch.sliding_window == 4096 and arch.sliding_layers == arch.num_layers
+    w = arch.sliding_window
+    spec = TrainingSpec(task="lora", batch=1, seq=w, lora_rank=8, lora_targets=("q", "v"))
+    at, below = estimate(arch, spec), estimate(arch, spec.replace(seq=w - 1))
+    assert at.peak_phase == "forward"
+    extra = C.cuda_masked_sdpa_extra_bytes(arch, spec, 1, w) * arch.num_layers
+    assert at.allocated_peak_bytes - below.allocated_peak_bytes >= extra

@@ -23,6 +23,10 @@ HEADLESS = [
     "gpumem_tui.comparison",
     "gpumem_tui.process_estimate",
     "gpumem_tui.forecast",
+    "gpumem_tui.alert_rules",
+    "gpumem_tui.alerts",
+    "gpumem_tui.alert_actions",
+    "gpumem_tui.config",
 ]
 
 

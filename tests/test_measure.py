@@ -226,3 +226,24 @@ def test_cli_lora_all_linear_adapts_every_gpt2_linear(tmp_path: Path, capsys):
     data = json.loads(capsys.readouterr().out)
     # per layer: c_attn h->3h, attn.c_proj h->h, c_fc h->4h, mlp.c_proj 4h->h: r*(4h + 2h + 5h + 5h)
     assert data["trainable_params"] == L * r * 16 * H
+
+
+@pytest.mark.parametrize("model_type,extra", [
+    ("gpt_neox", {"intermediate_size": 256, "rotary_pct": 0.25}),
+    ("falcon", {"multi_query": False, "parallel_attn": False}),
+])
+def test_cli_lora_all_linear_adapts_every_neox_and_falcon_linear(tmp_path: Path, capsys, model_type, extra):
+    """GPT-NeoX / Falcon name their Linears query_key_value, (self_)attention.dense,
+    dense_h_to_4h, dense_4h_to_h: all-linear must adapt each (4 per layer)."""
+    from gpumem_tui.measure.cli import main
+
+    h, layers, r = 64, 2, 4
+    config = {"model_type": model_type, "hidden_size": h, "num_attention_heads": 4, "num_hidden_layers": layers,
+              "vocab_size": 128, **extra}
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(config), encoding="utf-8")
+    assert main([str(cfg), "--task", "lora", "--lora-rank", str(r), "--lora-targets", "all-linear",
+                 "--batch", "1", "--seq", "16", "--dtype", "fp32", "--attention", "eager", "--json", "--on", "meta"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # qkv h->3h, dense h->h, h->4h, 4h->h: r * (4h + 2h + 5h + 5h) per layer
+    assert data["trainable_params"] == layers * r * 16 * h

@@ -147,6 +147,8 @@ class ModelArchitecture:
     dense_layers: int = 0  # leading layers with a dense MLP of width dense_ffn (MoE models)
     dense_ffn: int = 0
     use_cache: bool = True  # config ``use_cache``: a training forward fills a DynamicCache
+    alibi: bool = False  # ALiBi (Falcon ``alibi``): a (b, a, s, s) float mask, no rotary
+    kv_expanded: bool = False  # k, v copied to every query head before attention (Falcon new layout)
     params_override: int | None = None
     notes: tuple[str, ...] = field(default=())
 
@@ -500,8 +502,34 @@ def _mla(cfg: dict[str, Any], mt: str) -> tuple[int, ...]:
             _int(cfg, mt, "qk_rope_head_dim"), _int(cfg, mt, "v_head_dim"))
 
 
+def _block_layout(cfg: dict[str, Any], mt: str, family: Family) -> Family:
+    """``family`` with the block layout this config selects (``Family.parallel_field``,
+    ``Family.new_layout_field``): a sequential block has two norms and no shared input;
+    Falcon's new decoder architecture has ``num_ln_in_parallel_attn`` norms (default 2).
+    Sources: transformers ``GPTNeoXLayer.forward`` (``use_parallel_residual``),
+    ``FalconDecoderLayer.__init__`` (``parallel_attn``, ``num_ln_in_parallel_attn``)."""
+    if family.parallel_field and not _bool(cfg, mt, family.parallel_field, True):
+        return replace(family, parallel_residual=False, norms_per_layer=2)
+    if family.new_layout_field and _bool(cfg, mt, family.new_layout_field, False):
+        norms = _int(cfg, mt, "num_ln_in_parallel_attn", default=2)
+        if norms not in (1, 2):
+            raise ArchitectureError(f"{mt}: num_ln_in_parallel_attn must be 1 or 2, got {norms}")
+        return replace(family, norms_per_layer=norms)
+    return family
+
+
+def _falcon_kv_heads(cfg: dict[str, Any], mt: str, family: Family, a: int) -> int:
+    """Falcon's KV heads: ``num_kv_heads`` (default ``a``) under the new decoder
+    architecture, else 1 with ``multi_query`` (default true), else ``a``
+    (transformers ``FalconAttention.__init__``: ``qkv_out_dim``)."""
+    if _bool(cfg, mt, family.new_layout_field, False):
+        return _int(cfg, mt, "num_kv_heads", default=a)
+    return 1 if _bool(cfg, mt, "multi_query", True) else a
+
+
 def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchitecture:
     """Read ``cfg`` by the field names and defaults of ``family`` (see :class:`Family`)."""
+    family = _block_layout(cfg, mt, family)
     h = _int(cfg, mt, *family.hidden)
     a = _int(cfg, mt, *family.heads)
     L = _int(cfg, mt, *family.layers)
@@ -519,6 +547,8 @@ def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchi
         k = 1 if _bool(cfg, mt, "multi_query", True) else a
     elif family.kv_heads == "mha":
         k = a
+    elif family.new_layout_field:
+        k = _falcon_kv_heads(cfg, mt, family, a)
     else:
         # GQA count; Falcon spells it num_kv_heads, or says multi_query (one KV head)
         k = _int(cfg, mt, "num_key_value_heads", "num_kv_heads", default=1 if cfg.get("multi_query") is True else a)
@@ -568,6 +598,8 @@ def _read(cfg: dict[str, Any], name: str, mt: str, family: Family) -> ModelArchi
         embed_dim=_int(cfg, mt, family.embed_proj_field, default=h) if family.embed_proj_field else 0,
         post_norm=post_norm, final_norm=not family.embedding_norm and not (post_norm and family.pre_norm_field),
         use_cache=_bool(cfg, mt, "use_cache", True),
+        alibi=bool(family.alibi_field) and _bool(cfg, mt, family.alibi_field, False),
+        kv_expanded=bool(family.new_layout_field) and _bool(cfg, mt, family.new_layout_field, False) and k != a,
     )
 
 

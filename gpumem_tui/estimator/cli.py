@@ -23,6 +23,7 @@ from gpumem_tui.estimator.methods import METHODS, run_method
 from gpumem_tui.estimator.parallel.per_rank import RankEstimate, estimate_job
 from gpumem_tui.estimator.recipes import recipe_for
 from gpumem_tui.estimator.solve import max_batch, max_seq
+from gpumem_tui.plots.options import PlotOptions, add_plot_arguments, plot_options
 from gpumem_tui.units import GiB, MiB, parse_bytes
 
 
@@ -46,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the training loop keeps the model output through backward and the optimizer step "
                    "(outputs = model(...); outputs.loss.backward()): its logits stay alive")
     p.add_argument("--json", action="store_true", help="print the estimate as JSON (bytes)")
+    add_plot_arguments(p, "print one step's predicted memory as a chart: the phases in order, stacked by "
+                       "component, the peak marked, the --fit budget as a line (per rank for a parallel job); "
+                       "replaces the table of components")
     p.add_argument("--fit", default=None, metavar="SIZE|N|GPU",
                    help="memory budget: a size (24GiB, 80GB); N: the free memory of GPU N on this machine; "
                    "GPU: the GPU here with the most free memory (both read NVML: free = total - used)")
@@ -203,6 +207,7 @@ def _suggestions(arch, spec, plan, budget: int | None, out: dict) -> list[str]: 
 
 def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    plot = plot_options(args, sys.stdout)
     if args.list:
         print(_list_models())
         return 0
@@ -268,11 +273,25 @@ def run(argv: list[str]) -> int:
         text.append("methods (peak; seed rules know no logits, temporaries or context):")
         for row in rows:
             text.append(f"  {row['method']:<12}{_fmt(row['peak_bytes']):>14}")
+    if plot is not None:
+        text[0] = _plot(est, plot, job, out.get("fit"))
     if args.json:
         print(json.dumps(out, indent=2))
     else:
         print("\n".join(text))
     return 0
+
+
+def _plot(est: Estimate, options: PlotOptions, job, fit: dict | None) -> str:  # type: ignore[no-untyped-def]
+    """``--plot``: the chart that replaces the table (plotext imported only here)."""
+    try:
+        from gpumem_tui.plots.estimate_plot import Limit, estimate_plot
+    except ImportError as exc:  # a partial installation: say what is missing, no traceback
+        raise _RuntimeFailure(f"--plot needs plotext ({exc}); pip install 'plotext>=6.1,<7'") from None
+
+    per_rank = job.largest.role if job is not None else None  # the largest rank role, as the table
+    limit = Limit(fit["budget_bytes"], fit["budget"]) if fit is not None else None
+    return estimate_plot(est, options, per_rank=per_rank, limit=limit)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -347,7 +347,7 @@ def _sdpa_math(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
         # fused kernels need one head size for q, k and v (torch ``sdp_utils_cpp``:
         # ``check_head_dim_size_cpp``); MLA's values are narrower than its keys
         return True
-    if arch.family.sdpa_broadcast_kv and arch.num_kv_heads != arch.num_heads:
+    if arch.family.sdpa_broadcast_kv and arch.num_kv_heads != arch.num_heads and not arch.kv_expanded:
         # fused kernels need as many KV heads as query heads unless ``enable_gqa`` is passed
         # (torch ``sdp_utils``: ``check_batch_size_and_num_heads_dense``); measured, MemTracker,
         # Falcon-7B shape on CPU SDPA: fp32 s x s probabilities per layer
@@ -424,10 +424,12 @@ def _sdpa_output_copied(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
 
 def _cuda_sdpa_window_mask(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
     """Whether transformers passes an explicit (sliding-window) mask to SDPA: a sliding-window
-    layer whose sequence is longer than its window (``masking_utils.sdpa_mask``; below the
-    window it passes ``is_causal``)."""
+    layer whose sequence reaches its window (``masking_utils._ignore_causal_mask_sdpa``
+    returns False once ``kv_length >= local_attention_size``, transformers 5.x; a sequence of
+    exactly the window gets a mask equal to the causal one, materialised all the same; below
+    the window it passes ``is_causal``)."""
     return bool(arch.kind == "decoder" and arch.sliding_window and arch.sliding_layers
-                and spec.seq > arch.sliding_window)
+                and spec.seq >= arch.sliding_window)
 
 
 def _cuda_sdpa_backend(arch: ModelArchitecture, spec: TrainingSpec) -> str:
@@ -473,6 +475,11 @@ def _broadcast_kv_copies(arch: ModelArchitecture, b: int, s: int, e: int) -> int
     query heads into the matrix rows and copies nothing (``torch.matmul`` folding, ATen
     ``LinearAlgebra.cpp``; measured, MemTracker, Falcon-7B shapes: exact at b = 1, one
     ``2 b s (q - kv) e`` per layer more at b = 2 and 4)."""
+    if arch.kv_expanded:
+        # Falcon's new decoder architecture copies k and v to every query head itself
+        # (``broadcast_to`` + ``flatten`` in ``_split_heads``), at any batch size (measured,
+        # MemTracker on meta: 2 b s (q - kv) e per layer, benchmarks/data/measured_neox_falcon.json)
+        return 2 * b * s * (arch.q_dim - arch.kv_dim) * e
     if not arch.family.sdpa_broadcast_kv or arch.num_kv_heads != 1 or arch.num_heads == 1 or b == 1:
         return 0
     return 2 * b * s * (arch.q_dim - arch.kv_dim) * e
@@ -709,6 +716,8 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         if arch.activation == "gelu_new":
             cuda_amp = prec.amp and spec.device == "cuda"
             mlp = bs * f * cuda_autocast.gelu_new_saved_bytes_per_element(e, cuda_amp)
+        elif arch.activation == "gelu_fast":
+            mlp = bs * f * GELU_FAST_SAVED * e
         else:
             mlp = bs * f * e
         # ReLU saves its output, which is also the down projection's input: one tensor
@@ -733,9 +742,10 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
 def cuda_masked_sdpa_extra_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
     """Saved bytes per layer that an explicit SDPA mask adds on CUDA (bytes; 0 elsewhere).
 
-    A sliding-window layer whose sequence is longer than its window gets an explicit boolean
-    ``(b, 1, s, s)`` mask from transformers (``masking_utils.sdpa_mask``; below the window it
-    passes ``is_causal`` and no mask). Then (1) transformers repeats k and v to every query
+    A sliding-window layer whose sequence reaches its window (``s >= window``:
+    ``masking_utils._ignore_causal_mask_sdpa`` skips the mask only while ``kv_length <
+    local_attention_size``) gets an explicit boolean ``(b, 1, s, s)`` mask from transformers
+    (``masking_utils.sdpa_mask``; below the window it passes ``is_causal`` and no mask). Then (1) transformers repeats k and v to every query
     head (``repeat_kv``; ``use_gqa_in_sdpa`` is false with a mask): two new ``b s (q - kv)``
     tensors saved by SDPA; (2) flash refuses the mask (``check_for_attn_mask``,
     ``aten/src/ATen/native/transformers/cuda/sdp_utils.cpp``) and the memory-efficient kernel
@@ -749,7 +759,7 @@ def cuda_masked_sdpa_extra_bytes(arch: ModelArchitecture, spec: TrainingSpec, b:
     ``is_causal``).
     """
     if (spec.device != "cuda" or spec.attention != "sdpa" or not arch.family.sdpa or arch.kind != "decoder"
-            or not arch.sliding_window or s <= arch.sliding_window or not arch.sliding_layers
+            or not arch.sliding_window or s < arch.sliding_window or not arch.sliding_layers
             or _sdpa_math(arch, spec)):
         return 0
     e = precision(spec).compute
@@ -854,13 +864,42 @@ def _frozen_savings(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int)
         if not arch.family.norm_offset_fp32:  # (Gemma 2's frozen final norm is counted without it)
             saved += bs * h * (4 if precision(spec).amp else e)  # final norm's normalized copy (weight frozen)
         saved += bs * h * 4 + bs * 4  # layer 0 input norm
-    else:
+    elif spec.grad_ckpt != "full":
+        # (under full checkpointing with LoRA ``enable_input_require_grads`` makes the
+        # embedding output require grad: layer 0's norm is part of its recompute like the others)
         saved += bs * h * e + 2 * bs * 4  # layer 0 LayerNorm input + stats
         if arch.learned_positions and arch.family.buffers != "position_ids":
             saved += s * 8
     if arch.embedding_dropout > 0:
         saved += bs * h * _dropout_mask_bytes(spec, e)
-    return saved
+    return saved + _layer0_parallel_mlp_savings(arch, spec, bs)
+
+
+#: tensors of the MLP's width that HF ``FastGELUActivation`` (``gelu_fast``: ``0.5 x (1 +
+#: tanh(0.7978845608 x (1 + 0.044715 x x)))``, transformers ``activations.py``) keeps for
+#: backward, run op by op: ``x`` and ``0.044715 x`` (their product), ``0.7978845608 x`` and
+#: ``1 + 0.044715 x x`` (their product), the ``tanh`` output, ``0.5 x`` and ``1 + tanh``
+GELU_FAST_SAVED = 7
+
+
+def _layer0_parallel_mlp_savings(arch: ModelArchitecture, spec: TrainingSpec, bs: int) -> int:
+    """Layer 0's MLP activation saves nothing under LoRA in a parallel block (GPT-NeoX, Falcon,
+    Phi) when no adapter sits on the MLP's first projection: the MLP reads the frozen
+    embedding output through a frozen norm and a frozen Linear, so no input of the activation
+    requires grad (autograd saves only for such ops); in a sequential block the MLP reads the
+    attention output, which does. Measured, MemTracker on meta (GPT-NeoX, LoRA q/v, 1, 2 and
+    4 layers): the backward peak sat ``b s f e`` (the GELU input) below the estimate at every
+    depth. Under full checkpointing layer 0 keeps only its input anyway: nothing to take off."""
+    targets = {l.role for l in _targets(arch, spec)}
+    if spec.grad_ckpt == "full" or not arch.family.parallel_residual or arch.gated_mlp or arch.num_experts or targets & {"up", "gate", "gate_up"}:
+        return 0
+    e = precision(spec).compute
+    f = arch.intermediate_size
+    if arch.activation == "gelu_new":
+        return bs * f * cuda_autocast.gelu_new_saved_bytes_per_element(e, precision(spec).amp and spec.device == "cuda")
+    if arch.activation == "gelu_fast":
+        return bs * f * GELU_FAST_SAVED * e
+    return bs * f * e if arch.activation != "relu" else 0
 
 
 def final_saved_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
@@ -1180,9 +1219,14 @@ def checkpoint_mask_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
     layers and builds one mask per kind: both are alive until the last layer of a kind has run
     backward; ``first_layer`` gives what is left while layer 0 runs backward (measured: two
     ``where`` at the log-softmax and last-layer backward, one at layer 0)."""
+    e = 4 if precision(spec).amp else precision(spec).compute
+    if arch.kind == "decoder" and arch.alibi:
+        # ALiBi (Falcon): the bias folded into one ``(b, a, s, s)`` float mask for every
+        # attention path (transformers ``FalconModel.forward``, ``masked_fill``; measured,
+        # MemTracker on meta: ``masked_fill [b, a, s, s]`` alive at the log-softmax backward)
+        return b * arch.num_heads * s * s * e
     if arch.kind != "decoder" or not (spec.attention == "eager" or not arch.family.sdpa):
         return 0
-    e = 4 if precision(spec).amp else precision(spec).compute
     both = arch.family.mask_per_attention_kind and 0 < arch.sliding_layers < arch.num_layers and not first_layer
     return (2 if both else 1) * b * s * s * e
 

@@ -36,13 +36,15 @@ _FIGURES_NOTE = ("Figures are live tensor storage bytes, comparable to torch 'al
 # component, a regex the full module name (GPT-2's attn.c_proj vs mlp.c_proj, BERT's
 # attention.output.dense vs layer.N.output.dense).
 _LORA_NAMES = {
-    "q": ("q_proj", "query", "c_attn", "qkv_proj"),
-    "k": ("k_proj", "key", "c_attn", "qkv_proj"),
-    "v": ("v_proj", "value", "c_attn", "qkv_proj"),
-    "o": ("o_proj", r"attn\.c_proj$", r"attention\.output\.dense$"),
+    # GPT-NeoX / Falcon: fused ``query_key_value``, ``attention.dense`` / ``self_attention.dense``,
+    # ``dense_h_to_4h`` / ``dense_4h_to_h`` (transformers modeling_gpt_neox.py, modeling_falcon.py)
+    "q": ("q_proj", "query", "c_attn", "qkv_proj", "query_key_value"),
+    "k": ("k_proj", "key", "c_attn", "qkv_proj", "query_key_value"),
+    "v": ("v_proj", "value", "c_attn", "qkv_proj", "query_key_value"),
+    "o": ("o_proj", r"attn\.c_proj$", r"attention\.output\.dense$", r"(self_)?attention\.dense$"),
     "gate": ("gate_proj", "gate_up_proj"),
-    "up": ("up_proj", "gate_up_proj", "c_fc", r"intermediate\.dense$"),
-    "down": ("down_proj", r"mlp\.c_proj$", r"layer\.\d+\.output\.dense$"),
+    "up": ("up_proj", "gate_up_proj", "c_fc", r"intermediate\.dense$", "dense_h_to_4h"),
+    "down": ("down_proj", r"mlp\.c_proj$", r"layer\.\d+\.output\.dense$", "dense_4h_to_h"),
 }
 
 

@@ -99,6 +99,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         side_pane: mount the estimator / comparison pane (when its widgets are installed).
         screenshot_dir: folder the command palette's Screenshot saves into (``~`` expanded);
             None: the working directory.
+        alerts: alert rules (``gpumem_tui.alert_rules.AlertRule``, from the config file),
+            evaluated on every snapshot (gpumem_tui.ui.alerting).
     """
 
     #: Once the dashboard is up (first data drawn, side pane mounted), collect once and move
@@ -162,6 +164,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         banner: str | None = None,
         side_pane: bool = True,
         screenshot_dir: str | None = None,
+        alerts: Sequence[Any] = (),
     ) -> None:
         super().__init__()
         self.screenshot_dir = screenshot_dir
@@ -229,6 +232,11 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self._keymap_pairs = dict(safe_keymap)
         self.start_notices.extend(refused)
         self._register_themes()
+        self.alerts: Any = None
+        if alerts:
+            from gpumem_tui.ui.alerting import DashboardAlerts
+
+            self.alerts = DashboardAlerts(self, alerts)
         if not readonly:
             # Signal keys exist only when not read-only: not disabled, absent.
             self._bindings = BindingsMap([*(b for _, b in self._bindings), *SIGNAL_BINDINGS])
@@ -299,6 +307,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
 
     def on_unmount(self) -> None:
         self.poller.stop()
+        if self.alerts is not None:
+            self.alerts.close()
 
     # ---- data -----------------------------------------------------------------------------
     @on(SnapshotReady)
@@ -363,6 +373,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self._update_status()
         self._update_chart(throttle=True)
         self._update_side()
+        if self.alerts is not None:
+            self.alerts.on_snapshot(snap)
         if self.freeze_gc_after_start and not self._gc_frozen and (self.has_side_pane or not self.side_pane_enabled):
             self._gc_frozen = True
             self.call_after_refresh(self._freeze_gc)

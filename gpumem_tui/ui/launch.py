@@ -159,6 +159,7 @@ def run_dashboard(
             screenshot_dir=config.screenshot_dir,
             keymap=config.keymap,
             banner=banner,
+            alerts=config.alerts,
         )
         app.freeze_gc_after_start = True  # one app per process: see GpuMemApp
         app.run()

@@ -39,6 +39,16 @@ class Family:
     previous norm's output (BERT); ``head_bias``: the LM head has a bias (Phi);
     ``parallel_residual``: attention and MLP both read the layer input (``x + attn(ln(x)) +
     mlp(ln(x))``; with ``norms_per_layer`` 1 they share one norm output: Phi, Falcon-7B).
+    ``parallel_field``: boolean config field (default true) that keeps that parallel block;
+    false = a sequential block with two norms (GPT-NeoX ``use_parallel_residual``, Falcon
+    ``parallel_attn``: transformers ``GPTNeoXLayer.forward``, ``FalconDecoderLayer.__init__``).
+    ``new_layout_field``: Falcon's ``new_decoder_architecture``: KV heads from
+    ``num_kv_heads``, ``num_ln_in_parallel_attn`` norms (default 2) in the parallel block, and
+    k / v expanded to every query head before attention (``FalconAttention._split_heads``:
+    ``broadcast_to`` + ``flatten``, a copy each).
+    ``alibi_field``: boolean config field for ALiBi (Falcon ``alibi``): no rotary, and the
+    model folds the bias into a ``(b, a, s, s)`` float mask for every attention path
+    (``FalconModel.forward``: ``masked_fill(alibi / sqrt(d), causal_mask < -1, min)``).
     ``qk_norm``: RMSNorm on queries and keys before rotary -- "head" (per head, weight of
     ``head_dim``: Qwen3, Gemma 3), "full" (over the whole projection: OLMo 2) or "none".
     ``norm_weight_fp32``: the RMSNorm multiplies its weight in fp32 and casts after
@@ -82,7 +92,9 @@ class Family:
         ``rotary_concat``: the rotary embedding splits each head into rotated and pass-through
         dims and joins them with ``torch.cat((rot, pass), -1)`` (GPT-NeoX, Phi, StableLM's
         ``apply_rotary_pos_emb``), so q and k are new ``(b, a, s, d)``-contiguous tensors
-        rather than views in the projection's ``(b, s, a, d)`` layout; an SDPA kernel that
+        rather than views in the projection's ``(b, s, a, d)`` layout (Falcon gets the same
+        layout from ``transpose(1, 2).reshape(b, a, s, d)`` in ``FalconAttention.forward``,
+        rotary or ALiBi alike); an SDPA kernel that
         writes its output in the query's layout then makes the o-projection copy it.
     """
 
@@ -133,6 +145,9 @@ class Family:
     pre_norm_field: str = ""
     shared_expert_gate: bool = False
     parallel_residual: bool = False
+    parallel_field: str = ""
+    new_layout_field: str = ""
+    alibi_field: str = ""
     post_norm: bool = False
     # ----- saved-tensor rules
     eager_qkv: str = "repeat_kv"

@@ -102,6 +102,7 @@ GPT_NEOX = Family(
     name="gpt_neox", model_types=("gpt_neox",), norm="layernorm", biases=(True, True, True), fused_qkv=True,
     gated_mlp=False, parallel_residual=True, activation_fields=("hidden_act",), activation_default="gelu",
     dropout_fields=((("attention_dropout",), 0.0), (("hidden_dropout",), 0.0), ((), 0.0)), rotary_concat=True,
+    parallel_field="use_parallel_residual",
 )
 
 #: Qwen3-MoE (``Qwen3MoeForCausalLM``): Qwen3 attention (per-head q/k norms), every layer a
@@ -129,6 +130,8 @@ FALCON = Family(
     ffn=("ffn_hidden_size",), ffn_default_mult=4, activation_fields=("activation",), activation_default="gelu",
     dropout_fields=((("attention_dropout",), 0.0), (("hidden_dropout",), 0.0), ((), 0.0)),
     eager_qkv="fused_bmm", softmax_fp32=False, sdpa_broadcast_kv=True,
+    parallel_field="parallel_attn", new_layout_field="new_decoder_architecture", alibi_field="alibi",
+    rotary_concat=True,
 )
 
 #: Qwen2-MoE / Qwen1.5-MoE (``Qwen2MoeForCausalLM``): Qwen2 attention (q/k/v biases), routed
