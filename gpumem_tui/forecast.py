@@ -177,8 +177,8 @@ def live_limit(free_bytes: int | None, own_used_bytes: int | None, own_context_b
 
 
 def snapshot_limit(snap: Snapshot | None, pid: int, own_context_bytes: int | None = None) -> int | None:
-    """:func:`live_limit` of ``pid`` from one poll: its NVML row with a "used" figure and that
-    GPU's free memory (NVML's ``free``, else ``total - used``). None without such a row (a CPU
+    """:func:`live_limit` of ``pid`` from one poll: its NVML rows with a "used" figure (summed:
+    NVML may list a process as compute and graphics) and that GPU's free memory (NVML's ``free``, else ``total - used``). None without such a row (a CPU
     job, NVML without per-process figures) or when the process is on several GPUs (no single
     limit)."""
     if snap is None:
@@ -187,11 +187,11 @@ def snapshot_limit(snap: Snapshot | None, pid: int, own_context_bytes: int | Non
             and p.used_memory_bytes is not None]
     if len({p.device_index for p in rows}) != 1:
         return None
-    row = rows[0]
-    device = next((d for d in snap.devices if d.index == row.device_index), None)
+    device = next((d for d in snap.devices if d.index == rows[0].device_index), None)
     if device is None:
         return None
     free = device.memory_free_bytes
     if free is None and device.memory_total_bytes is not None and device.memory_used_bytes is not None:
         free = device.memory_total_bytes - device.memory_used_bytes
-    return live_limit(free, row.used_memory_bytes, own_context_bytes)
+    own = sum(row.used_memory_bytes or 0 for row in rows)  # a compute and a graphics row: both its own
+    return live_limit(free, own, own_context_bytes)

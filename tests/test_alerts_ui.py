@@ -85,7 +85,8 @@ def test_job_inputs_take_the_jobs_own_estimate_its_gpu_memory_and_drift(tmp_path
     from gpumem_tui.alert_actions import AlertActions, AlertLog
     from gpumem_tui.estimator.architecture import CATALOGUE_DIR
     from gpumem_tui.process_estimate import ProcessEstimates, from_probe_info
-    from gpumem_tui.telemetry.model import Phase, PhasePeak, ProbeInfo, ProcessSample, ProcessType, Snapshot
+    from gpumem_tui.telemetry.model import (DeviceSample, Phase, PhasePeak, ProbeInfo, ProcessSample, ProcessType,
+                                            Snapshot)
     from gpumem_tui.ui.alerting import DashboardAlerts
     from gpumem_tui.units import GiB, MiB
 
@@ -101,19 +102,25 @@ def test_job_inputs_take_the_jobs_own_estimate_its_gpu_memory_and_drift(tmp_path
                           notify=lambda message, **kw: shown.append((message, kw["markup"])))
     rules = [parse_rule({"rule": "drift", "bytes_per_step": "5MiB"})]
     alerts = DashboardAlerts(app, rules, AlertActions(AlertLog(tmp_path / "a.log"), env={}))
-    snap = Snapshot(time=1.0, processes=(
+    gpu = DeviceSample(0, "GPU", "GPU-0", 80 * GiB, 70 * GiB, None, None, None, None, memory_free_bytes=10 * GiB)
+    snap = Snapshot(time=1.0, devices=(gpu,), processes=(
         ProcessSample(1001, 0, ProcessType.COMPUTE, 3 * GiB), ProcessSample(1001, 0, ProcessType.GRAPHICS, 1 * GiB),
         ProcessSample(1002, 0, ProcessType.COMPUTE, 5 * GiB)), phase_peaks=tuple(peaks))
     (entry,) = alerts.job_inputs(snap)
     assert (entry.pid, entry.gpu, entry.used_bytes, entry.label) == (1001, 0, 4 * GiB, "gpt2")
     assert entry.predicted_peak_bytes == job.estimate.peak_bytes != what_if.estimate.peak_bytes
     assert entry.drift_bytes_per_step == pytest.approx(10 * MiB)
-    assert entry.seconds_to_oom is None  # no forecast on this branch yet
+    # limit: 10 GiB free + its own 4 GiB (both rows); one second a step; latest peak step 15's
+    assert entry.seconds_to_oom == (14 * GiB - (2 * GiB + 150 * MiB)) // (10 * MiB) * 1.0
     alerts.on_snapshot(snap)  # fires the drift rule: bell and notice on the app
     assert [a.subject for a in alerts.fired] == ["PID 1001"]
     assert rang == [1]
     assert shown == [("PID 1001 (gpt2) on GPU 0: memory drifts up 10.0 MiB per step (leak?) "
                       "(rule drift: drift of at least 5.0 MiB per step)", False)]
+    soon = DashboardAlerts(app, [parse_rule({"rule": "time_to_oom_below", "seconds": 1800})],
+                           AlertActions(AlertLog(tmp_path / "b.log"), env={}))
+    soon.on_snapshot(snap)  # ~1213 s to OOM: under 1800 s
+    assert [(a.subject, a.value) for a in soon.fired] == [("PID 1001", entry.seconds_to_oom)]
 
 
 def test_run_dashboard_gives_the_config_files_rules_to_the_app(monkeypatch):

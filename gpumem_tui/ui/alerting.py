@@ -2,8 +2,8 @@
 the notice on the screen, and the outside actions (gpumem_tui.alert_actions) started off the UI
 thread.
 
-Time-to-OOM is not forecast on this branch yet: ``JobInput.seconds_to_oom`` stays None, so a
-``time_to_oom_below`` rule never fires until a forecast fills it (:func:`job_inputs`).
+A job's drift and time-to-OOM are :func:`gpumem_tui.forecast.forecast` of its per-step peaks
+against its GPU's free memory + its own (the table row's figures).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpumem_tui.alert_actions import AlertActions
-from gpumem_tui.alert_rules import DRIFT, AlertRule
+from gpumem_tui.alert_rules import DRIFT, TIME_TO_OOM_BELOW, AlertRule
 from gpumem_tui.alerts import Alert, AlertEngine, JobInput
-from gpumem_tui.step_peaks import step_drift, step_peaks
+from gpumem_tui.forecast import forecast, snapshot_limit
+from gpumem_tui.step_peaks import step_peaks
 from gpumem_tui.telemetry.model import Snapshot
 
 #: notices at most per poll: a box of 16 GPUs crossing a threshold together shows a summary
@@ -36,8 +37,9 @@ class DashboardAlerts:
         self.engine = AlertEngine(rules)
         self.actions = actions if actions is not None else AlertActions(
             on_problem=self._problem_from_thread, run_programs=not app.replay)
-        self._wants_drift = any(rule.kind == DRIFT for rule in rules)
+        self._wants_drift = any(rule.kind in (DRIFT, TIME_TO_OOM_BELOW) for rule in rules)
         self._drift: dict[int, float] = {}
+        self._seconds_to_oom: dict[int, float] = {}
         self.fired: list[Alert] = []  # the latest poll's alerts (tests, status)
         self._failed = False
 
@@ -75,7 +77,8 @@ class DashboardAlerts:
 
     def job_inputs(self, snap: Snapshot) -> list[JobInput]:
         """One input per probed PID with its job's own (probe's) estimate: a what-if the user
-        typed is not the job. ``seconds_to_oom`` is None (no forecast yet)."""
+        typed is not the job. Drift and ``seconds_to_oom`` are kept for the PIDs with a steady
+        rise (:meth:`_update_drift`)."""
         app = self.app
         if self._wants_drift:
             self._update_drift(snap)
@@ -95,20 +98,28 @@ class DashboardAlerts:
                 predicted_peak_bytes=getattr(estimate, "peak_bytes", None),
                 used_bytes=used.get(pid),
                 drift_bytes_per_step=self._drift.get(pid),
+                seconds_to_oom=self._seconds_to_oom.get(pid),
                 label=getattr(job, "model", "") or "",
             ))
         return inputs
 
     def _update_drift(self, snap: Snapshot) -> None:
-        """The drift of the PIDs with new phase peaks (the same detector as the table's flag)."""
+        """The drift and time-to-OOM of the PIDs with new phase peaks (the table row's forecast:
+        :func:`gpumem_tui.forecast.forecast` against the GPU's free memory + the job's own)."""
+        probed = getattr(self.app, "probed", None)
         for pid in {peak.pid for peak in snap.phase_peaks}:
-            drift = step_drift(step_peaks(self.app.phase_peaks.get(pid, ())))
-            if drift is None:
+            context = probed.context(pid) if probed is not None else None
+            outlook = forecast(step_peaks(self.app.phase_peaks.get(pid, ())), snapshot_limit(snap, pid, context))
+            self._seconds_to_oom.pop(pid, None)
+            if outlook.drift is None:
                 self._drift.pop(pid, None)
             else:
-                self._drift[pid] = drift.bytes_per_step
+                self._drift[pid] = outlook.drift.bytes_per_step
+                if outlook.seconds_to_limit is not None:
+                    self._seconds_to_oom[pid] = outlook.seconds_to_limit
         for pid in [pid for pid in self._drift if pid not in self.app.phase_peaks]:  # the app forgot it
             del self._drift[pid]
+            self._seconds_to_oom.pop(pid, None)
 
     def _problem_from_thread(self, line: str) -> None:
         """A hook's failure (on a worker thread) as a notice on the dashboard."""
