@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from gpumem_tui.fleet_prometheus import MAX_EPOCH, MAX_SERIES, Answer, PrometheusClient, PrometheusError
 from gpumem_tui.text import json_safe, printable
-from gpumem_tui.units import MiB, format_bytes
+from gpumem_tui.units import MiB, format_bytes, format_duration
 
 __all__ = ["FleetReading", "GpuRow", "HostRow", "PrometheusClient", "PrometheusError", "ValueChecks", "down_notice",
            "format_age", "format_table", "read_fleet"]
@@ -325,15 +325,8 @@ def down_notice(down: Sequence[HostRow], now: float) -> str:
 
 
 def format_age(seconds: float) -> str:
-    """``35 s``, ``12 min``, ``3.5 h``, ``2.0 d`` (a negative age, a clock skew, is 0 s)."""
-    seconds = max(seconds, 0.0)
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
+    """How long ago: :func:`gpumem_tui.units.format_duration` (``35 s``, ``12 min``, ``3.5 h``)."""
+    return format_duration(seconds)
 
 
 def format_table(rows: Sequence[HostRow], now: float) -> str:

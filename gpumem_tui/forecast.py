@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpumem_tui import units
 from gpumem_tui.step_peaks import Drift, StepPeak, step_drift_fit
 from gpumem_tui.telemetry.model import Snapshot
 
@@ -114,15 +115,9 @@ class Forecast:
 
 
 def format_duration(seconds: float) -> str:
-    """``"~45 s"``, ``"~25 min"``, ``"~5.2 h"``, ``"~3 d"`` (rounded; under 90 of a unit
-    stays in it)."""
-    if seconds < 90:
-        return f"~{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"~{seconds / 60:.0f} min"
-    if seconds < 48 * 3600:
-        return f"~{seconds / 3600:.1f} h"
-    return f"~{seconds / 86400:.0f} d"
+    """An approximate duration: ``~`` and :func:`gpumem_tui.units.format_duration`
+    (``"~45 s"``, ``"~25 min"``, ``"~5.2 h"``, ``"~3.0 d"``)."""
+    return "~" + units.format_duration(seconds)
 
 
 def _seconds_per_step(steps: Sequence[StepPeak], drift: Drift | None) -> float | None:

@@ -71,3 +71,16 @@ def format_mib(n: int | float | None) -> str:
     if n is None:
         return "N/A"
     return f"{int(round(n / MiB))}MiB"
+
+
+def format_duration(seconds: float) -> str:
+    """A duration for people: ``35 s``, ``12 min``, ``3.5 h``, ``2.0 d`` (seconds below 2 min,
+    minutes below 2 h, hours below 2 days; a negative duration, e.g. from clock skew, is 0 s)."""
+    seconds = max(seconds, 0.0)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"

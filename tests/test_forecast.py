@@ -104,7 +104,7 @@ def test_snapshot_limit_reads_the_process_row_and_its_gpu():
 
 
 def test_durations_read_in_the_largest_sensible_unit():
-    assert [format_duration(x) for x in (45, 1500, 5.2 * 3600, 3 * 86400)] == ["~45 s", "~25 min", "~5.2 h", "~3 d"]
+    assert [format_duration(x) for x in (45, 1500, 5.2 * 3600, 3 * 86400)] == ["~45 s", "~25 min", "~5.2 h", "~3.0 d"]
 
 
 def test_a_comparison_with_a_prediction_carries_the_time_to_oom_against_the_limit():
