@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from gpumem_tui.own_host import LOOPBACK_NAMES, host_names, interface_addresses
+
 #: Seconds one read from a client may wait (a client that sends nothing is dropped after it).
 READ_TIMEOUT = 5.0
 #: Seconds a connection may last in all (Prometheus' default scrape timeout is 10 s).
@@ -36,7 +38,6 @@ CONNECTION_SECONDS = 15.0
 #: Connections served at once (one Prometheus scrapes one connection at a time).
 MAX_CONNECTIONS = 16
 
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 __all__ = ["CONNECTION_SECONDS", "MAX_CONNECTIONS", "READ_TIMEOUT", "HostPolicy", "host_name", "serve_metrics"]
 
@@ -60,18 +61,6 @@ def host_name(header: str | None) -> str | None:
     return name or None
 
 
-def _machine_addresses() -> set[str]:
-    """The IP addresses of this machine's interfaces (psutil.net_if_addrs), as text."""
-    import psutil
-
-    found: set[str] = set()
-    for addresses in psutil.net_if_addrs().values():
-        for address in addresses:
-            if address.family in (socket.AF_INET, socket.AF_INET6):
-                found.add(address.address.split("%", 1)[0].lower())  # drop an IPv6 zone ("%eth0")
-    return found
-
-
 @dataclass
 class HostPolicy:
     """Which ``Host`` names a request may carry.
@@ -87,7 +76,7 @@ class HostPolicy:
     listen_host: str
     remote: bool = False
     extra: Iterable[str] = ()
-    addresses: Callable[[], set[str]] = _machine_addresses
+    addresses: Callable[[], set[str]] = interface_addresses
     _names: set[str] = field(init=False, default_factory=set)
     _known_addresses: set[str] = field(init=False, default_factory=set)
 
@@ -95,7 +84,7 @@ class HostPolicy:
         self._names = set(LOOPBACK_NAMES) | {self.listen_host.lower()}
         self._names |= {host_name(name) or "" for name in self.extra} - {""}
         if self.remote:
-            self._names |= {name.lower().rstrip(".") for name in (socket.gethostname(), socket.getfqdn()) if name}
+            self._names |= {name.lower().rstrip(".") for name in host_names()}
             self._known_addresses = self.addresses()
 
     def allows(self, header: str | None) -> bool:

@@ -23,11 +23,12 @@ import hmac
 import ipaddress
 import re
 import secrets
-import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from yarl import URL
+
+from gpumem_tui.own_host import LOOPBACK_NAMES, host_names, interface_addresses
 
 #: Bytes of randomness in the start token (``secrets.token_urlsafe``: 43 URL-safe characters).
 TOKEN_BYTES = 32
@@ -138,19 +139,9 @@ def is_wildcard(host: str) -> bool:
         return False
 
 
-LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-
-
 def _own_names() -> set[str]:
-    """This machine's host name, its FQDN and every interface address (psutil.net_if_addrs)."""
-    import psutil
-
-    names = {socket.gethostname(), socket.getfqdn()}
-    for addresses in psutil.net_if_addrs().values():
-        for address in addresses:
-            if address.family in (socket.AF_INET, socket.AF_INET6):
-                names.add(address.address.split("%", 1)[0])  # fe80::1%eth0: the zone is not in a Host
-    return {c for c in map(canonical_host, names) if c is not None}
+    """This machine's host name, its FQDN and every interface address, canonical."""
+    return {c for c in map(canonical_host, host_names() | interface_addresses()) if c is not None}
 
 
 @dataclass(frozen=True)
