@@ -99,11 +99,26 @@ class Clock:
                 setattr(callback, name, timed)
 
 
+def _instrument(mode: str, clock: Clock, callback_class, model, optimizer, directory: str, track: bool):  # noqa: ANN001
+    """What ``mode`` adds to a run: ([the framework's GpumemCallback timed by ``clock``], None),
+    ([], the probe attached by hand), or ([], None) without gpumem-tui."""
+    import gpumem_tui.probe
+
+    if mode == "callback":
+        callback = callback_class(directory=directory, track_tensors=track)
+        clock.wrap(callback)
+        clock.wrap_probe_mark()
+        return [callback], None
+    if mode == "by hand":
+        return [], gpumem_tui.probe.attach(model, optimizer, batch=BATCH, seq=64, directory=directory,
+                                           track_tensors=track)
+    return [], None
+
+
 def run_trainer(mode: str, steps: int, directory: str, track: bool) -> Clock:
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    import gpumem_tui.probe
     from gpumem_tui.integrations.transformers import GpumemCallback
 
     clock = Clock()
@@ -114,16 +129,8 @@ def run_trainer(mode: str, steps: int, directory: str, track: bool) -> Clock:
 
     model = tiny_gpt2()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # the Trainer's default
-    callbacks: list = [Tick()]
-    probe = None
-    if mode == "callback":
-        callback = GpumemCallback(directory=directory, track_tensors=track)
-        clock.wrap(callback)
-        clock.wrap_probe_mark()
-        callbacks.append(callback)
-    elif mode == "by hand":
-        probe = gpumem_tui.probe.attach(model, optimizer, batch=BATCH, seq=64, directory=directory,
-                                        track_tensors=track)
+    callbacks, probe = _instrument(mode, clock, GpumemCallback, model, optimizer, directory, track)
+    callbacks.insert(0, Tick())
     args = TrainingArguments(output_dir=directory, per_device_train_batch_size=BATCH, max_steps=steps,
                              use_cpu=True, report_to=[], save_strategy="no", logging_strategy="no",
                              disable_tqdm=True)
@@ -138,7 +145,6 @@ def run_lightning(mode: str, steps: int, directory: str, track: bool) -> Clock:
     import lightning.pytorch as pl
     import torch
 
-    import gpumem_tui.probe
     from gpumem_tui.integrations.lightning import GpumemCallback
 
     clock = Clock()
@@ -160,16 +166,8 @@ def run_lightning(mode: str, steps: int, directory: str, track: bool) -> Clock:
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             clock.starts.append(time.process_time())
 
-    callbacks: list = [Tick()]
-    probe = None
-    if mode == "callback":
-        callback = GpumemCallback(directory=directory, track_tensors=track)
-        clock.wrap(callback)
-        clock.wrap_probe_mark()
-        callbacks.append(callback)
-    elif mode == "by hand":
-        probe = gpumem_tui.probe.attach(model, optimizer, batch=BATCH, seq=64, directory=directory,
-                                        track_tensors=track)
+    callbacks, probe = _instrument(mode, clock, GpumemCallback, model, optimizer, directory, track)
+    callbacks.insert(0, Tick())
     trainer = pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, callbacks=callbacks, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          default_root_dir=directory)
