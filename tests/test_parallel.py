@@ -118,6 +118,7 @@ def test_accelerate_configs_as_accelerate_writes_them(llama1b) -> None:
     assert fsdp2.spec_fields == {"dtype": "bf16", "mixed_precision": True}
     fsdp1 = read_accelerate(str(DATA / "accelerate_fsdp1_shard_grad_op.yaml"), llama1b.hidden_size)
     assert (fsdp1.plan.kind, fsdp1.plan.world_size, fsdp1.plan.sharding) == ("fsdp1", 4, "grad-op")
+    assert fsdp1.plan.use_orig_params is True
     ds = read_accelerate(str(DATA / "accelerate_deepspeed_zero3.yaml"), llama1b.hidden_size)
     assert (ds.plan.kind, ds.plan.zero_stage, ds.plan.offload_optimizer, ds.plan.offload_params) == ("deepspeed", 3, True, False)
     assert ds.spec_fields["grad_accum"] == 4
@@ -270,3 +271,22 @@ def test_zero_redundancy_hands_out_whole_tensors_largest_first() -> None:
     for size in sorted(sizes, reverse=True):
         loads[loads.index(min(loads))] += size
     assert largest_partition_fraction(gpt2, 2) == max(loads) / sum(sizes) > 0.5
+
+
+def test_fsdp1_flat_parameters_set_the_single_tensor_step(llama1b) -> None:
+    """FSDP1 (use_orig_params=False) steps one flat parameter per unit: on the CPU (single-tensor
+    AdamW) the step holds the previous unit's ``denom`` beside the current one's two
+    temporaries, and one ``step`` tensor per flat parameter; with use_orig_params the model's
+    own tensors (the single-device rule) again."""
+    spec = TrainingSpec(seq=128, device="cpu", dtype="fp32")
+    parts = llama1b.param_breakdown()
+    root = parts["embeddings"] + parts["final_norm"] + parts["head"]
+    layer = parts["layers"] // llama1b.num_layers
+    for sharding, d in (("none", 1), ("full", 4)):
+        flat = estimate_job(llama1b, spec, ParallelPlan("fsdp1", 4, sharding=sharding)).largest.estimate
+        r, l = math.ceil(root / d), math.ceil(layer / d)
+        assert _phase(flat, "optimizer_step")["optimizer_intermediates"] == 4 * max(2 * r, r + 2 * l, 3 * l)
+        assert _phase(flat, "optimizer_step")["optimizer_states"] == 2 * 4 * (r + llama1b.num_layers * l) \
+            + 4 * (1 + llama1b.num_layers)
+    orig = estimate_job(llama1b, spec, ParallelPlan("fsdp1", 4, sharding="none", use_orig_params=True)).largest.estimate
+    assert _phase(orig, "optimizer_step")["optimizer_intermediates"] == C.optimizer_intermediate_bytes(llama1b, spec)

@@ -15,9 +15,17 @@ from gpumem_tui.estimator.spec import TrainingSpec
 
 CASES = sorted((Path(__file__).parent / "data" / "ranks").glob("*.json"))
 _MODELLED = ("fsdp2", "fsdp1", "ddp", "zero-redundancy", "tp")
-#: known gap (relative error allowed): FSDP1 NO_SHARD's optimizer step over flat parameters
-#: keeps a full-size temporary the estimator does not model
-_GAPS = {"llama-tiny-fsdp1-no_shard": 0.05}
+#: the per-rank target (issue 21): every case within 2 %, every strategy's median within 0.5 %;
+#: the cases are held tighter (0.2 %), which implies both
+_CASE_TOLERANCE = 0.002
+
+
+def _job(path: Path):
+    case = json.loads(path.read_text())
+    arch = architecture_from_config(case["model"], name=path.stem)
+    fields = dict(case["spec"])
+    fields["lora_targets"] = tuple(fields["lora_targets"])
+    return case, estimate_job(arch, TrainingSpec(**fields), plan_from_measure(case["strategy"]))
 
 
 def test_the_ground_truth_is_there() -> None:
@@ -27,14 +35,26 @@ def test_the_ground_truth_is_there() -> None:
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_largest_rank_matches_the_measured_peak(path: Path) -> None:
-    case = json.loads(path.read_text())
+    case, job = _job(path)
     assert case["strategy"]["kind"] in _MODELLED
-    arch = architecture_from_config(case["model"], name=path.stem)
-    fields = dict(case["spec"])
-    fields["lora_targets"] = tuple(fields["lora_targets"])
-    job = estimate_job(arch, TrainingSpec(**fields), plan_from_measure(case["strategy"]))
     measured = max(r["peak_bytes"] for r in case["ranks"])
     error = job.largest.estimate.peak_bytes / measured - 1
-    case_name = path.stem.rsplit("-w", 1)[0]
-    assert abs(error) <= _GAPS.get(case_name, 0.002), f"{path.stem}: {error:+.2%}"
+    assert abs(error) <= _CASE_TOLERANCE, f"{path.stem}: {error:+.2%}"
     assert job.largest.ranks == case["strategy"]["world_size"]
+
+
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_every_phase_matches_the_measured_rank(path: Path) -> None:
+    """Forward, backward and the optimizer step of the largest rank, not only the peak: the
+    FSDP1 flat-parameter step (NO_SHARD peaks there) and FSDP2's sharded-tensor step.
+    ZeroRedundancyOptimizer's step is the one phase left out: the most loaded rank's largest
+    tensor is not modelled (the estimate is high there, and that phase is not its peak)."""
+    case, job = _job(path)
+    rank = max(case["ranks"], key=lambda r: r["peak_bytes"])
+    estimated = {p.name: p.live_bytes for p in job.largest.estimate.phases}
+    skip = {"optimizer_step"} if case["strategy"]["kind"] == "zero-redundancy" else set()
+    compared = [p for p in rank["phases"] if p["name"] in estimated and p["name"] not in skip]
+    assert {"forward", "backward"} <= {p["name"] for p in compared}
+    for phase in compared:
+        error = estimated[phase["name"]] / phase["live_bytes"] - 1
+        assert abs(error) <= _CASE_TOLERANCE, f"{path.stem} {phase['name']}: {error:+.3%}"

@@ -104,6 +104,7 @@ def _fsdp_plan(fsdp: dict[str, Any], world: int, machines: int, source: str) -> 
         kind=f"fsdp{version}", world_size=world, sharding=sharding,
         shard_group=world // machines if hybrid and machines > 1 else None,
         reshard_after_forward=_flag(reshard, "fsdp_config.fsdp_reshard_after_forward", True),
+        use_orig_params=_flag(fsdp.get("fsdp_use_orig_params"), "fsdp_config.fsdp_use_orig_params", False),
         offload_params=_flag(fsdp.get("fsdp_offload_params"), "fsdp_config.fsdp_offload_params", False), source=source)
 
 

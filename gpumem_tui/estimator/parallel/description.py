@@ -60,7 +60,9 @@ class ParallelPlan:
     ``world_size``: ranks; ``sharding``: full | grad-op | hybrid | hybrid-grad-op | none
     (FSDP / ZeRO-3, SHARD_GRAD_OP / ZeRO-2, HYBRID_SHARD, _HYBRID_SHARD_ZERO2, NO_SHARD);
     ``zero_stage``: DeepSpeed / ZeroRedundancyOptimizer stage; ``shard_group``: ranks one shard
-    spans (hybrid: the ranks of a node); ``reshard_after_forward``; ``offload_params`` /
+    spans (hybrid: the ranks of a node); ``reshard_after_forward``; ``use_orig_params``: FSDP1
+    steps the original parameters instead of one flat parameter per unit (torch's and
+    accelerate's default: False); ``offload_params`` /
     ``offload_optimizer``: kept on the CPU; DeepSpeed buckets in elements:
     ``reduce_bucket``, ``allgather_bucket``, ``max_live_params``, ``prefetch_bucket``,
     ``overlap_comm``, ``contiguous_gradients``; DDP ``grad_as_bucket_view``; ``tp``, ``pp``,
@@ -76,6 +78,7 @@ class ParallelPlan:
     zero_stage: int = 0
     shard_group: int | None = None
     reshard_after_forward: bool = True
+    use_orig_params: bool = False
     offload_params: bool = False
     offload_optimizer: bool = False
     reduce_bucket: int = 500_000_000

@@ -13,7 +13,11 @@ and the root plus the prefetched last unit at the log-softmax backward; SHARD_GR
 unit.
 """
 
+import math
+
+from gpumem_tui.estimator.architecture import ModelArchitecture
 from gpumem_tui.estimator.parallel.description import Strategy
+from gpumem_tui.estimator.spec import TrainingSpec
 
 STRATEGY = Strategy(
     kind="fsdp1",
@@ -27,3 +31,47 @@ STRATEGY = Strategy(
     gathered_layer_backward=2,
     root_stays_gathered=True,
 )
+
+
+def flat_parameter_elements(arch: ModelArchitecture, spec: TrainingSpec, shard_degree: int) -> list[int]:
+    """Elements of each ``FlatParameter`` one rank's optimizer steps, in ``parameters()`` order,
+    with ``use_orig_params=False`` and one unit per transformer block (``ModuleWrapPolicy``).
+
+    The root unit (embeddings, final norm, untied LM head: every parameter outside the wrapped
+    blocks) comes first, since ``FullyShardedDataParallel`` registers its flat parameter on
+    the root module itself and ``nn.Module.parameters()`` yields a module's own parameters
+    before its children's; then one per block (a MoE model's dense leading blocks first).
+    A sharded unit holds ``ceil(numel / d)`` elements on every rank: ``FlatParamHandle``
+    chunks the flat parameter into ``d`` pieces and pads each to the first's size
+    (``torch/distributed/fsdp/_flat_param.py``, ``_get_shard`` / ``_get_unpadded_shard``);
+    ``NO_SHARD`` (``shard_degree=1``) keeps it whole. Tensor parallelism divides the blocks.
+    """
+    parts = arch.param_breakdown()
+    dense = arch.dense_layers
+    dense_elems = arch.dense_variant().param_breakdown()["layers"] // max(1, arch.num_layers) if dense else 0
+    rest = arch.num_layers - dense
+    layer = (parts["layers"] - dense * dense_elems) / max(1, rest)
+    units = [parts["embeddings"] + parts["final_norm"] + parts["head"]]
+    units += [dense_elems / spec.tp] * dense + [layer / spec.tp] * rest
+    return [math.ceil(u / shard_degree) for u in units]
+
+
+def flat_single_tensor_adam_bytes(units: list[int], state_bytes: int) -> int:
+    """Peak temporaries of torch's single-tensor Adam / AdamW (the CPU default) stepping
+    ``units`` (elements per parameter, in step order; bytes out).
+
+    ``_single_tensor_adam`` (``torch/optim/adam.py``) computes per parameter
+    ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)``: the ``sqrt`` result and
+    the quotient exist together, while the previous parameter's ``denom`` is still bound to
+    the loop's local name (it is released when the new one is assigned). So parameter ``i``
+    peaks at ``u[i-1] + 2 u[i]`` elements. With FSDP1's few large flat parameters this exceeds
+    the ``2 x largest tensor`` of the unflattened model (MemTracker, torch 2.13 CPU,
+    ``tests/data/ranks/llama-tiny-fsdp1-no_shard-w2.json``: the root's ``denom`` beside the
+    first block's two temporaries).
+    """
+    if not units:
+        return 0
+    peak = 2 * units[0]
+    for prev, cur in zip(units, units[1:]):
+        peak = max(peak, prev + 2 * cur)
+    return peak * state_bytes
