@@ -27,7 +27,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +54,8 @@ CASES: list[tuple[str, str, str, str, int, int, tuple[str, ...]]] = [
 ]
 
 #: peft module name -> the estimator's LoRA target role
-_ROLES = {"q_proj": "q", "v_proj": "v", "k_proj": "k", "o_proj": "o", "c_attn": "q"}  # GPT-2: c_attn is the fused q,k,v Linear (estimator role "qkv" matches q)
+#: (GPT-2's ``c_attn`` is the fused q,k,v Linear: the estimator adapts its "qkv" Linear for "q")
+_ROLES = {"q_proj": "q", "v_proj": "v", "k_proj": "k", "o_proj": "o", "c_attn": "q"}
 LORA_RANK = 8
 
 
@@ -84,11 +87,15 @@ def _trainer_step_peaks(model: Any, tracker: Any, batch: int, seq: int, vocab: i
             tracker.reset_mod_stats()  # MemTracker refuses a second root forward otherwise
             tracker.start_phase(f"step{state.global_step + 1}")
 
-    args = TrainingArguments(output_dir=str(OUT / ".trainer-tmp"), use_cpu=True, max_steps=STEPS,
+    scratch = tempfile.mkdtemp(prefix="gpumem-trainer-")  # the Trainer wants an output_dir; nothing is saved
+    args = TrainingArguments(output_dir=scratch, use_cpu=True, max_steps=STEPS,
                              per_device_train_batch_size=batch, report_to=[], save_strategy="no",
                              logging_strategy="no", dataloader_num_workers=0, disable_tqdm=True)
-    Trainer(model=model, args=args, train_dataset=rows, data_collator=default_data_collator,
-            callbacks=[StepPhases()]).train()
+    try:
+        Trainer(model=model, args=args, train_dataset=rows, data_collator=default_data_collator,
+                callbacks=[StepPhases()]).train()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _torch_step_peaks(model: Any, tracker: Any, batch: int, seq: int, vocab: int, torch: Any) -> None:
