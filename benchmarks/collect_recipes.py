@@ -12,7 +12,8 @@ of the last of 3 steps, live tensor storage bytes (torch "allocated" on the CPU)
 
 - ``hf-trainer``: ``Trainer(model, TrainingArguments(use_cpu=True, max_steps=3,
   per_device_train_batch_size=b, report_to=[], ...), train_dataset=...)`` over rows of
-  ``{"input_ids", "labels"}`` (random token ids, labels = input ids), ``default_data_collator``;
+  ``{"input_ids", "labels"}`` (lists of random token ids, labels = input ids, as a tokenized
+  dataset holds them: the collator builds the tensors inside the step), ``default_data_collator``;
   the optimizer is the Trainer's default (``adamw_torch_fused``).
 - ``torch`` with PEFT: ``out = model(input_ids=ids, labels=ids, use_cache=False)``,
   ``loss = out.loss``, ``del out``, ``loss.backward()``, ``AdamW(foreach=False).step()``,
@@ -75,12 +76,16 @@ def _peft(model: Any, targets: tuple[str, ...]) -> Any:
                                             lora_dropout=0.0, task_type="CAUSAL_LM"))
 
 
-def _trainer_step_peaks(model: Any, tracker: Any, batch: int, seq: int, vocab: int, torch: Any) -> None:
-    from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
-
+def _dataset(batch: int, seq: int, vocab: int, torch: Any) -> list[dict[str, Any]]:
+    """Tokenized rows as a dataset holds them (lists of ids, no tensors): the collator builds
+    the batch's tensors inside the step, and a dataset is not the step's memory."""
     gen = torch.Generator().manual_seed(1)
-    rows = [{"input_ids": ids, "labels": ids.clone()}
-            for ids in torch.randint(0, vocab, (batch * STEPS, seq), generator=gen)]
+    ids = torch.randint(0, vocab, (batch * STEPS, seq), generator=gen).tolist()
+    return [{"input_ids": row, "labels": list(row)} for row in ids]
+
+
+def _trainer_step_peaks(model: Any, tracker: Any, rows: list[dict[str, Any]], batch: int, torch: Any) -> None:
+    from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
 
     class StepPhases(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
@@ -98,11 +103,11 @@ def _trainer_step_peaks(model: Any, tracker: Any, batch: int, seq: int, vocab: i
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _torch_step_peaks(model: Any, tracker: Any, batch: int, seq: int, vocab: int, torch: Any) -> None:
-    gen = torch.Generator().manual_seed(1)
+def _torch_step_peaks(model: Any, tracker: Any, rows: list[dict[str, Any]], batch: int, torch: Any) -> None:
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, foreach=False)
     for step in range(1, STEPS + 1):
-        ids = torch.randint(0, vocab, (batch, seq), generator=gen)
+        # the batch is built inside the step, as the collator does
+        ids = torch.tensor([row["input_ids"] for row in rows[(step - 1) * batch:step * batch]])
         tracker.reset_mod_stats()
         tracker.start_phase(f"step{step}")
         out = model(input_ids=ids, labels=ids, use_cache=False)
@@ -129,9 +134,10 @@ def run_case(case: tuple[str, str, str, str, int, int, tuple[str, ...]]) -> dict
     if task == "lora":
         model = _peft(model, targets)
     vocab = int(config["vocab_size"])
+    rows = _dataset(batch, seq, vocab, torch)
     tracker = PhaseMemTracker(vocab_size=vocab, logits_rows=batch * (seq - 1))
     with tracker:
-        (_trainer_step_peaks if recipe == "hf-trainer" else _torch_step_peaks)(model, tracker, batch, seq, vocab, torch)
+        (_trainer_step_peaks if recipe == "hf-trainer" else _torch_step_peaks)(model, tracker, rows, batch, torch)
     last = tracker.phase_peaks[f"step{STEPS}"]
     loop = "transformers Trainer.train" if recipe == "hf-trainer" else "plain torch loop (gpumem_tui/measure/runner.py's)"
     how = (f"benchmarks/collect_recipes.py: {loop}{', PEFT LoRA r=%d on %s' % (LORA_RANK, '/'.join(targets)) if targets else ''}, "
