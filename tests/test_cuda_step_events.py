@@ -69,6 +69,24 @@ def test_simulated_allocated_peak_follows_the_analytic_one() -> None:
         assert abs(sim.peak_allocated - est.allocated_peak_bytes) <= 0.03 * est.allocated_peak_bytes, name
 
 
+@needs_shared
+@pytest.mark.parametrize("name", ["dev-pythia410m-fp32-b4-s512-sdpa", "dev-gpt2-fp32-b4-s512-sdpa",
+                                  "dev-gpt2-nodrop-fp32-b4-s1024-sdpa"])
+def test_fused_qkv_layers_save_what_the_analytic_rule_saves(name: str) -> None:
+    """Fused qkv projections with the training cache (GPT-NeoX: rotary q, k and the cache's
+    k, v copies, the fused output freed, and a parallel residual that saves no second norm
+    input; GPT-2: q pins the fused output, k and v are the cache's copies): the generated
+    order saves the analytic bytes, so its allocated peak lands on the analytic one (Pythia
+    was 6.6 % above it: three b s h fp32 tensors per layer more than the rule, which the
+    remainder tensor cannot take back)."""
+    arch, spec, _truth = _case(name)
+    E.simulate.cache_clear()
+    sim = E.simulate(arch, spec)
+    est = estimate(arch, spec)
+    assert abs(sim.peak_allocated - est.allocated_peak_bytes) <= 0.005 * est.allocated_peak_bytes, \
+        (sim.peak_allocated / MIB, est.allocated_peak_bytes / MIB)
+
+
 def test_unmodelled_specs_fall_back_to_the_analytic_reserve() -> None:
     arch = load_architecture("gpt2")
     for spec in (TrainingSpec(batch=2, seq=256, zero=2, dp=4), TrainingSpec(batch=2, seq=256, tp=2),

@@ -235,9 +235,25 @@ class _Layer:
             saved += [k for k in (xin, aout) if k is not None]
         return out
 
+    def cache_copies(self, attn_in: list[Block]) -> list[Block]:
+        """A training forward with a ``DynamicCache`` over a fused qkv projection and a fused
+        SDPA kernel (which saves its inputs as given): attention
+        reads k and v from the cache's copies (``DynamicLayer.update``: ``torch.cat``), so the
+        fused output stays pinned only through q where q is a view of it (learned positions,
+        GPT-2); with rotary q and k are new tensors and nothing pins it once v is copied
+        (GPT-NeoX). The rule of :func:`~gpumem_tui.estimator.components.training_cache_copies`
+        (measured on the H100, ``dev_truth_h100.jsonl``: Pythia-410M, GPT-2)."""
+        st, run = self.st, self.run
+        copies = [run.a(st.bs * st.kv * st.e), run.a(st.bs * st.kv * st.e)]
+        if st.arch.learned_positions:  # attn_in: [qkv]; q (a view) keeps it
+            return attn_in + copies
+        rq, rk, qkv = attn_in  # rotary q, rotary k, the fused output (v a view of it)
+        run.f(rk, qkv)
+        return [rq] + copies
+
     def forward(self, x: Block, grad: bool) -> tuple[Block, list[Block]]:
         """Run the layer on ``x`` (freed by the caller); returns (output handle, saved handles)."""
-        st, run, arch = self.st, self.run, self.st.arch
+        st, run, arch, spec = self.st, self.run, self.st.arch, self.st.spec
         e, bs, h, f, q, kv = st.e, st.bs, st.h, st.f, st.q, st.kv
         sq = st.b * st.a * st.s * st.s
         # a LayerNorm saves its input: the layer input stays alive until this layer's backward
@@ -269,6 +285,8 @@ class _Layer:
             attn_in = rq + ([v_key] if v_key is not None else parts)
         else:
             attn_in = parts
+        if st.fused and arch.fused_qkv and grad and st.C.training_cache_copies(arch, spec):
+            attn_in = self.cache_copies(attn_in)
         if st.fused:
             out = run.a(bs * q * e)
             lse = run.a(st.b * st.a * st.s * 4)
@@ -366,8 +384,10 @@ class _Layer:
             dn = d
         out_key = run.a(bs * h * e)
         run.f(dn)
-        if grad and arch.norm == "layernorm":
-            saved.append(mid)  # the second LayerNorm's input
+        if grad and arch.norm == "layernorm" and not arch.family.parallel_residual:
+            # the second LayerNorm's input (a parallel-residual layer normalises its input x
+            # twice, saved already: GPT-NeoX, components.layer_activations' ``inputs_read``)
+            saved.append(mid)
         else:
             run.f(mid)
         if grad:
