@@ -45,16 +45,20 @@ def test_largest_rank_matches_the_measured_peak(path: Path) -> None:
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_every_phase_matches_the_measured_rank(path: Path) -> None:
-    """Forward, backward and the optimizer step of the largest rank, not only the peak: the
-    FSDP1 flat-parameter step (NO_SHARD peaks there) and FSDP2's sharded-tensor step.
-    ZeroRedundancyOptimizer's step is the one phase left out: the most loaded rank's largest
-    tensor is not modelled (the estimate is high there, and that phase is not its peak)."""
+    """Forward, backward and the optimizer step of the rank with the largest peak, not only
+    the peak: the FSDP1 flat-parameter step (NO_SHARD peaks there) and FSDP2's sharded-tensor
+    step. ZeroRedundancyOptimizer's step is compared with the largest rank in that phase: the
+    estimate is the most loaded optimizer partition's rank (it holds the largest tensor),
+    while another rank may peak a few bytes higher in backward."""
     case, job = _job(path)
-    rank = max(case["ranks"], key=lambda r: r["peak_bytes"])
     estimated = {p.name: p.live_bytes for p in job.largest.estimate.phases}
-    skip = {"optimizer_step"} if case["strategy"]["kind"] == "zero-redundancy" else set()
-    compared = [p for p in rank["phases"] if p["name"] in estimated and p["name"] not in skip]
-    assert {"forward", "backward"} <= {p["name"] for p in compared}
-    for phase in compared:
-        error = estimated[phase["name"]] / phase["live_bytes"] - 1
-        assert abs(error) <= _CASE_TOLERANCE, f"{path.stem} {phase['name']}: {error:+.3%}"
+    top = max(case["ranks"], key=lambda r: r["peak_bytes"])
+    measured = {p["name"]: p["live_bytes"] for p in top["phases"]}
+    if case["strategy"]["kind"] == "zero-redundancy":
+        measured["optimizer_step"] = max(p["live_bytes"] for r in case["ranks"] for p in r["phases"]
+                                         if p["name"] == "optimizer_step")
+    compared = [name for name in measured if name in estimated]
+    assert {"forward", "backward", "optimizer_step"} <= set(compared)
+    for name in compared:
+        error = estimated[name] / measured[name] - 1
+        assert abs(error) <= _CASE_TOLERANCE, f"{path.stem} {name}: {error:+.3%}"

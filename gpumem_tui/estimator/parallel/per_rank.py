@@ -16,9 +16,8 @@
 Checked against ``gpumem-tui measure --nproc 2|4 --on cpu`` (torch 2.13, FSDPMemTracker /
 MemTracker; ``tests/data/ranks``, tiny Llama and GPT-2): DDP, ZeroRedundancyOptimizer, FSDP2
 with and without resharding, FSDP1 FULL_SHARD, SHARD_GRAD_OP and NO_SHARD, DTensor tensor
-parallel within 0.02 % per rank at the peak (30 cases) and in every phase, except
-ZeroRedundancyOptimizer's optimizer step (not the peak there; up to 5 % high: the most loaded
-rank's largest tensor is taken as the model's largest).
+parallel within 0.02 % per rank at the peak (30 cases) and in every phase (forward, backward,
+optimizer step; against the largest rank in that phase).
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from gpumem_tui.estimator.devices import profile_for
 from gpumem_tui.estimator.parallel.description import ParallelPlan, Strategy
 from gpumem_tui.estimator.parallel.fsdp1 import flat_parameter_elements, flat_single_tensor_adam_bytes
 from gpumem_tui.estimator.parallel.tp_rules import dtensor_tp_extra
-from gpumem_tui.estimator.parallel.zero_redundancy import largest_partition_fraction
+from gpumem_tui.estimator.parallel.zero_redundancy import largest_partition, largest_partition_fraction
 from gpumem_tui.estimator.spec import TrainingSpec
 
 
@@ -197,14 +196,7 @@ def _flat_parameter_step(arch: ModelArchitecture, spec: TrainingSpec, plan: Para
     extra = _plus(extra, "optimizer_states", states - C.optimizer_state_bytes(arch, spec))
     if spec.resolved_optimizer_impl != "single":
         return extra
-    step_tmp = flat_single_tensor_adam_bytes(units, state) - C.optimizer_intermediate_bytes(arch, spec)
-
-    def out(phase: str, label: str) -> dict[str, float]:
-        parts = dict(extra(phase, label))
-        if phase == "optimizer_step":
-            parts["optimizer_intermediates"] = parts.get("optimizer_intermediates", 0) + step_tmp
-        return parts
-    return out
+    return _at_step(extra, flat_single_tensor_adam_bytes(units, state) - C.optimizer_intermediate_bytes(arch, spec))
 
 
 def _sharded_tensor_step(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan, extra: Extra) -> Extra:
@@ -225,12 +217,15 @@ def _sharded_tensor_step(arch: ModelArchitecture, spec: TrainingSpec, plan: Para
         rows = next(((lin.count if lin.count > 1 else lin.d_out) for lin in arch.layer_linears()
                      if lin.count * lin.d_in * lin.d_out == largest), d)
     shard = math.ceil(rows / d) * (largest // max(1, rows))
-    step_tmp = 2 * shard * C.precision(spec).state - C.optimizer_intermediate_bytes(arch, spec)
+    return _at_step(extra, 2 * shard * C.precision(spec).state - C.optimizer_intermediate_bytes(arch, spec))
 
+
+def _at_step(extra: Extra, value: float) -> Extra:
+    """``extra`` with ``value`` bytes more optimizer temporaries in the optimizer step."""
     def out(phase: str, label: str) -> dict[str, float]:
         parts = dict(extra(phase, label))
         if phase == "optimizer_step":
-            parts["optimizer_intermediates"] = parts.get("optimizer_intermediates", 0) + step_tmp
+            parts["optimizer_intermediates"] = parts.get("optimizer_intermediates", 0) + value
         return parts
     return out
 
@@ -322,6 +317,10 @@ def estimate_job(arch: ModelArchitecture, spec: TrainingSpec, plan: ParallelPlan
         # the most loaded rank's optimizer: whole tensors per rank, not an even 1/d
         share = largest_partition_fraction(arch, plan.data_parallel) * plan.data_parallel
         extras = _plus(extras, "optimizer_states", C.optimizer_state_bytes(arch, rs) * (share - 1))
+        if rs.optimizer in ("adam", "adamw") and rs.resolved_optimizer_impl == "single":
+            # that rank's single-tensor step over its own tensors (largest first)
+            step_tmp = flat_single_tensor_adam_bytes(largest_partition(arch, plan.data_parallel), C.precision(rs).state)
+            extras = _at_step(extras, step_tmp - C.optimizer_intermediate_bytes(arch, rs))
     if plan.kind == "fsdp1" and not plan.use_orig_params and not arch.coarse and plan.pp == 1:
         extras = _flat_parameter_step(arch, rs, plan, extras)
     elif plan.kind == "fsdp2" and not arch.coarse and plan.pp == 1 and plan.tp == 1:

@@ -51,8 +51,17 @@ def largest_partition_fraction(arch: ModelArchitecture, world: int) -> float:
     each to the rank with the fewest elements so far (greedy), so ranks are uneven whenever
     tensors are coarse; returns ``max(rank elements) / all elements`` (``1 / world`` at best).
     """
-    sizes = sorted(parameter_tensor_sizes(arch), reverse=True)
-    loads = [0] * world
-    for size in sizes:
-        loads[loads.index(min(loads))] += size
-    return max(loads) / max(1, sum(sizes))
+    sizes = parameter_tensor_sizes(arch)
+    return sum(largest_partition(arch, world)) / max(1, sum(sizes))
+
+
+def largest_partition(arch: ModelArchitecture, world: int) -> list[int]:
+    """Element counts of the tensors the most loaded rank's optimizer steps, in its step order.
+
+    ``_partition_parameters`` sorts each group's parameters by ``numel`` (largest first) and
+    appends each to the least loaded rank's list, which becomes that rank's local optimizer's
+    parameter group: the local step visits them largest first."""
+    ranks: list[list[int]] = [[] for _ in range(world)]
+    for size in sorted(parameter_tensor_sizes(arch), reverse=True):
+        min(ranks, key=sum).append(size)
+    return max(ranks, key=sum)
