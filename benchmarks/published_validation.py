@@ -26,6 +26,7 @@ from pathlib import Path
 from gpumem_tui.estimator import components as C
 from gpumem_tui.estimator.architecture import ModelArchitecture, load_architecture
 from gpumem_tui.estimator.estimate import estimate
+from gpumem_tui.estimator.quantization import QuantFormat
 from gpumem_tui.estimator.spec import TrainingSpec
 
 CSV = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "published_measured.csv"
@@ -62,6 +63,7 @@ def _amp(**kw) -> TrainingSpec:  # noqa: ANN003
 _TT = dict(batch=2, seq=4096, dtype="bf16", attention="flash", optimizer="adamw", optimizer_impl="fused",
            device="cuda")
 _OCTO = dict(task="inference", batch=1, dtype="bf16", attention="eager", device="cuda")
+_LOAD_IN_4BIT = QuantFormat("fp4", double_quant=False, compute_dtype="fp32")
 
 ROWS: list[Row] = [
     Row("cuda context only", "bert-large-uncased", "nvml", None, "calibration: the source's CUDA context", context_only=True),
@@ -87,7 +89,10 @@ ROWS: list[Row] = [
     Row("QLoRA", "llama-3.2-3b", "allocated", None, "QLoRA with offloading + compile + chunked CE"),
     Row("max_new_tokens=60", "starcoder", "allocated", TrainingSpec(seq=80, **_OCTO)),  # type: ignore[arg-type]
     Row("load_in_8bit", "starcoder", "allocated", TrainingSpec(seq=80, quant="int8", **_OCTO)),  # type: ignore[arg-type]
-    Row("load_in_4bit", "starcoder", "allocated", TrainingSpec(seq=80, quant="nf4", **_OCTO)),  # type: ignore[arg-type]
+    # load_in_4bit=True with BitsAndBytesConfig's defaults (transformers utils/quantization_config.py):
+    # bnb_4bit_quant_type="fp4", no double quantization, bnb_4bit_compute_dtype None -> float32
+    Row("load_in_4bit", "starcoder", "allocated", TrainingSpec(seq=80, quant="fp4", quant_format=_LOAD_IN_4BIT,
+                                                               **_OCTO)),  # type: ignore[arg-type]
     Row("eager attention", "starcoder", "allocated", None, "prompt length not published ('several thousand')"),
     Row("SDPA flash", "starcoder", "allocated", None, "prompt length not published ('several thousand')"),
 ]
@@ -106,7 +111,7 @@ def accelerate_rule(arch: ModelArchitecture, spec: TrainingSpec, weights_only: b
     if spec.task == "inference" or weights_only:
         if spec.quant == "int8":
             per = 1
-        elif spec.quant == "nf4":
+        elif spec.quant in ("nf4", "fp4"):
             per = 0.5
         return int(per * arch.total_params)
     return int(4 * per * arch.total_params)
