@@ -10,7 +10,11 @@ flat unsharded tensor reduce-scattered into the sharded gradient.
 Checked with ``MemTracker`` (``gpumem-tui measure --nproc 2 --strategy fsdp1``, torch 2.13 CPU,
 ``tests/data/ranks``): FULL_SHARD holds the root's flat parameter alone at the end of forward
 and the root plus the prefetched last unit at the log-softmax backward; SHARD_GRAD_OP every
-unit.
+unit. With ``use_orig_params=False`` (torch's and accelerate's default) the optimizer steps the
+flat parameters themselves (:func:`flat_parameter_elements`): their states, one ``step``
+tensor each, and the single-tensor step's temporaries (:func:`flat_single_tensor_adam_bytes`)
+follow the flat sizes; NO_SHARD peaks in that step (``llama-tiny-fsdp1-no_shard``: exact, it
+was 4 % low with the unflattened model's ``2 x largest tensor``).
 """
 
 import math
