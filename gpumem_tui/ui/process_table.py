@@ -337,10 +337,9 @@ class ProcessTable(LineTable):
         index = self._row_at(event)
         if index is not None and 0 <= index < len(self.entries) and isinstance(self.entries[index], JobRow):
             event.stop()
+            event.prevent_default()  # Textual would run LineTable.on_click too: a second toggle
             self.move_cursor(index)
             self.action_select()
-            return
-        super().on_click(event)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "toggle_job":
