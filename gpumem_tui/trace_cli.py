@@ -6,6 +6,10 @@
                                                                      # predicted vs measured
     gpumem-tui compare trace.jsonl --plot [--width N] [--height N]   # ... as a text chart
 
+``compare`` of a trace whose probed processes are the ranks of one torchrun / accelerate job
+reports every rank, the worst rank and the imbalance (gpumem_tui.analysis.job_compare);
+``--pid`` compares one process, as for any trace.
+
 ``main`` receives the subcommand name first (see ``gpumem_tui.cli``). Exit codes: 0 ok,
 1 runtime failure, 2 bad input (one line on stderr: bad flags, empty or non-JSON trace,
 nothing to compare). Textual is imported only by ``replay``; torch never.
@@ -67,7 +71,8 @@ def _parser(name: str) -> argparse.ArgumentParser:
         parser.description = "Predicted vs measured memory of the probed job in a trace."
         parser.add_argument("trace", type=Path)
         parser.add_argument("--json", action="store_true", help="print JSON (bytes as integers)")
-        parser.add_argument("--pid", type=int, default=None, help="the probed process (if the trace has several)")
+        parser.add_argument("--pid", type=int, default=None, help="the probed process (if the trace has several; without it the ranks of one job "
+                                 "are compared together)")
         parser.add_argument("--until", type=_play_position, default=None, metavar="SECONDS",
                             help="only the records up to SECONDS after the first (what a replay at that "
                                  "position shows in its comparison pane)")

@@ -266,10 +266,10 @@ class JobTracker:
         :func:`probe_peaks`. Processes without a launch identity cost one dict lookup.
         """
         processes = tuple(processes)
-        listed = {p.pid for p in processes}
-        # only the ranks listed now: a rank that exited leaves the group
-        identities = {pid: launch for pid, launch in rank_identities(processes, probed.infos()).items()
-                      if pid in listed}
+        identities = rank_identities(processes, probed.infos())
+        if identities:  # only the ranks listed now: a rank that exited leaves the group
+            listed = {p.pid for p in processes}
+            identities = {pid: launch for pid, launch in identities.items() if pid in listed}
         if not identities:
             self._cache.clear()
             return []
