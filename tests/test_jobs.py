@@ -48,6 +48,8 @@ def test_environment_names_the_job_by_run_id_else_master_address():
     assert launch_from_environ(_env(TORCHELASTIC_RUN_ID="run-7f3a")).job_id == "run-7f3a"
     assert launch_from_environ({"RANK": "0", "WORLD_SIZE": "2"}) is None  # no rendezvous: no job
     assert launch_from_environ({}) is None
+    # torchrun's default --rdzv-id "none" is shared by unrelated jobs: the rendezvous names it
+    assert launch_from_environ(_env(TORCHELASTIC_RUN_ID="none")).job_id == "10.0.0.7:29500"
 
 
 @pytest.mark.parametrize("bad", [
@@ -216,3 +218,16 @@ def test_rank_identities_prefer_the_probes_word_over_the_environment():
     infos = {7: ProbeInfo(7, setup=(("job_id", "probe-job"), ("rank", 0), ("world_size", 2)))}
     ids = rank_identities(processes, infos)
     assert ids[7] == RankLaunch("probe-job", 0, 2, None, "probe") and ids[8] == env
+
+
+def test_a_probe_that_published_torchruns_default_run_id_joins_the_job_its_environment_names():
+    env = RankLaunch("127.0.0.1:29517", 0, 2, 0, "env")
+    processes = [ProcessSample(7, None, ProcessType.HOST, launch=env),
+                 ProcessSample(8, None, ProcessType.HOST, launch=RankLaunch("127.0.0.1:29517", 1, 2, 1, "env"))]
+    infos = {7: ProbeInfo(7, setup=(("job_id", "none"), ("rank", 0), ("world_size", 2)))}
+    ids = rank_identities(processes, infos)
+    assert ids[7] == RankLaunch("127.0.0.1:29517", 0, 2, None, "probe")
+    [job] = build_jobs(RankPeak(pid, launch) for pid, launch in ids.items())
+    assert [r.pid for r in job.ranks] == [7, 8]
+    # without a readable environment the probe's word stands
+    assert rank_identities([], infos)[7].job_id == "none"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gpumem_tui.analysis.jobs import Job, RankPeak, build_jobs, probe_peaks
+from gpumem_tui.analysis.jobs import Job, RankPeak, build_jobs, merge_identities, probe_peaks
 from gpumem_tui.comparison import ComparisonError
 from gpumem_tui.probed_state import ProbedProcesses
 from gpumem_tui.process_estimate import (
@@ -31,7 +31,7 @@ from gpumem_tui.process_estimate import (
     from_probe_info,
     measured_only,
 )
-from gpumem_tui.telemetry.launch import RankLaunch, launch_from_setup
+from gpumem_tui.telemetry.launch import RankLaunch
 
 
 def compare_trace_ranks(path: str | os.PathLike[str], pid: int | None = None, until: float | None = None,
@@ -82,11 +82,7 @@ def _one_job(state: ProbedProcesses, launches: dict[int, RankLaunch]) -> dict[in
     probed = sorted(infos) or state.sampled_pids()
     if len(probed) < 2:
         return None
-    identities = dict(launches)  # the environment's, for ranks without the probe
-    for p, info in infos.items():
-        launch = launch_from_setup(info.setup)
-        if launch is not None:
-            identities[p] = launch  # the probe's own word wins
+    identities = merge_identities(launches, infos)  # the probe's word first, as the dashboard
     jobs = {identities[p].job_id if p in identities else None for p in probed}
     if len(jobs) != 1 or None in jobs:
         return None

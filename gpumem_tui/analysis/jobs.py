@@ -31,15 +31,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpumem_tui.comparison import FIGURE_ALLOCATED, FIGURE_CPU_LIVE, FIGURE_NVML_USED, ComparisonError
 from gpumem_tui.probed_state import ProbedProcesses, ProbedSummary
-from gpumem_tui.telemetry.launch import RankLaunch, launch_from_setup
+from gpumem_tui.telemetry.launch import NO_RUN_ID, RankLaunch, launch_from_setup
 from gpumem_tui.telemetry.model import ProbeInfo, ProcessSample
 from gpumem_tui.text import printable
 
-__all__ = ["Job", "JobTracker", "RankPeak", "build_jobs", "probe_peaks", "rank_identities"]
+__all__ = ["Job", "JobTracker", "RankPeak", "build_jobs", "merge_identities", "probe_peaks", "rank_identities"]
 
 #: Most problems named in a job's one-line notice (the rest are counted).
 _MAX_PROBLEMS = 3
@@ -130,15 +130,26 @@ class Job:
 
 def rank_identities(processes: Iterable[ProcessSample], infos: Mapping[int, ProbeInfo]) -> dict[int, RankLaunch]:
     """PID -> its launch identity: the probe's published setup first (the probe read its own
-    rank inside the process), else what the host layer read from its environment."""
+    rank inside the process), else what the host layer read from its environment.
+
+    A probe that published torchrun's default run id ``"none"`` (``launch.NO_RUN_ID``, shared
+    by unrelated jobs) keeps its rank but takes the job id the environment gives, when the
+    host layer could read it, so that it joins its unprobed ranks and no other job.
+    """
+    return merge_identities({p.pid: p.launch for p in processes if p.launch is not None}, infos)
+
+
+def merge_identities(env: Mapping[int, RankLaunch], infos: Mapping[int, ProbeInfo]) -> dict[int, RankLaunch]:
+    """:func:`rank_identities` from PID -> the launch its environment gave (``env``)."""
     out: dict[int, RankLaunch] = {}
     for pid, info in infos.items():
         launch = launch_from_setup(info.setup)
         if launch is not None:
+            if launch.job_id == NO_RUN_ID and pid in env:
+                launch = replace(launch, job_id=env[pid].job_id)
             out[pid] = launch
-    for p in processes:
-        if p.launch is not None and p.pid not in out:
-            out[p.pid] = p.launch
+    for pid, launch in env.items():
+        out.setdefault(pid, launch)
     return out
 
 

@@ -7,7 +7,10 @@ A launcher starts every rank of one job with the same rendezvous in its environm
 ``LOCAL_RANK`` (rank on this node). accelerate launch runs torchrun underneath, so it sets
 the same variables. The job's identity is ``TORCHELASTIC_RUN_ID``, else
 ``"MASTER_ADDR:MASTER_PORT"``: the same rule the probe follows when it publishes the
-``job_id`` / ``rank`` / ``world_size`` / ``local_rank`` keys of its ProbeInfo setup.
+``job_id`` / ``rank`` / ``world_size`` / ``local_rank`` keys of its ProbeInfo setup. One
+exception: torchrun's ``--rdzv-id`` defaults to ``"none"`` (torch/distributed/run.py, seen in
+torch 2.13), so every torchrun started without it has the run id ``"none"``; that names no
+job (:data:`NO_RUN_ID`) and the rendezvous address does.
 
 Every value here comes from another process (its environment or its probe stream) and is
 untrusted: ints must be plain non-negative integers within :data:`MAX_WORLD_SIZE`, the job id
@@ -29,6 +32,9 @@ MAX_WORLD_SIZE = 1 << 20
 MAX_JOB_ID = 128
 #: Longest environment value looked at (longer: not a launcher's value).
 _MAX_ENV_VALUE = 256
+
+#: torchrun's default ``--rdzv-id``: shared by unrelated jobs, so not an identity.
+NO_RUN_ID = "none"
 
 #: The environment variables read, in the order above.
 LAUNCH_ENV = ("TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -85,12 +91,12 @@ def launch_from_environ(env: Mapping[str, str]) -> RankLaunch | None:
     """The launch identity in a process's environment (``psutil.Process.environ()``), or
     None when it was not started by a launcher (no RANK / WORLD_SIZE, or no rendezvous).
 
-    ``TORCHELASTIC_RUN_ID`` names the job; without it ``MASTER_ADDR:MASTER_PORT`` does (the
-    port must be 1-65535). Values are validated as :func:`rank_launch` says.
+    ``TORCHELASTIC_RUN_ID`` names the job; without it (or when it is torchrun's default
+    ``"none"``) ``MASTER_ADDR:MASTER_PORT`` does (the port must be 1-65535). Values are validated as :func:`rank_launch` says.
     """
     job: str | None = None
     run_id = env.get("TORCHELASTIC_RUN_ID")
-    if isinstance(run_id, str) and run_id.strip() and len(run_id) <= _MAX_ENV_VALUE:
+    if isinstance(run_id, str) and run_id.strip() and run_id != NO_RUN_ID and len(run_id) <= _MAX_ENV_VALUE:
         job = run_id
     else:
         addr, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT")
