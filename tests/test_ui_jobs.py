@@ -151,3 +151,15 @@ def test_without_jobs_the_table_and_its_keys_are_as_before(tmp_path):
             assert _command_cell(app, 0) == "python train.py --local-rank 0"
 
     asyncio.run(run())
+
+
+def test_the_filter_finds_a_rank_by_its_job_id():
+    from gpumem_tui.telemetry.launch import RankLaunch
+    from gpumem_tui.telemetry.model import ProcessSample, ProcessType
+    from gpumem_tui.ui.process_table import ProcessFilter
+
+    rank = ProcessSample(7, 0, ProcessType.COMPUTE, command="python train.py",
+                         launch=RankLaunch("run-7f3a", 0, 2, 0, "env"))
+    other = ProcessSample(8, 0, ProcessType.COMPUTE, command="python serve.py")
+    query = ProcessFilter.parse("RUN-7F3A")
+    assert query.matches(rank) and not query.matches(other)

@@ -1028,7 +1028,9 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             return
         proc = self.table.selected
         if proc is None:
-            self.notify("no process selected", severity="warning", markup=False)
+            what = ("a job's row is several processes: open it (g) and select one rank"
+                    if self.table.selected_job is not None else "no process selected")
+            self.notify(what, severity="warning", markup=False)
             return
         sig = int(getattr(_signal, name))
 

@@ -10,7 +10,8 @@ host RSS, largest first: the memory the host can see, and a figure known from th
 (CPU % needs two, so sorting by it moves every row after the first poll). RSS is therefore
 never among the columns a narrow table drops while the GPU columns are hidden. Filtering: a query of space-separated terms; ``user:NAME`` and
 ``gpu:N`` (repeatable, OR within a kind) narrow by user and GPU index, any other word must
-appear (case-insensitive) in the command, user, PID or container.
+appear (case-insensitive) in the command, user, PID, container or launch (job id, from the
+process's environment).
 
 Jobs (issue 21): the processes of one torchrun / accelerate launch (gpumem_tui.analysis.jobs)
 are one group row, placed where its first rank sorts, collapsed at first. ``g``, Enter or a
@@ -136,7 +137,8 @@ class ProcessFilter:
         if self.words:
             haystack = " ".join(
                 s for s in (p.command, p.user, str(p.pid), p.container,
-                           None if p.container_pid is None else str(p.container_pid)) if s
+                           None if p.container_pid is None else str(p.container_pid),
+                           None if p.launch is None else p.launch.job_id) if s
             ).lower()
             return all(w in haystack for w in self.words)
         return True
