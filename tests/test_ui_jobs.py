@@ -125,7 +125,7 @@ def test_bad_rank_claims_show_the_group_with_a_one_line_notice(tmp_path):
             app.poller.stop()
             await pilot.pause()
             assert _rows(app) == ["job ", "3001"]
-            assert _command_cell(app, 0).startswith("▸ ⚠ job ")
+            assert _command_cell(app, 0).startswith("▸ ⚠ imbalance ")
             notices = [n.message for n in app._notifications if "claimed by" in n.message]
             assert len(notices) == 1 and "\n" not in notices[0]
             assert "world size (3, 4)" in notices[0] and "rank 5 >= world size 3 (pid 13)" in notices[0]

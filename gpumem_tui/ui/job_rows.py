@@ -53,13 +53,12 @@ def _size(n: int | None) -> str:
 
 
 def job_summary(job: Job) -> str:
-    """One line about the job, most telling first (the cell is cut at the screen's edge):
-    ``job 10.0.0.7:29500 · 3/4 ranks · imbalance 1.08× · max rank peak 7.3 GiB (NVML used) ·
-    worst rank 2 +12.0 %``, where ``3/4`` is ranks seen / world size; a job with a notice
-    starts with ``⚠`` and ends with the notice."""
-    parts = [f"job {printable(job.job_id, 48)}", f"{job.ranks_seen}/{job.world_size} ranks"]
-    if job.imbalance is not None:
-        parts.append(f"imbalance {job.imbalance:.2f}×")
+    """One line about the job, most telling first (the cell is cut at the screen's edge, at
+    80 columns after some 30 characters): ``imbalance 1.08× · 3/4 ranks · job 10.0.0.7:29500 ·
+    max rank peak 7.3 GiB (NVML used) · worst rank 2 +12.0 %``, where ``3/4`` is ranks seen /
+    world size; a job with a notice starts with ``⚠`` and ends with the notice."""
+    parts = [] if job.imbalance is None else [f"imbalance {job.imbalance:.2f}×"]
+    parts += [f"{job.ranks_seen}/{job.world_size} ranks", f"job {printable(job.job_id, 48)}"]
     if job.largest_peak_bytes is not None:
         parts.append(f"max rank peak {_size(job.largest_peak_bytes)} ({job.peak_figure})")
     worst = job.worst
@@ -70,13 +69,14 @@ def job_summary(job: Job) -> str:
 
 
 def rank_label(rank: RankPeak) -> str:
-    """``rank N`` and its peak: ``pred X / meas Y (±E %, figure)`` for a probed rank (both in
-    the probe's figure), else its NVML used peak."""
+    """``rank N`` and its peak, the error first (a narrow cell is cut at its end): ``rank 0 ·
+    +6.0 % · pred X / meas Y (figure)`` for a probed rank (both in the probe's figure), else
+    its NVML used peak."""
     head = f"rank {rank.rank}"
     if rank.predicted_peak_bytes is not None and rank.probe_peak_bytes is not None:
-        error = "" if rank.peak_error_percent is None else f"{rank.peak_error_percent:+.1f} %, "
-        return (f"{head} · pred {_size(rank.predicted_peak_bytes)} / meas {_size(rank.probe_peak_bytes)} "
-                f"({error}{rank.probe_figure})")
+        error = "" if rank.peak_error_percent is None else f"{rank.peak_error_percent:+.1f} % · "
+        return (f"{head} · {error}pred {_size(rank.predicted_peak_bytes)} / meas {_size(rank.probe_peak_bytes)} "
+                f"({rank.probe_figure})")
     if rank.probe_peak_bytes is not None:
         return f"{head} · no prediction · meas {_size(rank.probe_peak_bytes)} ({rank.probe_figure})"
     if rank.nvml_peak_bytes is not None:
