@@ -278,16 +278,16 @@ class JobTracker:
         """
         processes = tuple(processes)
         identities = rank_identities(processes, probed.infos())
-        if identities:  # only the ranks listed now: a rank that exited leaves the group
-            listed = {p.pid for p in processes}
-            identities = {pid: launch for pid, launch in identities.items() if pid in listed}
+        devices: dict[int, int | None] = {}  # the ranks listed now, with their GPU
+        if identities:
+            for p in processes:
+                if p.pid in identities and devices.get(p.pid) is None:
+                    devices[p.pid] = p.device_index
+            # a rank that exited (no longer listed) leaves the group
+            identities = {pid: launch for pid, launch in identities.items() if pid in devices}
         if not identities:
             self._cache.clear()
             return []
-        devices: dict[int, int | None] = {}
-        for p in processes:
-            if p.pid in identities and devices.get(p.pid) is None:
-                devices[p.pid] = p.device_index
         ranks = []
         for pid, launch in identities.items():
             figures = self._probe_figures(pid, probed, estimate_of, compare)
