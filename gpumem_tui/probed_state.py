@@ -135,6 +135,12 @@ class ProbedProcesses:
             fold = self._folds.get(pid)
             return None if fold is None else fold.device
 
+    def nvml_peak(self, pid: int) -> int | None:
+        """The highest NVML used memory (bytes) seen for ``pid`` in one row, probed or not;
+        None when NVML never gave a figure for it."""
+        with self._lock:
+            return self._nvml.get(pid)
+
     def context(self, pid: int) -> int | None:
         """``pid``'s measured CUDA context in bytes, or None (see ContextMeter)."""
         with self._lock:

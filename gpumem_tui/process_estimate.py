@@ -54,6 +54,8 @@ __all__ = [
     "compare_snapshots",
     "compare_summary",
     "compare_trace",
+    "compare_folded",
+    "check_finite",
     "device_kind",
     "from_probe_info",
     "measured_only",
@@ -447,25 +449,38 @@ def compare_trace(path: str | os.PathLike[str], pid: int | None = None, until: f
 
     scan = scan_trace(path)
     unreadable = [0, 0]  # records that failed to parse: how many, the first's line
-    try:
-        result = compare_snapshots(iter_snapshots(scan, until, unreadable), pid, limit_bytes).to_json()
-    except NoPrediction as exc:
-        result = measured_only(exc.summary, str(exc), limit_bytes)
+    state = ProbedProcesses()  # the same state the dashboard keeps while it runs
+    for snap in iter_snapshots(scan, until, unreadable):
+        state.add_snapshot(snap)
+    result = compare_folded(state, pid, limit_bytes)
     result["trace_notices"] = scan.notices_with_unreadable(*unreadable)
-    _check_finite(result)
+    check_finite(result)
     return result
 
 
-def _check_finite(obj: Any) -> None:
+def compare_folded(state: ProbedProcesses, pid: int | None = None, limit_bytes: int | None = None) -> dict[str, Any]:
+    """:func:`compare_probed` as JSON (:meth:`ComparisonResult.to_json`), or
+    :func:`measured_only` for a process measured without a prediction.
+
+    Raises:
+        ComparisonError: as :func:`compare_snapshots`.
+    """
+    try:
+        return compare_probed(state, pid, limit_bytes).to_json()
+    except NoPrediction as exc:
+        return measured_only(exc.summary, str(exc), limit_bytes)
+
+
+def check_finite(obj: Any) -> None:
     """JSON has no NaN/inf; a non-finite percentage would be a bug, not data."""
     if isinstance(obj, float) and not math.isfinite(obj):
         raise ComparisonError("internal error: non-finite number in the comparison")
     if isinstance(obj, dict):
         for value in obj.values():
-            _check_finite(value)
+            check_finite(value)
     elif isinstance(obj, list):
         for value in obj:
-            _check_finite(value)
+            check_finite(value)
 
 
 def _with_box_context(user: ProcessEstimate, probed: ProcessEstimate) -> ProcessEstimate:

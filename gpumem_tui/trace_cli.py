@@ -6,6 +6,10 @@
                                                                      # predicted vs measured
     gpumem-tui compare trace.jsonl --plot [--width N] [--height N]   # ... as a text chart
 
+``compare`` of a trace whose probed processes are the ranks of one torchrun / accelerate job
+reports every rank, the worst rank and the imbalance (gpumem_tui.analysis.job_compare);
+``--pid`` compares one process, as for any trace.
+
 ``main`` receives the subcommand name first (see ``gpumem_tui.cli``). Exit codes: 0 ok,
 1 runtime failure, 2 bad input (one line on stderr: bad flags, empty or non-JSON trace,
 nothing to compare). Textual is imported only by ``replay``; torch never.
@@ -67,7 +71,8 @@ def _parser(name: str) -> argparse.ArgumentParser:
         parser.description = "Predicted vs measured memory of the probed job in a trace."
         parser.add_argument("trace", type=Path)
         parser.add_argument("--json", action="store_true", help="print JSON (bytes as integers)")
-        parser.add_argument("--pid", type=int, default=None, help="the probed process (if the trace has several)")
+        parser.add_argument("--pid", type=int, default=None, help="the probed process (if the trace has several; without it the ranks of one job "
+                                 "are compared together)")
         parser.add_argument("--until", type=_play_position, default=None, metavar="SECONDS",
                             help="only the records up to SECONDS after the first (what a replay at that "
                                  "position shows in its comparison pane)")
@@ -196,8 +201,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from gpumem_tui.analysis.job_compare import compare_trace_ranks
     from gpumem_tui.comparison import ComparisonError
-    from gpumem_tui.process_estimate import compare_trace
     from gpumem_tui.telemetry.replay import TraceError
 
     try:
@@ -206,7 +211,10 @@ def _compare(args: argparse.Namespace) -> int:
         print(f"gpumem-tui compare: {exc}", file=sys.stderr)
         return 2
     try:
-        result = compare_trace(args.trace, pid=args.pid, until=args.until, limit_bytes=args.limit)
+        result = compare_trace_ranks(args.trace, pid=args.pid, until=args.until, limit_bytes=args.limit)
+        if plot is not None and "job" in result:
+            pids = ", ".join(str(r.get("pid")) for r in result["ranks"])
+            raise ComparisonError(f"--plot draws one process; choose a rank with --pid (pids {pids})")
         chart = _chart(args, result, plot) if plot is not None else None
     except (TraceError, ComparisonError) as exc:
         print(f"gpumem-tui compare: {exc}", file=sys.stderr)
@@ -252,6 +260,8 @@ def format_comparison(result: dict[str, Any]) -> str:
     def format_mib(n: Any) -> str:
         return format_bytes(n, "MiB")
 
+    if "job" in result:
+        return format_job(result)
     if result.get("no_prediction") is not None:
         return _format_measured_only(result)
     names = {name: printable(str(name), limit=60) for name in result.get("predicted", {})}
@@ -278,6 +288,44 @@ def format_comparison(result: dict[str, Any]) -> str:
         f"{f'{peak_err:+.1f}' if peak_err is not None else 'n/a':>9}"
     )
     return "\n".join(lines + _steps_and_notes(result))
+
+
+def format_job(result: dict[str, Any]) -> str:
+    """A job's comparison (``compare`` of a trace of several ranks): one line per rank
+    (predicted vs measured peak in the rank's probe figure, error signed in % of measured),
+    the worst rank and the imbalance. Every figure is per rank; MiB are binary."""
+    from gpumem_tui.text import printable
+    from gpumem_tui.units import format_bytes
+
+    job = result["job"]
+    world = job.get("world_size")
+    lines = [f"job {printable(str(job.get('job_id')), 80)}: world size {world}, "
+             f"{job.get('ranks_seen')} of {world} ranks in the trace (every figure is per rank)",
+             f"{'rank':>4} {'pid':>8} {'predicted':>12} {'measured':>12} {'error %':>8}  figure"]
+    for rank in result.get("ranks", []):
+        predicted, measured = rank.get("peak_predicted_bytes"), rank.get("peak_measured_bytes")
+        err = rank.get("peak_error_percent")
+        if rank.get("probed"):
+            figure = printable(str(rank.get("measured_figure")), 40)
+            if rank.get("no_prediction") is not None:
+                figure += f"; no prediction: {printable(str(rank['no_prediction']), 120)}"
+        else:
+            nvml = rank.get("nvml_peak_bytes")
+            figure = "not probed" + (f" (NVML used peak {format_bytes(nvml, 'MiB')})" if nvml is not None else "")
+        lines.append(f"{rank.get('rank'):>4} {rank.get('pid'):>8} "
+                     f"{format_bytes(predicted, 'MiB') if predicted is not None else 'n/a':>12} "
+                     f"{format_bytes(measured, 'MiB') if measured is not None else 'n/a':>12} "
+                     f"{f'{err:+.1f}' if err is not None else 'n/a':>8}  {figure}")
+    if job.get("worst_rank") is not None:
+        lines.append(f"worst rank: {job['worst_rank']} (pid {job.get('worst_pid')}), "
+                     f"peak error {job.get('worst_error_percent'):+.1f} %")
+    if job.get("imbalance") is not None:
+        lines.append(f"imbalance: {job['imbalance']:.2f}× (largest rank peak "
+                     f"{format_bytes(job.get('largest_peak_bytes'), 'MiB')} / smallest "
+                     f"{format_bytes(job.get('smallest_peak_bytes'), 'MiB')}, {job.get('peak_figure')})")
+    for note in [*([job["notice"]] if job.get("notice") else []), *result.get("trace_notices", [])]:
+        lines.append(f"note: {printable(str(note))}")
+    return "\n".join(lines)
 
 
 def _format_measured_only(result: dict[str, Any]) -> str:

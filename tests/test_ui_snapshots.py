@@ -83,3 +83,34 @@ def test_light_theme_and_help(snap_compare):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+
+
+def test_job_of_several_ranks_expanded(snap_compare, tmp_path):
+    """A replayed torchrun job (tests/rank_traces.py, written by the project's recorder): its
+    group row, opened with `g`, one row per rank with predicted vs measured."""
+    import rank_traces
+    from gpumem_tui.telemetry.replay import ReplaySource
+
+    class Clock:
+        now = 0.0
+
+        def __call__(self) -> float:
+            return self.now
+
+    clock = Clock()
+    path = rank_traces.write_trace(tmp_path / "job.jsonl", steps=5)
+    app = app_with(ReplaySource(path, clock=clock), readonly=True, banner="replay of job.jsonl")
+
+    async def run_before(pilot) -> None:
+        for _ in range(400):
+            if app.snapshot is not None:
+                clock.now = 3.5  # a fixed position: records 0-3 of 5 played, then it holds still
+                if app.snapshot.time >= rank_traces.T0 + 3.6:
+                    break
+            await asyncio.sleep(0.02)
+        app.poller.stop()
+        app.table.focus()
+        await pilot.press("g")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(160, 30), run_before=run_before)

@@ -29,6 +29,7 @@ from typing import Iterable
 
 import psutil
 
+from gpumem_tui.telemetry.launch import RankLaunch, launch_from_environ
 from gpumem_tui.telemetry.model import NOT_VISIBLE, ProcessSample, ProcessStatus, ProcessType
 
 NAMESPACE_MESSAGE = "not visible from this PID namespace; run the container with --pid=host"
@@ -120,6 +121,7 @@ class _Entry:
     container: str | None
     errors: list[tuple[str, str]]
     container_pid: int | None = None
+    launch: RankLaunch | None = None  # from its environment, read once (read_launch)
     primed: bool = False  # cpu_percent has a previous reading
     last_seen: float = 0.0
     errors_t: tuple[tuple[str, str], ...] = ()
@@ -144,6 +146,25 @@ def pid_in_own_namespace(status_text: str) -> int | None:
                 return int(fields[-1])
             return None
     return None
+
+
+def read_launch(proc: psutil.Process) -> RankLaunch | None:
+    """The torchrun / accelerate launch identity in ``proc``'s environment, or None.
+
+    ``psutil.Process.environ()`` reads ``/proc/<pid>/environ``, which only the process's own
+    user (or root) may read: AccessDenied, NoSuchProcess (ZombieProcess included) or any OS
+    error mean "no grouping", never an exception. It is the environment the process started
+    with (a later ``os.environ`` change inside it is not seen). Called once per process
+    (:class:`HostEnricher` caches it with the process's other fixed details); the values
+    are validated by :func:`gpumem_tui.telemetry.launch.launch_from_environ`.
+    """
+    try:
+        env = proc.environ()
+    except (psutil.Error, OSError, ValueError):
+        return None
+    if "RANK" not in env or "WORLD_SIZE" not in env:  # the usual case: not a launched rank
+        return None
+    return launch_from_environ(env)
 
 
 class HostEnricher:
@@ -200,7 +221,8 @@ class HostEnricher:
                                      sample.sm_percent, info["user"], info["command"], info["cpu_percent"],
                                      info["rss_bytes"], info["start_time"], info["status"], info["container"],
                                      errors, info.get("container_pid"), sample.mem_percent,
-                                     sample.gpu_instance_id, sample.compute_instance_id))
+                                     sample.gpu_instance_id, sample.compute_instance_id,
+                                     info.get("launch", sample.launch)))
         if from_nvml:  # NVML no longer lists it: forget how long it was invisible
             for pid in list(self._missing):
                 if pid not in looked_up:
@@ -277,7 +299,7 @@ class HostEnricher:
         errors = entry.errors_t
         if state == "Z":
             return {"user": entry.user, "command": entry.command, "cpu_percent": None, "rss_bytes": None,
-                    "start_time": entry.create_time, "status": ProcessStatus.ZOMBIE, "container": entry.container, "container_pid": entry.container_pid,
+                    "start_time": entry.create_time, "status": ProcessStatus.ZOMBIE, "container": entry.container, "container_pid": entry.container_pid, "launch": entry.launch,
                     "errors": errors + (("cpu_percent", ZOMBIE), ("rss_bytes", ZOMBIE))}
         status = entry.status
         cpu = None
@@ -297,7 +319,7 @@ class HostEnricher:
             errors = errors + (("rss_bytes", EXITED),)
         return {"user": entry.user, "command": entry.command, "cpu_percent": cpu, "rss_bytes": rss,
                 "start_time": entry.create_time, "status": status, "container": entry.container, "container_pid": entry.container_pid,
-                "errors": errors}
+                "launch": entry.launch, "errors": errors}
 
     def _lookup_psutil(self, pid: int, now: float, from_nvml: bool) -> dict:
         try:
@@ -354,7 +376,7 @@ class HostEnricher:
             "start_time": entry.create_time,
             "status": status,
             "container": entry.container, "container_pid": entry.container_pid,
-            "errors": tuple(errors),
+            "launch": entry.launch, "errors": tuple(errors),
         }
 
     def _new_entry(self, proc: psutil.Process, create_time: float) -> _Entry:
@@ -385,7 +407,8 @@ class HostEnricher:
         except OSError:
             pass
         return _Entry(proc=proc, create_time=create_time, user=user, command=command,
-                      container=container, container_pid=container_pid, errors=errors, errors_t=tuple(errors),
+                      container=container, container_pid=container_pid, launch=read_launch(proc),
+                      errors=errors, errors_t=tuple(errors),
                       status=ProcessStatus.NO_PERMISSION if errors else ProcessStatus.OK)
 
     def _vanished(self, pid: int, from_nvml: bool, now: float) -> dict:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from collections.abc import Iterable
 from typing import Protocol
 
+from gpumem_tui.telemetry.launch import RankLaunch
+
 
 class ProcessType(str, enum.Enum):
     """How NVML lists a process (nvmlDeviceGetComputeRunningProcesses & co.), or a host process."""
@@ -134,6 +136,9 @@ class ProcessSample:
     # ``gpuInstanceId`` / ``computeInstanceId``); None when the GPU is not in MIG mode.
     gpu_instance_id: int | None = None
     compute_instance_id: int | None = None
+    # The launch (torchrun / accelerate) and rank the process belongs to, read once from its
+    # environment (gpumem_tui.telemetry.launch); None: not launched so, or not readable.
+    launch: RankLaunch | None = None
 
     def reason(self, name: str) -> str | None:
         """Why field ``name`` is None, or None."""

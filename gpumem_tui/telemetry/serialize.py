@@ -27,6 +27,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from gpumem_tui.telemetry.launch import RankLaunch, rank_launch
 from gpumem_tui.telemetry.plausible import MAX_BYTES, MAX_FUTURE_SECONDS, plausible_time
 from gpumem_tui.telemetry.model import (
     DeviceSample,
@@ -96,6 +97,7 @@ def process_to_dict(p: ProcessSample) -> dict[str, Any]:
         "container": p.container,
         "field_errors": _errors(p.field_errors),
         "container_pid": p.container_pid,
+        **({"launch": launch_to_dict(p.launch)} if p.launch is not None else {}),
     }
 
 
@@ -290,7 +292,24 @@ def process_from_dict(d: Mapping[str, Any]) -> ProcessSample:
         container=_str(d, "container"),
         field_errors=_field_errors(d),
         container_pid=_int(d, "container_pid", maximum=_MAX_PID),
+        launch=launch_from_dict(d.get("launch")),
     )
+
+
+def launch_to_dict(launch: RankLaunch) -> dict[str, Any]:
+    """A process's launch identity (gpumem_tui.telemetry.launch) as a JSON-safe dict."""
+    return {"job_id": launch.job_id, "rank": launch.rank, "world_size": launch.world_size,
+            "local_rank": launch.local_rank, "source": launch.source}
+
+
+def launch_from_dict(raw: Any) -> RankLaunch | None:
+    """Inverse of :func:`launch_to_dict`; None when absent or not valid (an unreadable
+    launch only loses the grouping, never the process row)."""
+    if not isinstance(raw, Mapping):
+        return None
+    source = raw.get("source")
+    return rank_launch(raw.get("job_id"), raw.get("rank"), raw.get("world_size"), raw.get("local_rank"),
+                       source if source in ("env", "probe") else "env")
 
 
 def probe_from_dict(d: Mapping[str, Any]) -> ProbeSample:

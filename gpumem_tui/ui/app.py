@@ -24,7 +24,8 @@ from textual.worker import Worker, WorkerState
 
 from gpumem_tui.config import check_signal_keys
 from gpumem_tui.probed_state import ProbedProcesses
-from gpumem_tui.process_estimate import ProcessEstimates
+from gpumem_tui.analysis.jobs import JobTracker
+from gpumem_tui.process_estimate import ProcessEstimates, compare_summary
 from gpumem_tui.telemetry.model import (
     PhaseMark,
     PhasePeak,
@@ -197,6 +198,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.chart_window = chart_window
         self.bands: list[Band] = []  # the predicted bands drawn now (of the charted process)
         self.process_estimates = ProcessEstimates()
+        self.job_tracker = JobTracker()  # the launches (torchrun ranks) among the processes
+        self._job_notices: set[str] = set()  # the jobs' notices shown once already
         # What each probed process measured so far (core state, the same compare folds): a
         # replay feeds its own per record and rebuilds it on a seek; otherwise each poll feeds it.
         replayed_state = getattr(source, "probed", None)
@@ -357,7 +360,10 @@ class GpuMemApp(ThemedAppMixin, App[None]):
                     self._selected_once = True
                     self.chart_target = ("proc", p.pid)
                     break
-        table.show(snap.processes, snap.time, keep=keep)
+        jobs = self.job_tracker.jobs(snap.processes, self.probed, self.process_estimates.probe_estimate,
+                                     compare_summary)
+        table.show(snap.processes, snap.time, keep=keep, jobs=tuple(jobs))
+        self._notify_job_problems(jobs)
         target = self.chart_target
         if target is not None and target[0] == "proc" and all(p.pid != target[1] for p in snap.processes):
             # The charted process exited: its row is gone and the cursor lands on another one.
@@ -378,6 +384,15 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         if self.freeze_gc_after_start and not self._gc_frozen and (self.has_side_pane or not self.side_pane_enabled):
             self._gc_frozen = True
             self.call_after_refresh(self._freeze_gc)
+
+    def _notify_job_problems(self, jobs: Sequence[Any]) -> None:
+        """Say once what is wrong with a job's rank claims (its group row keeps a ⚠)."""
+        for job in jobs:
+            if job.notice is not None and job.notice not in self._job_notices:
+                if len(self._job_notices) > 256:  # churning bad jobs: forget, do not grow
+                    self._job_notices.clear()
+                self._job_notices.add(job.notice)
+                self.notify(job.notice, title="Job ranks", severity="warning", timeout=8, markup=False)
 
     #: a replay's notices that say where it is now: each replaces the previous one (seeking
     #: four times leaves one notice, the position, not four stacked over the pane)
@@ -804,6 +819,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         rows: list[tuple[str, str, str]] = []
         seen: set[object] = set()
         bindings = [b for _, b in self._bindings] + list(ProcessTable.SORT_BINDINGS)  # type: ignore[arg-type]
+        if self.table.jobs_shown:  # the job key acts only where a job's group row is listed
+            bindings += ProcessTable.JOB_BINDINGS
         for binding in bindings:
             ident = binding.id or (binding.key, binding.action)
             if not isinstance(binding, Binding) or ident in seen or binding.system:
@@ -1011,7 +1028,9 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             return
         proc = self.table.selected
         if proc is None:
-            self.notify("no process selected", severity="warning", markup=False)
+            what = ("a job's row is several processes: open it (g) and select one rank"
+                    if self.table.selected_job is not None else "no process selected")
+            self.notify(what, severity="warning", markup=False)
             return
         sig = int(getattr(_signal, name))
 

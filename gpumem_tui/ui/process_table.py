@@ -10,7 +10,13 @@ host RSS, largest first: the memory the host can see, and a figure known from th
 (CPU % needs two, so sorting by it moves every row after the first poll). RSS is therefore
 never among the columns a narrow table drops while the GPU columns are hidden. Filtering: a query of space-separated terms; ``user:NAME`` and
 ``gpu:N`` (repeatable, OR within a kind) narrow by user and GPU index, any other word must
-appear (case-insensitive) in the command, user, PID or container.
+appear (case-insensitive) in the command, user, PID, container or launch (job id, from the
+process's environment).
+
+Jobs (issue 21): the processes of one torchrun / accelerate launch (gpumem_tui.analysis.jobs)
+are one group row, placed where its first rank sorts, collapsed at first. ``g``, Enter or a
+click on the group row expands it: one row per rank, in rank order, each labelled with its
+predicted vs measured peak (gpumem_tui.ui.job_rows). A process of no job is drawn as before.
 """
 
 from __future__ import annotations
@@ -22,10 +28,13 @@ from operator import attrgetter
 from typing import Any
 
 from rich.text import Text
+from textual import events
 from textual.binding import Binding
 
+from gpumem_tui.analysis.jobs import Job
 from gpumem_tui.telemetry.model import ProcessSample
 from gpumem_tui.ui import cells
+from gpumem_tui.ui.job_rows import JobRow, group_cells, group_key, rank_label
 from gpumem_tui.ui.line_table import LineTable
 
 
@@ -128,7 +137,8 @@ class ProcessFilter:
         if self.words:
             haystack = " ".join(
                 s for s in (p.command, p.user, str(p.pid), p.container,
-                           None if p.container_pid is None else str(p.container_pid)) if s
+                           None if p.container_pid is None else str(p.container_pid),
+                           None if p.launch is None else p.launch.job_id) if s
             ).lower()
             return all(w in haystack for w in self.words)
         return True
@@ -190,7 +200,12 @@ class ProcessTable(LineTable):
         Binding("r", "sort_reverse", "Reverse", show=False, id="sort_reverse",
                 tooltip="Reverse the sort order"),
     ]
-    BINDINGS = SORT_BINDINGS
+    #: shown in the footer only while a job's group row is listed
+    JOB_BINDINGS = [
+        Binding("g", "toggle_job", "Job ranks", id="toggle_job",
+                tooltip="Expand or collapse the selected job's rank rows (also Enter or a click on its row)"),
+    ]
+    BINDINGS = SORT_BINDINGS + JOB_BINDINGS
 
     DEFAULT_CSS = """
     ProcessTable { height: 1fr; }
@@ -210,8 +225,13 @@ class ProcessTable(LineTable):
         self._sources_columns: tuple[str, ...] = ()
         # pid -> a short warning shown before the command (e.g. a leak: "+12 MiB/step")
         self.flags: dict[int, str] = {}
-        self._flags_shown: dict[str, str | None] = {}
+        self._flags_shown: dict[str, tuple[str | None, str | None]] = {}
         self._pending: dict[str, ProcessSample] = {}  # row key -> newer sample, not yet drawn
+        self._job_of: dict[int, Job] = {}  # pid -> its job (processes of no job are absent)
+        self.expanded: set[str] = set()  # job ids whose rank rows are shown
+        #: the rows in display order: a process, or a job's group row
+        self.entries: list[ProcessSample | JobRow] = []
+        self._group_cells: dict[str, tuple[JobRow, tuple[str, ...], list[Text]]] = {}
 
     @property
     def selected_key(self) -> str | None:
@@ -220,8 +240,23 @@ class ProcessTable(LineTable):
 
     @property
     def selected(self) -> ProcessSample | None:
-        """The process under the cursor."""
-        return self.shown[self.cursor_row] if self.shown else None
+        """The process under the cursor; None on a job's group row (it is several processes:
+        nothing to signal or chart as one) or in an empty table."""
+        entry = self.entries[self.cursor_row] if self.entries else None
+        return entry if isinstance(entry, ProcessSample) else None
+
+    @property
+    def selected_job(self) -> Job | None:
+        """The job of the row under the cursor (its group row or one of its ranks), or None."""
+        entry = self.entries[self.cursor_row] if self.entries else None
+        if isinstance(entry, JobRow):
+            return entry.job
+        return None if entry is None else self._job_of.get(entry.pid)
+
+    @property
+    def jobs_shown(self) -> bool:
+        """True while a job's group row is listed (the footer then shows its key)."""
+        return any(isinstance(e, JobRow) for e in self.entries)
 
     def header_label(self, column: int | str) -> str:  # type: ignore[override]
         """The header of ``column`` (a visible column's key, or a position) as drawn.
@@ -244,28 +279,74 @@ class ProcessTable(LineTable):
                 return fallback, fallback != "pid"
         return self.sort_column, self.sort_reverse
 
-    def show(self, processes: tuple[ProcessSample, ...], now: float, keep: str | None = None) -> None:
+    def show(self, processes: tuple[ProcessSample, ...], now: float, keep: str | None = None,
+             jobs: tuple[Job, ...] = ()) -> None:
         """Replace the rows. The cursor goes to row ``keep`` (scrolled into view) if given and
-        listed, else stays on its row without scrolling (see :meth:`LineTable.set_rows`)."""
+        listed, else stays on its row without scrolling (see :meth:`LineTable.set_rows`).
+        ``jobs``: the launches among ``processes`` (gpumem_tui.analysis.jobs), drawn as
+        group rows."""
+        job_of = {rank.pid: job for job in jobs for rank in job.ranks}
         # The same rows again (a quiet box) change nothing on screen: skip filtering, sorting
         # and rendering. Time matters only through the TIME column of timed processes.
         timed = "time" in self.visible_columns and any(p.start_time is not None for p in processes)
         key = (int(now) if timed else None, self.size.width, tuple(sorted(self.flags.items())))
-        if keep is None and self.shown and key == self._shown_key and processes == self._processes:
+        if keep is None and self.shown and key == self._shown_key and processes == self._processes \
+                and job_of == self._job_of:
             self._now = now
             return
         self._shown_key = key
+        self._job_of = job_of
         self._processes = processes
         self._now = now
         self._rebuild(keep)
 
     def select_pid(self, pid: int) -> bool:
-        """Move the cursor to the first row of ``pid``; False if it is not shown."""
-        for index, p in enumerate(self.shown):
-            if p.pid == pid:
+        """Move the cursor to the first row of ``pid`` (its job's group row while that is
+        collapsed); False if it is not shown."""
+        for index, entry in enumerate(self.entries):
+            if isinstance(entry, JobRow):
+                if not entry.expanded and any(p.pid == pid for p in entry.members):
+                    self.move_cursor(row=index)
+                    return True
+            elif entry.pid == pid:
                 self.move_cursor(row=index)
                 return True
         return False
+
+    def toggle_job(self, job_id: str) -> None:
+        """Expand job ``job_id``'s rank rows, or collapse them; the cursor goes to its group row."""
+        if job_id in self.expanded:
+            self.expanded.discard(job_id)
+        else:
+            self.expanded.add(job_id)
+        self._rebuild(group_key(job_id))
+
+    def action_toggle_job(self) -> None:
+        job = self.selected_job
+        if job is not None:
+            self.toggle_job(job.job_id)
+
+    def action_select(self) -> None:
+        """Enter: on a group row, expand or collapse it; on a process, its details."""
+        entry = self.entries[self.cursor_row] if self.entries else None
+        if isinstance(entry, JobRow):
+            self.toggle_job(entry.job.job_id)
+        else:
+            super().action_select()
+
+    def on_click(self, event: events.Click) -> None:
+        """A click on a group row expands or collapses it at once; elsewhere as LineTable."""
+        index = self._row_at(event)
+        if index is not None and 0 <= index < len(self.entries) and isinstance(self.entries[index], JobRow):
+            event.stop()
+            event.prevent_default()  # Textual would run LineTable.on_click too: a second toggle
+            self.move_cursor(index)
+            self.action_select()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "toggle_job":
+            return self.jobs_shown  # hidden where there is no job: the footer stays short
+        return True
 
     def set_filter(self, query: str) -> ProcessFilter:
         """Show only the processes ``query`` matches (see the module doc); returns it parsed."""
@@ -317,7 +398,13 @@ class ProcessTable(LineTable):
         if self.hidden_rows and selection and all(row_key(p) != selection for p in ordered):
             ordered += [p for p in rows if row_key(p) == selection][:1]  # the selection stays listed
         old_keys = set(self._cells)
-        self.shown = ordered
+        had_jobs = self.jobs_shown
+        self.entries, self.shown = self._grouped(ordered)
+        if keep is not None and keep not in {self._entry_key(e) for e in self.entries}:
+            job = next((j for p in ordered if row_key(p) == keep and (j := self._job_of.get(p.pid))), None)
+            keep = group_key(job.job_id) if job is not None else keep  # its job is collapsed
+        if had_jobs != self.jobs_shown:
+            self.refresh_bindings()
         cells_by_key = self._render_rows()
         headers = [
             # every header keeps two cells for the arrow, so sorting moves no column
@@ -331,6 +418,42 @@ class ProcessTable(LineTable):
         if in_sight and keep is None and self.cursor_row not in self.rows_on_screen():
             self._scroll_cursor_into_view()
 
+    @staticmethod
+    def _entry_key(entry: ProcessSample | JobRow) -> str:
+        return entry.key if isinstance(entry, JobRow) else row_key(entry)
+
+    def _grouped(self, ordered: list[ProcessSample]) -> tuple[list[ProcessSample | JobRow], list[ProcessSample]]:
+        """(rows in display order, processes listed): each job's group row where its first
+        rank sorts, then (expanded) its ranks in rank order; the processes listed include
+        the ranks of a collapsed job."""
+        job_of = self._job_of
+        if not job_of:
+            return list(ordered), ordered
+        members: dict[str, list[ProcessSample]] = {}
+        for p in ordered:
+            job = job_of.get(p.pid)
+            if job is not None:
+                members.setdefault(job.job_id, []).append(p)
+        entries: list[ProcessSample | JobRow] = []
+        listed: list[ProcessSample] = []
+        for p in ordered:
+            job = job_of.get(p.pid)
+            if job is None:
+                entries.append(p)
+                listed.append(p)
+                continue
+            ranks = members.pop(job.job_id, None)
+            if ranks is None:
+                continue  # its group row is placed already
+            rank_of = {r.pid: r.rank for r in job.ranks}
+            ranks.sort(key=lambda q: (rank_of.get(q.pid, 0), q.pid))
+            expanded = job.job_id in self.expanded
+            entries.append(JobRow(job, tuple(ranks), expanded))
+            if expanded:
+                entries.extend(ranks)
+            listed.extend(ranks)
+        return entries, listed
+
     def _render_rows(self) -> dict[str, list[Text]]:
         """Cells of every shown row, in order. A row whose sample is unchanged keeps its
         cells list (only TIME moves with the clock); a changed one re-renders only the
@@ -342,15 +465,25 @@ class ProcessTable(LineTable):
         sources = self._sources if same_columns else {}
         old_cells = self._cells if same_columns else {}
         pending = self._pending if same_columns else {}
-        on_screen = self.rows_on_screen() or range(len(self.shown))  # before any layout: all
+        on_screen = self.rows_on_screen() or range(len(self.entries))  # before any layout: all
         timed = "time" in self.visible_columns
         new_rows: dict[str, list[Text]] = {}
         new_sources: dict[str, ProcessSample] = {}
         new_pending: dict[str, ProcessSample] = {}
-        flags_shown: dict[str, str | None] = {}
-        for index, p in enumerate(self.shown):
+        flags_shown: dict[str, tuple[str | None, str | None]] = {}
+        group_cells_now: dict[str, tuple[JobRow, tuple[str, ...], list[Text]]] = {}
+        for index, p in enumerate(self.entries):
+            if isinstance(p, JobRow):
+                key = p.key
+                held = self._group_cells.get(key)
+                group_cells_now[key] = held if held is not None and held[:2] == (p, self.visible_columns) \
+                    else (p, self.visible_columns, group_cells(p, self.visible_columns))
+                new_rows[key] = group_cells_now[key][2]
+                continue
             key = row_key(p)
-            flag = self.flags.get(p.pid)
+            job = self._job_of.get(p.pid)
+            label = next((rank_label(r) for r in job.ranks if r.pid == p.pid), None) if job is not None else None
+            flag = (self.flags.get(p.pid), label)
             flags_shown[key] = flag
             old = sources.get(key)  # the sample the row's cells show
             previous = old_cells.get(key) if old is not None and self._flags_shown.get(key) == flag else None
@@ -364,10 +497,11 @@ class ProcessTable(LineTable):
         self._sources_columns = self.visible_columns
         self._flags_shown = flags_shown
         self._pending = new_pending
+        self._group_cells = group_cells_now
         return new_rows
 
     def _cells_for(self, p: ProcessSample, old: ProcessSample | None, previous: list[Text] | None,
-                   flag: str | None, visible: list[Column]) -> list[Text]:
+                   flag: tuple[str | None, str | None], visible: list[Column]) -> list[Text]:
         """The cells of ``p``'s row; ``old`` / ``previous``: the sample and cells the row
         shows now (None: render every cell)."""
         now = self._now
@@ -392,7 +526,7 @@ class ProcessTable(LineTable):
         p = self._pending.pop(key, None)
         if p is None:
             return self._cells[key]
-        cells_ = self._cells_for(p, self._sources[key], self._cells[key], self._flags_shown.get(key),
+        cells_ = self._cells_for(p, self._sources[key], self._cells[key], self._flags_shown.get(key, (None, None)),
                                  [_BY_KEY[k] for k in self.visible_columns])
         self._cells[key] = cells_
         self._sources[key] = p
@@ -400,12 +534,16 @@ class ProcessTable(LineTable):
         return cells_
 
     @staticmethod
-    def _render(col: Column, p: ProcessSample, now: float, flag: str | None) -> Text:
+    def _render(col: Column, p: ProcessSample, now: float, decor: tuple[str | None, str | None]) -> Text:
+        """``decor``: (a warning about the process, e.g. a leak; its rank label in a job)."""
         cell = col.render(p, now)
         if isinstance(cell, str):
             cell = Text(cell)  # plain text: never parsed as markup
-        if flag and col.key == "command":  # a warning about the process (e.g. a leak)
+        flag, label = decor
+        if flag and col.key == "command":
             cell = Text(f"[{flag}] ", style="bold") + cell
+        if label and col.key == "command":  # a job's rank: indented under its group row
+            cell = Text(f"  {label} · ", style="italic") + cell
         return cell
 
     def action_sort_next(self) -> None:
