@@ -1,0 +1,1 @@
+"""Per-process and per-job analysis of what was measured and published (headless, no torch)."""
