@@ -209,7 +209,7 @@ class Probe:
             with contextlib.suppress(Exception):
                 setup["device_name"] = torch.cuda.get_device_name(self.device)
         if self.optimizer is not None:
-            opt = self.optimizer
+            opt = distributed.local_optimizer(self.optimizer)
             setup["optimizer"] = type(opt).__name__
             hparams = jsonable(dict(getattr(opt, "defaults", {}) or {}))
             setup["optimizer_hparams"] = hparams

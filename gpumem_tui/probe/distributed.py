@@ -232,6 +232,17 @@ def unwrap(model: Any) -> Any:
     return model
 
 
+def local_optimizer(optimizer: Any) -> Any:
+    """The optimizer that holds this rank's states: a ``ZeroRedundancyOptimizer``'s local
+    ``optim`` (built from its ``optimizer_class``; torch/distributed/optim/zero_redundancy_optimizer.py),
+    else ``optimizer`` itself."""
+    if type(optimizer).__name__ == "ZeroRedundancyOptimizer":
+        inner = getattr(optimizer, "optim", None)
+        if inner is not None and inner is not optimizer:
+            return inner
+    return optimizer
+
+
 def original_class_name(model: Any) -> str:
     """The class the user built: FSDP2 makes ``FSDP<Class>`` (``FSDPModule._orig_cls_mro_index``)."""
     cls = type(model)
@@ -297,5 +308,5 @@ def _parallel_setup(model: Any, optimizer: Any, torch: Any, world_size: int | No
     return out
 
 
-__all__ = ["job_id", "logical_param_count", "original_class_name", "parallel_setup", "rank_setup",
+__all__ = ["job_id", "local_optimizer", "logical_param_count", "original_class_name", "parallel_setup", "rank_setup",
            "tensor_parallel_degree", "unwrap"]

@@ -217,11 +217,10 @@ def config_dtype(model: Any) -> Any:
     """The dtype the HF config says the model was loaded in (``dtype``, older
     ``torch_dtype``), or None."""
     config = getattr(model, "config", None)
-    for key in ("dtype", "torch_dtype"):
-        with contextlib.suppress(Exception):
-            value = getattr(config, key, None)
-            if value is not None:
-                return value
+    # transformers 5 names it ``dtype`` and warns on reading the deprecated ``torch_dtype``
+    key = "dtype" if hasattr(type(config), "dtype") or "dtype" in getattr(config, "__dict__", {}) else "torch_dtype"
+    with contextlib.suppress(Exception):
+        return getattr(config, key, None)
     return None
 
 
