@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpumem_tui.probe import distributed
+from gpumem_tui.probe.distributed import local_optimizer, unwrap
 from gpumem_tui.probe.job_setup import detected_setup
 from gpumem_tui.probe.job_setup import hf_config as hf_config_of
 from gpumem_tui.probe.peak_split import PeakSplit, output_and_loss_bytes, output_tensors
@@ -209,13 +209,13 @@ class Probe:
             with contextlib.suppress(Exception):
                 setup["device_name"] = torch.cuda.get_device_name(self.device)
         if self.optimizer is not None:
-            opt = distributed.local_optimizer(self.optimizer)
+            opt = local_optimizer(self.optimizer)
             setup["optimizer"] = type(opt).__name__
             hparams = jsonable(dict(getattr(opt, "defaults", {}) or {}))
             setup["optimizer_hparams"] = hparams
             if isinstance(hparams, dict) and hparams.get("momentum") is not None:
                 setup["momentum"] = hparams["momentum"]
-        hf_config = config if config is not None else hf_config_of(distributed.unwrap(self.model))
+        hf_config = config if config is not None else hf_config_of(unwrap(self.model))
         # rank, parallel wrappers, checkpointing, quantization, dtypes (probe/job_setup.py)
         setup.update(detected_setup(self.model, self.optimizer, torch, params, hf_config, given_dtype))
         if extra:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from gpumem_tui.probe import distributed, recipe_state
+from gpumem_tui.probe.distributed import logical_param_count, original_class_name, parallel_setup, rank_setup, unwrap
+from gpumem_tui.probe.recipe_state import checkpoint_setup, config_dtype, dtype_setup, quantization_setup
 from gpumem_tui.telemetry.serialize import jsonable
 
 
@@ -44,13 +45,13 @@ def detected_setup(model: Any, optimizer: Any, torch: Any, params: list[Any],
     ``param_bytes_by_dtype``, ``fp32_cast``, and ``dtype`` (the loaded 16-bit dtype when k-bit
     preparation cast parameters to fp32 and the caller gave none: ``dtype_given``).
     Never raises: what cannot be read is left out."""
-    inner = distributed.unwrap(model)
-    setup: dict[str, Any] = {"model_class": distributed.original_class_name(inner)}
+    inner = unwrap(model)
+    setup: dict[str, Any] = {"model_class": original_class_name(inner)}
     with contextlib.suppress(Exception):
-        setup["total_params"] = distributed.logical_param_count(params)
-    ranks = distributed.rank_setup(torch)
+        setup["total_params"] = logical_param_count(params)
+    ranks = rank_setup(torch)
     setup.update(ranks)
-    parallel = distributed.parallel_setup(model, optimizer, torch, ranks.get("world_size"))
+    parallel = parallel_setup(model, optimizer, torch, ranks.get("world_size"))
     if parallel is not None:
         setup["parallel"] = parallel
     # Class attribute lookup first: reading a deprecated property would warn.
@@ -59,12 +60,12 @@ def detected_setup(model: Any, optimizer: Any, torch: Any, params: list[Any],
             with contextlib.suppress(Exception):
                 setup["grad_ckpt"] = bool(getattr(inner, attr))
             break
-    setup.update(recipe_state.checkpoint_setup(inner, _layers(config)))
+    setup.update(checkpoint_setup(inner, _layers(config)))
     attn = getattr(getattr(inner, "config", None), "_attn_implementation", None)
     if isinstance(attn, str):
         setup["attention"] = attn
-    setup.update(recipe_state.quantization_setup(inner))
-    setup.update(recipe_state.dtype_setup(params, recipe_state.config_dtype(inner)))
+    setup.update(quantization_setup(inner))
+    setup.update(dtype_setup(params, config_dtype(inner)))
     cast = setup.get("fp32_cast")
     # k-bit preparation: the fp32 casts are not the compute dtype (a plain model.float() is)
     if not dtype_given and "quantized_linears" in setup and isinstance(cast, dict) and cast.get("from") in ("bf16", "fp16"):
