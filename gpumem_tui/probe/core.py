@@ -729,7 +729,9 @@ def attach(model: Any, optimizer: Any = None, **kwargs: Any) -> Probe:
 
     Publishes once: the HF model config (``model.config.to_dict()``, or ``config=``), batch,
     seq, dtype (default: the first floating parameter's), optimizer class and
-    hyperparameters, task, device, pid. Streams, as JSONL to
+    hyperparameters, task, device, pid, and what it reads of the job
+    (:func:`gpumem_tui.probe.job_setup.detected_setup`: rank, parallel wrappers, checkpointing,
+    quantization, fp32 casts); the first forward's ``use_cache`` in a second info line. Streams, as JSONL to
     ``default_probe_dir()/<pid>.jsonl`` (or ``directory=``), samples at phase boundaries and
     every ``interval`` seconds (default 0.1) in between: CUDA ``torch.cuda.memory_allocated``
     / ``memory_reserved`` / ``max_memory_allocated``; CPU the live tensor bytes of a tracker
