@@ -61,6 +61,19 @@ def _checkpoint(model, how: str) -> None:
             check_fn=lambda m: isinstance(m, classes))
 
 
+def _hsdp_bf16(model) -> None:
+    """HSDP over a (replicate 2, shard 1) mesh with bf16 parameters over fp32 ones (FSDP2
+    ``MixedPrecisionPolicy``), each block then the root, as torchtitan shards a model."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mesh = init_device_mesh("cpu", (2, 1), mesh_dim_names=("replicate", "shard"))
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for block in transformer_blocks(model):
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+
+
 def _probed_rank(rank: int, nproc: int, spec: ParallelSpec, ckpt: str, env: dict[str, str]) -> dict:
     """One rank: build, wrap, probe, one training step; return the probe's last info record."""
     import transformers
@@ -74,7 +87,10 @@ def _probed_rank(rank: int, nproc: int, spec: ParallelSpec, ckpt: str, env: dict
     config._attn_implementation = "sdpa"
     model = transformers.AutoModelForCausalLM.from_config(config)
     _checkpoint(model, ckpt)
-    model = wrap_in_tracker(wrap_before_tracker(model, spec, torch), spec)
+    if ckpt == "hsdp-bf16":
+        _hsdp_bf16(model)
+    else:
+        model = wrap_in_tracker(wrap_before_tracker(model, spec, torch), spec)
     if spec.kind == "zero-redundancy":
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -108,7 +124,8 @@ def _expected(plan: ParallelPlan, **spec_fields) -> object:
     """The estimator's per-rank estimate, from inputs written here (not read from the probe);
     checked to differ from one device's estimate, so that matching it needs the plan."""
     arch = replace(architecture_from_config(dict(LLAMA), name="llama-tiny"), use_cache=False)
-    spec = TrainingSpec(task="train", batch=BATCH, seq=SEQ, dtype="fp32", optimizer="adamw", device="cpu",
+    spec_fields = {"dtype": "fp32", **spec_fields}
+    spec = TrainingSpec(task="train", batch=BATCH, seq=SEQ, optimizer="adamw", device="cpu",
                         optimizer_impl="single", **spec_fields)
     per_rank = estimate_job(arch, spec, plan).ranks[0].estimate
     assert per_rank.components_bytes != estimate(arch, spec).components_bytes
@@ -118,6 +135,8 @@ def _expected(plan: ParallelPlan, **spec_fields) -> object:
 def _check_rank_estimate(result: dict, expected) -> None:
     process = from_probe_info(_probe_info(result), device="cpu")
     assert process.problem is None
+    # the model as built, not this rank's shard (FSDP1 flat parameters, FSDP2 DTensors)
+    assert result["info"]["setup"]["total_params"] == expected.total_params
     assert process.estimate.peak_bytes == expected.peak_bytes
     assert process.estimate.components_bytes == expected.components_bytes
     assert any("per-rank estimate for rank" in a for a in process.estimate.assumptions)
@@ -191,3 +210,16 @@ def test_dtensor_tensor_parallel_degree():
         parallel = result["info"]["setup"]["parallel"]
         assert (parallel["strategy"], parallel["tp"], parallel["world_size"]) == ("tp", 2, 2)
         _check_rank_estimate(result, _expected(ParallelPlan("tp", 2, tp=2)))
+
+
+def test_hsdp_replicate_degree_and_mixed_precision_policy():
+    results = _run(ParallelSpec("fsdp2", 2), ckpt="hsdp-bf16")
+    _check_ranks(results)
+    for result in results:
+        setup = result["info"]["setup"]
+        parallel = setup["parallel"]
+        assert (parallel["sharding"], parallel["shard_degree"], parallel["replicate_degree"]) == ("hybrid", 1, 2)
+        assert (parallel["param_dtype"], parallel["reduce_dtype"], setup["dtype"]) == ("bf16", "fp32", "float32")
+        expected = _expected(ParallelPlan("fsdp2", 2, sharding="hybrid", shard_group=1), mixed_precision=True,
+                             dtype="bf16")
+        _check_rank_estimate(result, expected)
