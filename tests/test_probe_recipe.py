@@ -193,3 +193,40 @@ def test_use_cache_of_the_forward_is_published_once_and_read_after_a_torn_line(t
                         + json.dumps(second) + "\n").encode())
     (info,) = ProbeSource(stream.parent, alive=lambda pid, created: True).poll().probe_infos
     assert dict(info.setup)["use_cache"] is False
+
+
+class OffloadDeviceEnum:  # deepspeed.runtime.zero.offload_config.OffloadDeviceEnum member
+    value = "cpu"
+
+
+class DeepSpeedEngine(torch.nn.Module):  # deepspeed/runtime/engine.py: the methods the probe asks
+    def __init__(self, module, stage: int) -> None:
+        super().__init__()
+        self.module, self._stage = module, stage
+
+    def zero_optimization_stage(self) -> int:
+        return self._stage
+
+    def zero_offload_optimizer(self):
+        return type("DeepSpeedZeroOffloadOptimizerConfig", (), {"device": OffloadDeviceEnum()})()
+
+    def zero_offload_param(self):
+        return None
+
+
+def test_deepspeed_engine_stand_in_is_read_without_deepspeed(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "ds-job")
+    engine = DeepSpeedEngine(_llama(torch.float32), stage=2)
+    probe = gpumem_tui.probe.attach(engine, batch=1, seq=16, directory=tmp_path, hooks=False, track_tensors=False)
+    setup = _setup(probe)
+    probe.close()
+    assert setup["parallel"] == {"strategy": "deepspeed", "zero_stage": 2, "offload_optimizer": True,
+                                 "offload_params": False, "world_size": 4}
+    assert (setup["rank"], setup["world_size"], setup["job_id"], setup["model_class"]) == (1, 4, "ds-job", "LlamaForCausalLM")
+    process = from_probe_info(ProbeInfo(pid=3, model_config=probe._info["model_config"], setup=tuple(setup.items())),
+                              device="cpu")
+    assert (process.plan.kind, process.plan.zero_stage, process.plan.offload_optimizer) == ("deepspeed", 2, True)
+    assert process.estimate.components_bytes["optimizer_states"] == 0  # offloaded to the CPU
