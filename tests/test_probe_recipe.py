@@ -230,3 +230,31 @@ def test_deepspeed_engine_stand_in_is_read_without_deepspeed(tmp_path, monkeypat
                               device="cpu")
     assert (process.plan.kind, process.plan.zero_stage, process.plan.offload_optimizer) == ("deepspeed", 2, True)
     assert process.estimate.components_bytes["optimizer_states"] == 0  # offloaded to the CPU
+
+
+def test_modules_that_only_look_like_the_real_ones_never_stop_attach(tmp_path):
+    class CheckpointWrapper(torch.nn.Module):  # no checkpoint_impl, no checkpoint_fn
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = torch.nn.Linear(4, 4)
+
+    class Linear4bit(torch.nn.Linear):  # a plain weight, not a Params4bit: not quantized
+        pass
+
+    class DeepSpeedEngine(torch.nn.Module):  # every question raises
+        def __init__(self) -> None:
+            super().__init__()
+            self.module = torch.nn.Sequential(CheckpointWrapper(), Linear4bit(4, 4))
+
+        def zero_optimization_stage(self):
+            raise RuntimeError("not initialised")
+
+        zero_offload_optimizer = zero_offload_param = zero_optimization_stage
+
+    probe = gpumem_tui.probe.attach(DeepSpeedEngine(), batch=1, seq=4, directory=tmp_path, hooks=False,
+                                    track_tensors=False)
+    setup = _setup(probe)
+    probe.close()
+    assert setup["parallel"] == {"strategy": "deepspeed"}  # no stage: the estimate says so, one device
+    assert (setup["grad_ckpt"], setup["checkpointed_layers"]) == ("full", 1) and "checkpoint_impl" not in setup
+    assert "quantized_linears" not in setup and setup["model_class"] == "Sequential"

@@ -192,6 +192,7 @@ class Probe:
             "seq": seq,
             "dtype": _dtype_name(dtype),
             "device": str(self.device),
+            "model_class": type(self.model).__name__,
             "total_params": sum(int(p.numel()) for p in params),
             "trainable_params": sum(int(p.numel()) for p in params if p.requires_grad),
             "torch_version": torch.__version__,
@@ -216,8 +217,10 @@ class Probe:
             if isinstance(hparams, dict) and hparams.get("momentum") is not None:
                 setup["momentum"] = hparams["momentum"]
         hf_config = config if config is not None else hf_config_of(unwrap(self.model))
-        # rank, parallel wrappers, checkpointing, quantization, dtypes (probe/job_setup.py)
-        setup.update(detected_setup(self.model, self.optimizer, torch, params, hf_config, given_dtype))
+        # rank, parallel wrappers, checkpointing, quantization, dtypes (probe/job_setup.py);
+        # whatever it fails to read, the job runs on
+        with contextlib.suppress(Exception):
+            setup.update(detected_setup(self.model, self.optimizer, torch, params, hf_config, given_dtype))
         if extra:
             setup.update(jsonable(dict(extra)))
         create_time = None
