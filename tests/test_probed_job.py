@@ -151,3 +151,15 @@ def test_estimate_helper_is_the_estimators():
 
     arch, spec = spec_from_probe_info(ProbeInfo(pid=7, model_config=LLAMA, setup=tuple(BASE.items())), device="cpu")
     assert _single_device().peak_bytes == estimate(arch, spec).peak_bytes
+
+
+def test_checkpoint_flavour_reaches_the_estimate():
+    def peak(impl):
+        setup = {"batch": 4, "seq": 2048, "dtype": "bf16", "task": "train", "grad_ckpt": "full",
+                 "checkpoint_impl": impl, "model": "llama-3.2-1b", "optimizer": "sgd"}
+        process = from_probe_info(ProbeInfo(pid=1, setup=tuple(setup.items())), device="cuda")
+        assert process.spec.checkpoint_impl == impl
+        return process.estimate.peak_bytes
+
+    # reentrant re-runs the block's forward with its output held (estimator/checkpointing.py)
+    assert peak("reentrant") != peak("non-reentrant")
