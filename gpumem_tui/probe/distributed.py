@@ -187,15 +187,19 @@ def _deepspeed(engine: Any) -> dict[str, Any]:
         stage = engine.zero_optimization_stage()
         if isinstance(stage, int) and 0 <= stage <= 3:
             out["zero_stage"] = int(stage)
-    with contextlib.suppress(Exception):
-        opt = engine.zero_offload_optimizer()
-        out["offload_optimizer"] = str(getattr(getattr(opt, "device", None), "value", getattr(opt, "device", "none"))) \
-            in ("cpu", "nvme") if opt is not None else False
-    with contextlib.suppress(Exception):
-        par = engine.zero_offload_param()
-        out["offload_params"] = str(getattr(getattr(par, "device", None), "value", getattr(par, "device", "none"))) \
-            in ("cpu", "nvme") if par is not None else False
+    for key, ask in (("offload_optimizer", "zero_offload_optimizer"), ("offload_params", "zero_offload_param")):
+        with contextlib.suppress(Exception):
+            out[key] = _offloaded(getattr(engine, ask)())
     return out
+
+
+def _offloaded(config: Any) -> bool:
+    """A DeepSpeed offload config (None: no offload) sends the states to the CPU or NVMe
+    (``device``: an ``OffloadDeviceEnum`` whose ``value`` is "cpu" / "nvme" / "none")."""
+    if config is None:
+        return False
+    device = getattr(config, "device", None)
+    return str(getattr(device, "value", device)) in ("cpu", "nvme")
 
 
 def tensor_parallel_degree(params: list[Any], torch: Any, skip_dims: int = 0) -> int:
