@@ -258,3 +258,14 @@ def test_modules_that_only_look_like_the_real_ones_never_stop_attach(tmp_path):
     assert setup["parallel"] == {"strategy": "deepspeed"}  # no stage: the estimate says so, one device
     assert (setup["grad_ckpt"], setup["checkpointed_layers"]) == ("full", 1) and "checkpoint_impl" not in setup
     assert "quantized_linears" not in setup and setup["model_class"] == "Sequential"
+
+
+def test_a_later_info_line_without_a_setup_object_keeps_the_setup(tmp_path):
+    first = {"kind": "info", "format": "gpumem-tui-probe", "version": 1, "pid": 77, "time": 1.0,
+             "model_config": LLAMA, "setup": {"batch": 2, "seq": 8, "use_cache": False}}
+    stream = tmp_path / "77.jsonl"
+    stream.write_bytes((json.dumps(first) + "\n" + json.dumps({**first, "setup": ["use_cache", True]}) + "\n").encode())
+    reading = ProbeSource(tmp_path, alive=lambda pid, created: True).poll()
+    (info,) = reading.probe_infos
+    assert dict(info.setup) == {"batch": 2, "seq": 8, "use_cache": False}
+    assert any("1 unreadable line" in n for n in reading.notices)
