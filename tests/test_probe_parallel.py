@@ -46,7 +46,7 @@ BATCH, SEQ = 2, 32
 def _checkpoint(model, how: str) -> None:
     """Turn on activation checkpointing as a training script would."""
     if how == "hf-reentrant":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": True})
     elif how == "torch-wrapper":
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
             CheckpointImpl,

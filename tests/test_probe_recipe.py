@@ -168,7 +168,7 @@ def test_checkpoint_flavours_torch_wrapper_and_hf():
                      "checkpoint_every_layer": False}
 
     hf = _llama(torch.float32)
-    hf.gradient_checkpointing_enable()  # transformers 5: {"use_reentrant": False} by default
+    hf.activation_checkpointing_enable()  # transformers 5: {"use_reentrant": False} by default
     assert checkpoint_setup(hf, layers=2)["checkpoint_impl"] == "non-reentrant"
     assert checkpoint_setup(_llama(torch.float32), layers=2) == {}
 
