@@ -238,6 +238,12 @@ def from_probe_info(info: ProbeInfo, device: str | None = None, measured_context
             None; on CUDA it replaces the profile's figure (through
             :func:`~gpumem_tui.measured_context.init_context`).
 
+    The job facts the probe read (rank, parallel layout, checkpoint flavour, quantized
+    Linears, fp32 casts: :func:`gpumem_tui.analysis.probed_job.read_probed_job`) configure the
+    spec; with a parallel layout ``estimate`` is this rank's per-rank estimate
+    (:func:`gpumem_tui.estimator.parallel.per_rank.estimate_job`) and ``plan`` is set. What
+    the probe could not see or that was not usable is appended to ``estimate.assumptions``.
+
     Returns:
         A ``"probe"`` ProcessEstimate; ``estimate`` is None and ``problem`` says why when the
         config or the setup cannot be used (see :func:`gpumem_tui.comparison.spec_from_probe_info`).
