@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
+from gpumem_tui.analysis.probed_job import ProbedJob, read_probed_job
 from gpumem_tui.comparison import (
     FIGURE_ALLOCATED,
     FIGURE_CPU_LIVE,
@@ -91,6 +92,9 @@ class ProcessEstimate:
         model: the model's name alone (``"llama-3.2-1b"``), as the label gives it.
         what_if: for a ``"user"`` estimate of a probed PID, the settings that differ from the
             job's own (probe's) estimate, e.g. ``("batch 8 (job: 4)",)``; empty otherwise.
+        plan: the parallel plan the probe read (``ParallelPlan``), or None for one device;
+            ``estimate`` is then this rank's per-rank estimate and ``spec`` the job's spec
+            before the plan's sharding (the form's fields).
     """
 
     pid: int
@@ -103,6 +107,7 @@ class ProcessEstimate:
     info_key: str | None = None
     model: str = ""
     what_if: tuple[str, ...] = ()
+    plan: Any = None
 
     @property
     def is_what_if(self) -> bool:
@@ -235,18 +240,34 @@ def from_probe_info(info: ProbeInfo, device: str | None = None, measured_context
             None; on CUDA it replaces the profile's figure (through
             :func:`~gpumem_tui.measured_context.init_context`).
 
+    The job facts the probe read (rank, parallel layout, checkpoint flavour, quantized
+    Linears, fp32 casts: :func:`gpumem_tui.analysis.probed_job.read_probed_job`) configure the
+    spec; with a parallel layout ``estimate`` is this rank's per-rank estimate
+    (:func:`gpumem_tui.estimator.parallel.per_rank.estimate_job`) and ``plan`` is set. What
+    the probe could not see or that was not usable is appended to ``estimate.assumptions``.
+
     Returns:
         A ``"probe"`` ProcessEstimate; ``estimate`` is None and ``problem`` says why when the
         config or the setup cannot be used (see :func:`gpumem_tui.comparison.spec_from_probe_info`).
     """
-    from gpumem_tui.estimator.estimate import estimate as run_estimate
-
     model = model_label(info)
     label = f"{model} (probe, pid {info.pid})"
     key = _info_key(info, device, measured_context)
     overrides = {"device": device_kind(device)} if device else {}
     try:
-        arch, spec = spec_from_probe_info(info, **overrides)
+        job = read_probed_job(dict(info.setup))
+    except (TypeError, ValueError):  # a setup that is not key/value pairs
+        job = read_probed_job({})
+    notes = list(job.assumptions)
+    try:
+        checked = replace(info, setup=tuple(job.setup.items()))
+        try:
+            arch, spec = spec_from_probe_info(checked, **{**job.spec_fields, **overrides})
+        except ComparisonError as exc:
+            if not job.spec_fields:
+                raise
+            arch, spec = spec_from_probe_info(checked, **overrides)  # what the probe read is the problem
+            notes.append(f"the probe's recipe/parallel settings were not usable ({exc}); the setup's alone are used")
         if arch.use_cache and _forward_passes_no_cache(info):
             arch = replace(arch, use_cache=False)
         if measured_context is not None and spec.device == "cuda":
@@ -259,13 +280,41 @@ def from_probe_info(info: ProbeInfo, device: str | None = None, measured_context
             info_key=key, model=model,
         )
     try:
-        est = run_estimate(arch, spec)
+        est, plan = _rank_estimate(arch, spec, job, notes)
     except ValueError as exc:  # SpecError / ArchitectureError are ValueErrors
         return ProcessEstimate(
             info.pid, SOURCE_PROBE, label, arch, spec,
             problem=f"pid {info.pid}: the estimator rejected the probed setup: {exc}", info_key=key, model=model,
         )  # fmt: skip
-    return ProcessEstimate(info.pid, SOURCE_PROBE, label, arch, spec, est, info_key=key, model=model)
+    if notes:
+        est = replace(est, assumptions=tuple(est.assumptions) + tuple(notes))
+    return ProcessEstimate(info.pid, SOURCE_PROBE, label, arch, spec, est, info_key=key, model=model, plan=plan)
+
+
+def _rank_estimate(arch: Any, spec: Any, job: ProbedJob, notes: list[str]) -> tuple[Any, Any]:
+    """(this rank's Estimate, the plan used or None). With a parallel plan, the per-rank
+    estimate of :func:`gpumem_tui.estimator.parallel.per_rank.estimate_job` for this rank's
+    role (data-parallel ranks are alike; a pipeline's stage is not published, so its largest
+    role); a plan the estimator rejects adds a note and falls back to one device's estimate.
+
+    Raises:
+        ValueError: the single-device estimate itself is rejected.
+    """
+    from gpumem_tui.estimator.estimate import estimate as run_estimate
+
+    if job.plan is None:
+        return run_estimate(arch, spec), None
+    from gpumem_tui.estimator.parallel.per_rank import estimate_job
+
+    try:
+        ranked = estimate_job(arch, spec, job.plan)
+    except ValueError as exc:
+        notes.append(f"the probed {job.plan.kind} layout is not usable ({exc}): estimated as one device's memory")
+        return run_estimate(arch, spec), None
+    role = ranked.ranks[0] if len(ranked.ranks) == 1 else ranked.largest
+    who = f"rank {job.rank} of {job.world_size}" if job.rank is not None and job.world_size else "one rank"
+    notes.append(f"per-rank estimate for {who} ({role.role}), {job.plan.kind} as the probe read it")
+    return role.estimate, job.plan
 
 
 def compare_process(

@@ -26,6 +26,7 @@ ATTENTION = ("eager", "sdpa", "flash")
 DEVICES = ("cuda", "cpu", "meta")
 QUANT = ("none", "int8", "nf4", "fp4", "gptq", "awq")
 OPTIMIZER_IMPLS = ("auto", "single", "foreach", "fused")
+CHECKPOINT_IMPLS = ("auto", "reentrant", "non-reentrant")
 LORA_ROLES = ("q", "k", "v", "o", "gate", "up", "down")
 
 #: bytes per element of each dtype name
@@ -117,6 +118,9 @@ class TrainingSpec:
         recipe: the training framework around the model, a name of
             :data:`gpumem_tui.estimator.recipes.RECIPES` (cache in training, kept outputs, loss,
             checkpoint flavour, optimizer default, k-bit preparation) [torch: gpumem-tui's plain loop]
+        checkpoint_impl: ``torch.utils.checkpoint`` flavour of full checkpointing, ``reentrant``
+            | ``non-reentrant`` as the job runs it (the probe reads it), overriding the recipe's
+            [auto = the recipe's]
 
     Raises:
         SpecError: on construction, for any invalid value or contradiction (``.field`` names it).
@@ -148,6 +152,7 @@ class TrainingSpec:
     measured_context: int | None = None
     recipe: str = "torch"
     quant_format: QuantFormat | None = None
+    checkpoint_impl: str = "auto"
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -164,6 +169,7 @@ class TrainingSpec:
         _choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         _positive("grad_accum", self.grad_accum, 1 << 16)
         _choice("recipe", self.recipe, tuple(RECIPES))
+        _choice("checkpoint_impl", self.checkpoint_impl, CHECKPOINT_IMPLS)
         if isinstance(self.new_tokens, bool) or not isinstance(self.new_tokens, int) or not 0 <= self.new_tokens <= _MAX_SEQ:
             raise SpecError("new_tokens", f"--new-tokens must be an integer 0..{_MAX_SEQ}, got {self.new_tokens!r}")
         _choice("logits", self.logits, ("last", "all"))

@@ -13,7 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpumem_tui.probe.peak_split import PeakSplit, output_and_loss_bytes
+from gpumem_tui.probe.distributed import local_optimizer, unwrap
+from gpumem_tui.probe.job_setup import detected_setup
+from gpumem_tui.probe.job_setup import hf_config as hf_config_of
+from gpumem_tui.probe.peak_split import PeakSplit, output_and_loss_bytes, output_tensors
+from gpumem_tui.probe.recipe_state import use_cache_of_call
 from gpumem_tui.probe.writer import StreamWriter
 from gpumem_tui.telemetry.serialize import jsonable
 from gpumem_tui.telemetry.model import Phase
@@ -43,17 +47,6 @@ def _dtype_name(dtype: Any) -> str | None:
     if dtype is None:
         return None
     return str(dtype).removeprefix("torch.")
-
-
-def _hf_config(model: Any) -> dict | None:
-    config = getattr(model, "config", None)
-    to_dict = getattr(config, "to_dict", None)
-    if not callable(to_dict):
-        return None
-    try:
-        return jsonable(to_dict())
-    except Exception:  # a config that cannot describe itself is not worth failing the job for
-        return None
 
 
 def _tensor_bytes(tensor: Any) -> int:
@@ -142,6 +135,7 @@ class Probe:
         # CUDA: what each phase's peak is made of (probe/peak_split.py); needs the reset stats
         self._split = PeakSplit() if self.device.type == "cuda" and self._reset_peak_stats else None
         self._hook_handles: list[Any] = []
+        self._kwargs_handle: Any = None  # the forward pre-hook that reads use_cache, until it fired
         self._closed = False
 
         if track_tensors is None:
@@ -188,6 +182,7 @@ class Probe:
 
     def _info_record(self, batch, seq, dtype, task, config, extra, params) -> dict[str, Any]:
         torch = self._torch
+        given_dtype = dtype is not None
         if dtype is None:
             floating = [p.dtype for p in params if p.is_floating_point()]
             dtype = floating[0] if floating else None
@@ -215,22 +210,17 @@ class Probe:
             with contextlib.suppress(Exception):
                 setup["device_name"] = torch.cuda.get_device_name(self.device)
         if self.optimizer is not None:
-            opt = self.optimizer
+            opt = local_optimizer(self.optimizer)
             setup["optimizer"] = type(opt).__name__
             hparams = jsonable(dict(getattr(opt, "defaults", {}) or {}))
             setup["optimizer_hparams"] = hparams
             if isinstance(hparams, dict) and hparams.get("momentum") is not None:
                 setup["momentum"] = hparams["momentum"]
-        hf_config = config if config is not None else _hf_config(self.model)
-        # Class attribute lookup first: reading a deprecated property would warn.
-        for attr in ("is_activation_checkpointing", "is_gradient_checkpointing"):
-            if hasattr(type(self.model), attr):
-                with contextlib.suppress(Exception):
-                    setup["grad_ckpt"] = bool(getattr(self.model, attr))
-                break
-        attn = getattr(getattr(self.model, "config", None), "_attn_implementation", None)
-        if isinstance(attn, str):
-            setup["attention"] = attn
+        hf_config = config if config is not None else hf_config_of(unwrap(self.model))
+        # rank, parallel wrappers, checkpointing, quantization, dtypes (probe/job_setup.py);
+        # whatever it fails to read, the job runs on
+        with contextlib.suppress(Exception):
+            setup.update(detected_setup(self.model, self.optimizer, torch, params, hf_config, given_dtype))
         if extra:
             setup.update(jsonable(dict(extra)))
         create_time = None
@@ -544,6 +534,8 @@ class Probe:
     def _install_hooks(self, step_start_hook: bool = True) -> None:
         model = self.model
         self._hook_handles.append(model.register_forward_pre_hook(self._forward_pre_hook))
+        self._kwargs_handle = model.register_forward_pre_hook(self._forward_kwargs_hook, with_kwargs=True)
+        self._hook_handles.append(self._kwargs_handle)
         self._hook_handles.append(model.register_forward_hook(self._forward_hook))
         if self.optimizer is not None:
             pre = [self.optimizer.register_step_pre_hook(self._step_pre_hook)] if step_start_hook else []
@@ -604,11 +596,11 @@ class Probe:
         # otherwise whichever output tensor backward reaches first.
         loss = getattr(output, "loss", None)
         has_loss = isinstance(loss, torch.Tensor)
-        targets = [loss] if has_loss else _tensors(output, torch)
+        targets = [loss] if has_loss else output_tensors(output, torch)
         if has_loss and not self._kept_output_published:
-            self._output_refs = tuple(weakref.ref(t) for t in _tensors(output, torch) if t is not loss)
+            self._output_refs = tuple(weakref.ref(t) for t in output_tensors(output, torch) if t is not loss)
         if self._split is not None:
-            outputs = [t for t in _tensors(output, torch) if t is not loss]
+            outputs = [t for t in output_tensors(output, torch) if t is not loss]
             self._split.logits_and_loss = output_and_loss_bytes(outputs, loss if has_loss else None, torch)
         fired = [False]
 
@@ -640,14 +632,31 @@ class Probe:
                 storage = tensor.untyped_storage()
                 storages[storage.data_ptr() or id(storage)] = int(storage.nbytes())
         self._kept_output_published = True
+        self._publish_setup({"keep_outputs": True, "kept_output_bytes": sum(storages.values())})
+
+    def _publish_setup(self, keys: dict[str, Any]) -> None:
+        """Add ``keys`` to the published setup: a new info line (readers replace the setup
+        they had with the newest info line; probe_source.py ``_handle_info``)."""
         with self._lock:
             if self._closed:
                 return
             info = dict(self._info)
-            info["setup"] = {**info["setup"], "keep_outputs": True, "kept_output_bytes": sum(storages.values())}
+            info["setup"] = {**info["setup"], **keys}
             info["time"] = time.time()
             self._info = info
             self._writer.update_info(info)
+
+    def _forward_kwargs_hook(self, module: Any, args: Any, kwargs: Any) -> None:
+        """The first forward's ``use_cache`` argument (``register_forward_pre_hook(...,
+        with_kwargs=True)``, torch/nn/modules/module.py), published once; then the hook goes."""
+        handle, self._kwargs_handle = self._kwargs_handle, None
+        if handle is None:
+            return
+        with contextlib.suppress(Exception):
+            handle.remove()
+        value = use_cache_of_call(kwargs)
+        if value is not None:
+            self._guard(self._publish_setup, {"use_cache": value})
 
     def watch_loss(self, loss: Any) -> None:
         """Mark backward when ``loss.backward()`` starts (for a loss computed outside the
@@ -712,22 +721,6 @@ class Probe:
         self.close()
 
 
-def _tensors(output: Any, torch: Any, limit: int = 16) -> list[Any]:
-    """Up to ``limit`` tensors that require grad in a (nested) forward output."""
-    found: list[Any] = []
-    stack = [(output, 0)]
-    while stack and len(found) < limit:
-        value, depth = stack.pop()
-        if isinstance(value, torch.Tensor):
-            if value.requires_grad:
-                found.append(value)
-        elif depth < 4 and isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.values())
-        elif depth < 4 and isinstance(value, (list, tuple)):
-            stack.extend((v, depth + 1) for v in value)
-    return found
-
-
 def attach(model: Any, optimizer: Any = None, **kwargs: Any) -> Probe:
     """Start probing this process's training: phases are marked and memory streamed.
 
@@ -739,7 +732,9 @@ def attach(model: Any, optimizer: Any = None, **kwargs: Any) -> Probe:
 
     Publishes once: the HF model config (``model.config.to_dict()``, or ``config=``), batch,
     seq, dtype (default: the first floating parameter's), optimizer class and
-    hyperparameters, task, device, pid. Streams, as JSONL to
+    hyperparameters, task, device, pid, and what it reads of the job
+    (:func:`gpumem_tui.probe.job_setup.detected_setup`: rank, parallel wrappers, checkpointing,
+    quantization, fp32 casts); the first forward's ``use_cache`` in a second info line. Streams, as JSONL to
     ``default_probe_dir()/<pid>.jsonl`` (or ``directory=``), samples at phase boundaries and
     every ``interval`` seconds (default 0.1) in between: CUDA ``torch.cuda.memory_allocated``
     / ``memory_reserved`` / ``max_memory_allocated``; CPU the live tensor bytes of a tracker

@@ -140,4 +140,22 @@ class PeakSplit:
         return parts
 
 
-__all__ = ["PeakSplit", "UNSPLIT", "output_and_loss_bytes"]
+
+
+def output_tensors(output: Any, torch: Any, limit: int = 16) -> list[Any]:
+    """Up to ``limit`` tensors that require grad in a (nested) forward output."""
+    found: list[Any] = []
+    stack = [(output, 0)]
+    while stack and len(found) < limit:
+        value, depth = stack.pop()
+        if isinstance(value, torch.Tensor):
+            if value.requires_grad:
+                found.append(value)
+        elif depth < 4 and isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif depth < 4 and isinstance(value, (list, tuple)):
+            stack.extend((v, depth + 1) for v in value)
+    return found
+
+
+__all__ = ["PeakSplit", "UNSPLIT", "output_and_loss_bytes", "output_tensors"]

@@ -629,6 +629,10 @@ class ProbeSource:
     def _handle_info(self, stream: _Stream, record: Mapping[str, object]) -> None:
         if record.get("format") not in (None, PROBE_FORMAT):
             raise _BadLine("not a gpumem-tui probe stream")
+        if stream.info_seen and not isinstance(record.get("setup"), Mapping):
+            # a later info line updates the setup (the probe's use_cache, kept outputs): one
+            # without a setup object is malformed and must not wipe the setup already read
+            raise _BadLine("info line without a setup object")
         version = record.get("version")
         if isinstance(version, int) and version > PROBE_VERSION and not stream.info_seen:
             stream.notices.append(

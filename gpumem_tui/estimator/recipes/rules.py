@@ -100,8 +100,10 @@ def selective_policy(spec: TrainingSpec) -> str:
 
 
 def reentrant_checkpoint(spec: TrainingSpec) -> bool:
-    """Full checkpointing runs ``torch.utils.checkpoint`` with ``use_reentrant=True``."""
-    return spec.grad_ckpt == "full" and recipe(spec).checkpoint_impl == "reentrant"
+    """Full checkpointing runs ``torch.utils.checkpoint`` with ``use_reentrant=True``: the
+    spec's ``checkpoint_impl`` when set (what the probe saw), else the recipe's."""
+    impl = spec.checkpoint_impl if spec.checkpoint_impl != "auto" else recipe(spec).checkpoint_impl
+    return spec.grad_ckpt == "full" and impl == "reentrant"
 
 
 def follows_measured_order(spec: TrainingSpec) -> bool:
