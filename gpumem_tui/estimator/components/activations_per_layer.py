@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from gpumem_tui.estimator.architecture import ModelArchitecture
 from gpumem_tui.estimator.devices import cuda_autocast, cuda_context, cuda_kernels, peft_lora, profile_for
 from gpumem_tui.estimator.devices.cuda import CUDA_CONTEXT_BYTES  # noqa: F401  (re-exported)
-from gpumem_tui.estimator.loss import LogitsLoss, logits_loss_bytes  # noqa: F401  (re-exported)
+from gpumem_tui.estimator.components.logits_loss import LogitsLoss, logits_loss_bytes  # noqa: F401  (re-exported)
 from gpumem_tui.estimator.precision import Precision, precision  # noqa: F401  (re-exported)
 from gpumem_tui.estimator import quantization as Q
 from gpumem_tui.estimator.recipes import rules as R
