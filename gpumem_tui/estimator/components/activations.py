@@ -1,6 +1,6 @@
 """Activations of the whole model: the layers' saved tensors times ``L`` (or what checkpointing
 keeps of them), the tensors saved outside the layers, and what a frozen LoRA base does not save
-(bytes, one micro-batch). The per-layer rules are in :mod:`.layer_activations`.
+(bytes, one micro-batch). The per-layer rules are in :mod:`.activations_per_layer`.
 
 Activation terms are *saved-for-backward* tensors of the Hugging Face ``transformers``
 implementation of each model type, counted tensor by tensor (the way Korthikanti et al. 2022,
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gpumem_tui.estimator.architecture import ModelArchitecture
 from gpumem_tui.estimator.components.kernels import dropout_mask_bytes
-from gpumem_tui.estimator.components.layer_activations import layer_activations, mlp_activation_saved_bytes
+from gpumem_tui.estimator.components.activations_per_layer import layer_activations, mlp_activation_saved_bytes
 from gpumem_tui.estimator.components.lora import lora_targets
 from gpumem_tui.estimator.precision import precision
 from gpumem_tui.estimator.recipes import rules as R

@@ -119,7 +119,7 @@ def v_pins_fused_qkv(arch: ModelArchitecture, spec: TrainingSpec, b: int) -> boo
 
 def v_pins_fused_qkv_eager(arch: ModelArchitecture, b: int) -> bool:
     """Phi-3 eager attention at ``b = 1`` without GQA: the saved ``v`` is a view of the fused
-    qkv output (see :func:`.layer_activations.layer_activations`), released when the attention's second matmul
+    qkv output (see :func:`.activations_per_layer.layer_activations`), released when the attention's second matmul
     has run backward."""
     return b == 1 and arch.fused_qkv and not arch.learned_positions and arch.num_kv_heads == arch.num_heads
 
