@@ -4,13 +4,13 @@ Training (steady state, i.e. the second step: optimizer states exist, gradients 
 ``zero_grad(set_to_none=True)``): forward (end of forward; with checkpointing also a layer's
 transient working set), backward (the largest of several moments: the log-softmax backward,
 the LM head, the final norm, the last and the first layer -- a walk through the layer's
-backward in autograd order, see ``components.layer_backward.layer_backward_excess`` -- and the embedding),
-optimizer step. Inference: prefill (attention/MLP working set of a layer, then the logits)
+backward in autograd order, see ``components.layer_backward.layer_backward_excess`` -- and the
+embedding), optimizer step. Inference: prefill (attention/MLP working set of a layer, then the logits)
 and decode. Checked against torch's MemTracker (benchmarks/estimator_accuracy.py, torch 2.13
 CPU): 50 benchmark cases of 7 model families, median error 0.00 %, worst 0.13 %; 252 held-out
 cases (random draws of seeds 11, 77, 2027, 4242, 9001, 31337 and the SDPA-dropout set), worst 3.9 %, 251
 within 1 %. Each moment is a sum of component terms from
-:mod:`gpumem_tui.estimator.components`; the peak is the largest moment and its breakdown is the
+:mod:`gpumem_tui.estimator.components` (one module per component); the peak is the largest moment and its breakdown is the
 ``components_bytes`` of the result.
 
 Figures: ``peak_bytes`` on ``--device cuda`` includes the CUDA context and the allocator
@@ -201,6 +201,7 @@ class _StepTerms:
 
 
 def _step_terms(arch: ModelArchitecture, spec: TrainingSpec) -> _StepTerms:
+    """Each component term of one training step of ``spec`` on ``arch``, computed once."""
     b, s = spec.batch, spec.seq
     prec = precision(spec)
     G = gradient_bytes(arch, spec)
@@ -234,12 +235,14 @@ def _step_terms(arch: ModelArchitecture, spec: TrainingSpec) -> _StepTerms:
 
 
 def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple[str, str, dict[str, int]]]:
+    """``(phase, moment, bytes per component)`` of each moment of a steady-state training step."""
     t = _step_terms(arch, spec)
     ids = 8 * spec.batch * spec.seq  # input ids stay alive through the step
-    return _forward_moments(arch, spec, t) + _head_backward_moments(arch, spec, t) + _layer_backward_moments(
-        arch, spec, t) + [("optimizer_step", "optimizer step", _moment(
-            parameters=t.P, optimizer_states=t.O, gradients=t.G, optimizer_intermediates=optimizer_intermediate_bytes(
-                arch, spec), activations=ids, logits_and_loss=t.kept))]
+    step = ("optimizer_step", "optimizer step", _moment(
+        parameters=t.P, optimizer_states=t.O, gradients=t.G,
+        optimizer_intermediates=optimizer_intermediate_bytes(arch, spec), activations=ids, logits_and_loss=t.kept))
+    return (_forward_moments(arch, spec, t) + _head_backward_moments(arch, spec, t)
+            + _layer_backward_moments(arch, spec, t) + [step])
 
 
 def _forward_moments(arch: ModelArchitecture, spec: TrainingSpec, t: _StepTerms) -> list[tuple[str, str, dict[str, int]]]:

@@ -52,6 +52,7 @@ class LayerActivations:
 
     @property
     def total(self) -> int:
+        """All saved bytes of the layer: ``replicated + parallel``."""
         return self.replicated + self.parallel
 
 
@@ -98,6 +99,7 @@ class _Layer:
 
 
 def _layer(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> _Layer:
+    """The :class:`_Layer` record of one layer of ``arch`` under ``spec`` at ``b x s`` tokens."""
     prec = precision(spec)
     lora = spec.task in ("lora", "qlora")
     train_mode_dropout = spec.task != "inference"
