@@ -38,7 +38,7 @@ from gpumem_tui.estimator.components.logits_loss import (
 from gpumem_tui.estimator.components.lora import trainable_params
 from gpumem_tui.estimator.components.optimizer_states import optimizer_intermediate_bytes, optimizer_state_bytes
 from gpumem_tui.estimator.components.parameters import dequant_bytes, parameter_bytes
-from gpumem_tui.estimator.precision import precision
+from gpumem_tui.estimator.precision import Precision, precision
 from gpumem_tui.estimator.recipes import rules as R
 from gpumem_tui.estimator.devices import cuda_kernels, cuda_step_events
 from gpumem_tui.estimator.spec import TrainingSpec, check_spec_for
@@ -127,7 +127,7 @@ def _moment(**parts: int) -> dict[str, int]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs ~10x, and this is built per call
 class _Casts:
     """16-bit weight copies autocast holds (bytes, one device; 0 without torch AMP): through the
     forward (``forward``) and what is left of them at the LM-head (and log-softmax), the
@@ -139,7 +139,7 @@ class _Casts:
     last_layer: float
 
 
-def _autocast_casts(arch: ModelArchitecture, spec: TrainingSpec) -> _Casts:
+def _autocast_casts(arch: ModelArchitecture, spec: TrainingSpec, prec: Precision) -> _Casts:
     """Weight casts held by autocast from forward to backward (torch AMP only): 16-bit copies
     of every Linear weight (incl. the LM head; BERT's MLM head: transform dense + decoder),
     cached by autocast. In backward (outside the autocast context, whose cast cache is cleared
@@ -147,7 +147,6 @@ def _autocast_casts(arch: ModelArchitecture, spec: TrainingSpec) -> _Casts:
     checkpointing the layers saved nothing in forward and each re-run layer casts its weights
     again (torch/utils/checkpoint.py recomputes under the forward's autocast state): one
     layer's casts at a time (measured, MemTracker, CPU autocast with checkpointing)."""
-    prec = precision(spec)
     e, h = prec.compute, arch.hidden_size
     amp_casts = 0
     if prec.amp:
@@ -161,7 +160,7 @@ def _autocast_casts(arch: ModelArchitecture, spec: TrainingSpec) -> _Casts:
     return _Casts(forward=amp_casts, head=amp_casts, final=amp_casts, last_layer=amp_casts)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs ~10x, and this is built per call
 class _StepTerms:
     """The component terms a training step's moments combine (bytes, one device).
 
@@ -173,7 +172,7 @@ class _StepTerms:
     the embeddings' stored gradients, ``HT`` the ``(V, h)`` gradient temporaries,
     ``labels_freed`` what nll_loss's backward frees, ``grad_hidden`` the incoming ``b s h``
     gradient, ``kept`` the logits the loop keeps, ``tied_sub`` a tied head's gradient not yet
-    stored.
+    stored, ``e`` bytes per compute element.
     """
 
     P: int
@@ -194,6 +193,7 @@ class _StepTerms:
     kept: int
     tied_sub: float
     persist: bool
+    e: int
 
     def grads(self, partial: float) -> float:
         """Gradients alive once ``partial`` of them have been produced in backward."""
@@ -220,7 +220,7 @@ def _step_terms(arch: ModelArchitecture, spec: TrainingSpec) -> _StepTerms:
         P=parameter_bytes(arch, spec), O=optimizer_state_bytes(arch, spec), G=G,
         stored=G if persist else 0,  # gradients that exist before backward starts
         A=ck.activations, ck=ck, LL=logits_loss_bytes(arch, spec, b, s), X=X, X_grads=X_grads,
-        casts=_autocast_casts(arch, spec), head_w=head_w,
+        casts=_autocast_casts(arch, spec, prec), head_w=head_w,
         emb_g=arch.param_breakdown()["embeddings"] * prec.grad / shard_g if full_training else 0, HT=HT,
         # by the log-softmax backward, nll_loss's backward has run: its saved labels are freed
         # and the incoming gradient (a scalar) exists
@@ -231,7 +231,7 @@ def _step_terms(arch: ModelArchitecture, spec: TrainingSpec) -> _StepTerms:
         kept=kept_output_bytes(arch, spec, b, s),
         # the partial sums count the head's (sharded) stored gradient, which a tied head does
         # not have yet
-        tied_sub=0 if persist or not HT.pending else head_w, persist=persist)
+        tied_sub=0 if persist or not HT.pending else head_w, persist=persist, e=prec.compute)
 
 
 def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple[str, str, dict[str, int]]]:
@@ -254,7 +254,7 @@ def _forward_moments(arch: ModelArchitecture, spec: TrainingSpec, t: _StepTerms)
     if t.ck.reruns:
         # a checkpointed layer runs forward without saving: its working set is transient, as
         # in a no-grad forward (minus the residual tensors, which are the saved layer inputs)
-        work = inference_working_bytes(arch, spec, b, s) - 3 * b * s * arch.hidden_size * precision(spec).compute
+        work = inference_working_bytes(arch, spec, b, s) - 3 * b * s * arch.hidden_size * t.e
         moments.append(("forward", "checkpointed layer forward", _moment(
             parameters=t.P, optimizer_states=t.O, gradients=t.stored, activations=t.A + t.casts.forward + work)))
     return moments
@@ -267,7 +267,7 @@ def _head_backward_moments(arch: ModelArchitecture, spec: TrainingSpec,
     A tied LM head's ``(V, h)`` gradient is a backward temporary until the embedding backward
     adds its part and AccumulateGrad stores the sum: reported with the activations (and,
     without stored gradients, taken out of the partial gradient sums)."""
-    b, s, e, h = spec.batch, spec.seq, precision(spec).compute, arch.hidden_size
+    b, s, e, h = spec.batch, spec.seq, t.e, arch.hidden_size
     tied_temp = t.HT.pending
     # final norm backward: its fp32 (RMSNorm) or compute-dtype temporaries while the whole
     # forward's activations are still saved and the LM-head gradient exists

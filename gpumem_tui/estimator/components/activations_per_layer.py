@@ -56,7 +56,7 @@ class LayerActivations:
         return self.replicated + self.parallel
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs ~10x, and this is built per call
 class _Layer:
     """What every rule of one layer reads: the model, the spec, the shapes and the element
     sizes (``e`` compute bytes, ``mask_b`` dropout-mask bytes per element), which Linears are
@@ -66,8 +66,10 @@ class _Layer:
     arch: ModelArchitecture
     spec: TrainingSpec
     prec: Precision
+    e: int
     b: int
     s: int
+    bs: int
     lora: bool
     targets: frozenset[str]
     d_in_of: dict[str, int]
@@ -75,14 +77,6 @@ class _Layer:
     mask_b: int
     p_attn: bool
     p_hid: bool
-
-    @property
-    def e(self) -> int:
-        return self.prec.compute
-
-    @property
-    def bs(self) -> int:
-        return self.b * self.s
 
     def saves_input(self, role: str) -> bool:
         """Whether the Linear of ``role`` saves its input: every trained one; with LoRA only
@@ -104,7 +98,7 @@ def _layer(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> _Laye
     lora = spec.task in ("lora", "qlora")
     train_mode_dropout = spec.task != "inference"
     return _Layer(
-        arch=arch, spec=spec, prec=prec, b=b, s=s, lora=lora,
+        arch=arch, spec=spec, prec=prec, e=prec.compute, b=b, s=s, bs=b * s, lora=lora,
         targets=frozenset(l.role for l in lora_targets(arch, spec)) if lora else frozenset(),
         d_in_of={l.role: l.d_in for l in arch.layer_linears()} if lora else {},
         peft32=peft_fp32(spec), mask_b=dropout_mask_bytes(spec, prec.compute),
@@ -366,10 +360,10 @@ def mlp_activation_saved_bytes(arch: ModelArchitecture, spec: TrainingSpec, bs: 
     (:func:`gpumem_tui.estimator.devices.cuda_autocast.gelu_new_saved_bytes_per_element`),
     ``gelu_fast`` :data:`GELU_FAST_SAVED` tensors, exact / tanh ``F.gelu`` and ReLU one
     ``bsf e`` tensor (input or output)."""
-    e = precision(spec).compute
-    f = arch.intermediate_size
+    prec = precision(spec)
+    e, f = prec.compute, arch.intermediate_size
     if arch.activation == "gelu_new":
-        return bs * f * cuda_autocast.gelu_new_saved_bytes_per_element(e, precision(spec).amp and spec.device == "cuda")
+        return bs * f * cuda_autocast.gelu_new_saved_bytes_per_element(e, prec.amp and spec.device == "cuda")
     if arch.activation == "gelu_fast":
         return bs * f * GELU_FAST_SAVED * e
     return bs * f * e

@@ -43,7 +43,7 @@ class LayerBackward:
     grads: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen init costs ~10x, and this is built per call
 class _Backward:
     """One layer's backward walk: the model, the spec, shapes, ``e`` compute and ``g``
     gradient bytes per element, the adapted roles under LoRA, and the running walk ``w``."""
@@ -52,15 +52,12 @@ class _Backward:
     spec: TrainingSpec
     b: int
     s: int
+    bs: int
     e: int
     g: int
     lora: bool
     targets: frozenset[str]
     w: _Walk
-
-    @property
-    def bs(self) -> int:
-        return self.b * self.s
 
     def saves_input(self, role: str) -> bool:
         """Whether the Linear of ``role`` saved its input (every one; only adapted ones under LoRA)."""
@@ -98,7 +95,7 @@ def layer_backward_excess(arch: ModelArchitecture, spec: TrainingSpec, b: int, s
     if arch.coarse:
         return LayerBackward(total=int(2 * bs * f * e + 12 * h * h * g), grads=int(12 * h * h * g))
     lora = spec.task in ("lora", "qlora")
-    c = _Backward(arch=arch, spec=spec, b=b, s=s, e=e, g=g, lora=lora, w=_Walk(),
+    c = _Backward(arch=arch, spec=spec, b=b, s=s, bs=bs, e=e, g=g, lora=lora, w=_Walk(),
                   targets=frozenset(l.role for l in lora_targets(arch, spec)) if lora else frozenset())
     # a Gemma-2 RMSNorm keeps x and (trained weight only) x*rsqrt in fp32
     gemma_norm = (1 if lora else 2) * bs * h * 4 + bs * 4
