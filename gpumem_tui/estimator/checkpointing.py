@@ -3,7 +3,8 @@
 The policy is the spec's ``grad_ckpt`` read through its recipe
 (:mod:`gpumem_tui.estimator.recipes.rules`):
 
-- ``none``: every layer keeps its whole saved set (:func:`gpumem_tui.estimator.components.activations_per_layer.layer_activations`).
+- ``none``: every layer keeps its whole saved set
+  (:func:`gpumem_tui.estimator.components.activations_per_layer.layer_activations`).
 - ``selective`` with ``attention-core`` (Megatron; Korthikanti et al. 2022, arXiv 2205.05198,
   Sec. 5): the ``s^2`` attention terms are recomputed, the rest kept.
 - ``selective`` with ``op-every-other-mm`` (torchtitan op SAC,

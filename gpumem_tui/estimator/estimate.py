@@ -10,8 +10,8 @@ and decode. Checked against torch's MemTracker (benchmarks/estimator_accuracy.py
 CPU): 50 benchmark cases of 7 model families, median error 0.00 %, worst 0.13 %; 252 held-out
 cases (random draws of seeds 11, 77, 2027, 4242, 9001, 31337 and the SDPA-dropout set), worst 3.9 %, 251
 within 1 %. Each moment is a sum of component terms from
-:mod:`gpumem_tui.estimator.components` (one module per component); the peak is the largest moment and its breakdown is the
-``components_bytes`` of the result.
+:mod:`gpumem_tui.estimator.components` (one module per component); the peak is the largest
+moment and its breakdown is the ``components_bytes`` of the result.
 
 Figures: ``peak_bytes`` on ``--device cuda`` includes the CUDA context and the allocator
 reserve (comparable to NVML "used" of the process); ``figures`` in the JSON also gives the
@@ -210,7 +210,8 @@ def _step_terms(arch: ModelArchitecture, spec: TrainingSpec) -> _StepTerms:
     X += dequant_bytes(arch, spec, backward=True)  # a quantized weight dequantized for its backward matmul
     full_training = spec.task == "train"
     shard_g = (spec.tp * spec.pp) * (spec.dp if spec.zero >= 2 else 1)
-    head_w = arch.vocab_size * arch.embed_width * prec.grad / shard_g if full_training and arch.head in ("lm", "mlm") else 0
+    head_w = (arch.vocab_size * arch.embed_width * prec.grad / shard_g
+              if full_training and arch.head in ("lm", "mlm") else 0)
     # (V, h) gradient temporaries: a tied head's pending contribution, the embedding backward's
     # dense gradient and sum, an untied head's new gradient when a .grad exists
     HT = head_gradient_temporaries(arch, spec)
@@ -245,7 +246,8 @@ def _training_moments(arch: ModelArchitecture, spec: TrainingSpec) -> list[tuple
             + _layer_backward_moments(arch, spec, t) + [step])
 
 
-def _forward_moments(arch: ModelArchitecture, spec: TrainingSpec, t: _StepTerms) -> list[tuple[str, str, dict[str, int]]]:
+def _forward_moments(arch: ModelArchitecture, spec: TrainingSpec,
+                     t: _StepTerms) -> list[tuple[str, str, dict[str, int]]]:
     """End of forward; with checkpointing also a checkpointed layer's forward."""
     b, s = spec.batch, spec.seq
     moments = [("forward", "end of forward", _moment(

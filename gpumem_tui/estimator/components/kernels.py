@@ -89,7 +89,8 @@ def cuda_sdpa_window_mask(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
 
 
 def cuda_sdpa_backend(arch: ModelArchitecture, spec: TrainingSpec) -> str:
-    """The kernel CUDA's SDPA picks for this model (:func:`cuda_kernels.sdpa_backend`):
+    """The kernel CUDA's SDPA picks for this model, ``flash`` | ``efficient`` | ``math``
+    (:func:`gpumem_tui.estimator.devices.cuda_kernels.sdpa_backend`):
     transformers passes k and v at the KV head count with ``enable_gqa=True`` when there is no
     mask (``use_gqa_in_sdpa``), which the memory-efficient kernel rejects
     (``check_batch_size_and_num_heads_dense<false /*supports_grouped_query_attention*/>``

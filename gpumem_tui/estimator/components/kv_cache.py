@@ -12,7 +12,7 @@ from gpumem_tui.estimator.spec import TrainingSpec
 
 
 def kv_cache_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int, prefill: bool = False) -> int:
-    """KV cache: ``2 L k d s b`` elements in the KV dtype; sliding-window layers keep
+    """KV cache (bytes): ``2 L k d s b`` elements in the KV dtype; sliding-window layers keep
     ``min(window, s)`` positions (Mistral / Gemma 2 reports; transformers' sliding-window
     cache layers). Check: Llama-3.1-8B at 1K tokens in bf16 = 0.125 GiB (HF Llama 3.1 post).
     Tensor parallelism splits the heads: divided by ``t`` (at least one head per device)."""

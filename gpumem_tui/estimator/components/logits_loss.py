@@ -88,7 +88,7 @@ def kept_output_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
 
 def inference_logits_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int) -> int:
     """Logits of the last position only (``generate()`` passes ``logits_to_keep=1``), plus
-    its fp32 copy: ``b V (e + 4)``."""
+    its fp32 copy: ``b V (e + 4)`` bytes; 0 for an encoder."""
     e = precision(spec).compute
     if arch.kind != "decoder":
         return 0

@@ -111,7 +111,7 @@ def _adafactor_head_elements(arch: ModelArchitecture) -> int:
 
 
 def optimizer_intermediate_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
-    """Temporaries allocated inside ``optimizer.step()``.
+    """Temporaries allocated inside ``optimizer.step()`` (bytes per device).
 
     torch's single-tensor AdamW (the CPU default) computes
     ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`` per parameter: two

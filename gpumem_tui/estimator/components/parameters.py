@@ -46,7 +46,7 @@ def parameter_bytes(arch: ModelArchitecture, spec: TrainingSpec) -> int:
 
 
 def buffer_bytes(arch: ModelArchitecture) -> int:
-    """Non-parameter buffers that live with the weights: rotary ``inv_freq`` and
+    """Non-parameter buffers that live with the weights (bytes): rotary ``inv_freq`` and
     ``original_inv_freq`` (``d/2`` fp32 each, transformers' RotaryEmbedding), BERT's
     ``position_ids`` and ``token_type_ids`` (``max_positions`` int64 each)."""
     if arch.coarse:
@@ -59,7 +59,7 @@ def buffer_bytes(arch: ModelArchitecture) -> int:
 
 
 def dequant_bytes(arch: ModelArchitecture, spec: TrainingSpec, backward: bool = False) -> int:
-    """Transient 16-bit copy of one quantized weight: bitsandbytes dequantizes an NF4 Linear's
+    """Transient 16-bit copy of one quantized weight (bytes): bitsandbytes dequantizes an NF4 Linear's
     weight to the compute dtype for each matmul, forward and backward (QLoRA, Dettmers et
     al. 2023, Sec. 3: "we dequantize the storage data type to the computation data type"); an
     LLM.int8() Linear only in backward, for its input gradient (``MatMul8bitLt.backward``:
