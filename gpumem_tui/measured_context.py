@@ -134,7 +134,7 @@ def init_context(measured_bytes: int, architecture: Any, spec: Any) -> int:
     minus that part 2, never below 0, so that ``TrainingSpec(measured_context=...)`` gives
     back ``measured_bytes`` for this process's own setup and the box's figure for another.
     """
-    from gpumem_tui.estimator.components import cuda_context_bytes
+    from gpumem_tui.estimator.components.context_and_reserve import cuda_context_bytes
 
     step_part = cuda_context_bytes(replace(spec, device="cuda", measured_context=0), architecture)
     return min(max(measured_bytes - step_part, 0), MAX_CONTEXT_BYTES)

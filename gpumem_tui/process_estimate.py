@@ -220,7 +220,7 @@ def _forward_passes_no_cache(info: ProbeInfo) -> bool:
     config says, by what the probe published: the setup's ``use_cache`` (false), or the
     built-in demo job's ``demo_model`` key (gpumem_tui/demo_job.py calls its model with
     ``use_cache=False``; traces recorded before it published ``use_cache`` carry only that).
-    Without either, the config's ``use_cache`` and the recipe decide (components.py)."""
+    Without either, the config's ``use_cache`` and the recipe decide (estimator/components/kv_cache.py)."""
     setup = dict(info.setup)
     flag = setup.get("use_cache")
     if isinstance(flag, bool) or (isinstance(flag, str) and flag.strip().lower() in ("false", "true")):

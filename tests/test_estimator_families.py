@@ -294,11 +294,11 @@ def test_rotary_concat_output_copy_depends_on_the_kernel() -> None:
     """GPT-NeoX's concatenated rotary q is (b, a, s, d)-contiguous: flash (CUDA bf16, CPU)
     writes its output in that layout and the o-projection copies it; CUDA's memory-efficient
     kernel (fp32) writes (b, s, a, d) and no copy is saved."""
-    from gpumem_tui.estimator import components as C
+    from gpumem_tui.estimator.components.kernels import sdpa_output_copied
 
     arch = load_architecture("pythia-160m")
     bf16 = TrainingSpec(batch=2, seq=512, dtype="bf16", device="cuda")
     fp32 = TrainingSpec(batch=2, seq=512, dtype="fp32", device="cuda")
-    assert C._sdpa_output_copied(arch, bf16) and not C._sdpa_output_copied(arch, fp32)
-    assert C._sdpa_output_copied(arch, TrainingSpec(batch=2, seq=512, dtype="fp32", device="cpu"))
-    assert not C._sdpa_output_copied(load_architecture("llama-3.2-1b"), bf16)
+    assert sdpa_output_copied(arch, bf16) and not sdpa_output_copied(arch, fp32)
+    assert sdpa_output_copied(arch, TrainingSpec(batch=2, seq=512, dtype="fp32", device="cpu"))
+    assert not sdpa_output_copied(load_architecture("llama-3.2-1b"), bf16)

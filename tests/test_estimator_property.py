@@ -147,11 +147,11 @@ def _assert_grows(arch, est, spec, bigger, bigger_spec) -> None:  # noqa: ANN001
     if spec.device != "cuda":
         assert bigger.peak_bytes >= est.peak_bytes
         return
-    from gpumem_tui.estimator import components as C
+    from gpumem_tui.estimator.components.kernels import cuda_sdpa_backend
 
     assert bigger.peak_bytes >= est.peak_bytes - est.components_bytes["allocator_reserve"]
     same_kernel = (arch.kind != "decoder" or spec.attention != "sdpa"
-                   or C._cuda_sdpa_backend(arch, spec) == C._cuda_sdpa_backend(arch, bigger_spec))
+                   or cuda_sdpa_backend(arch, spec) == cuda_sdpa_backend(arch, bigger_spec))
     if same_kernel:
         assert bigger.allocated_peak_bytes >= est.allocated_peak_bytes
 

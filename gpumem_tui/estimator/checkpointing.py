@@ -3,7 +3,8 @@
 The policy is the spec's ``grad_ckpt`` read through its recipe
 (:mod:`gpumem_tui.estimator.recipes.rules`):
 
-- ``none``: every layer keeps its whole saved set (:func:`components.layer_activations`).
+- ``none``: every layer keeps its whole saved set
+  (:func:`gpumem_tui.estimator.components.activations_per_layer.layer_activations`).
 - ``selective`` with ``attention-core`` (Megatron; Korthikanti et al. 2022, arXiv 2205.05198,
   Sec. 5): the ``s^2`` attention terms are recomputed, the rest kept.
 - ``selective`` with ``op-every-other-mm`` (torchtitan op SAC,
@@ -25,8 +26,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpumem_tui.estimator import components as C
 from gpumem_tui.estimator.architecture import ModelArchitecture
+from gpumem_tui.estimator.components.activations import (
+    activation_bytes, checkpoint_input_bytes, checkpoint_mask_bytes, checkpoint_recompute_shared_bytes)
+from gpumem_tui.estimator.components.activations_per_layer import layer_activations
+from gpumem_tui.estimator.precision import precision
 from gpumem_tui.estimator.recipes import rules as R
 from gpumem_tui.estimator.spec import TrainingSpec
 
@@ -50,8 +54,8 @@ class CheckpointTerms:
 def op_sac_saved_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
     """What one block keeps under torchtitan's op-level SAC (bytes, before tensor parallelism):
     the block input + every odd-numbered ``mm`` output + the SDPA output and log-sum-exp."""
-    e = C.precision(spec).compute
-    kept = C.checkpoint_input_bytes(arch, spec, b, s)
+    e = precision(spec).compute
+    kept = checkpoint_input_bytes(arch, spec, b, s)
     mm = 0
     for lin in arch.layer_linears():
         if lin.count != 1 or lin.bias:
@@ -67,24 +71,24 @@ def op_sac_saved_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: i
 def checkpoint_terms(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> CheckpointTerms:
     """The activation terms of ``spec``'s checkpointing policy (see the module docstring)."""
     t, L = spec.tp, arch.num_layers
-    layer = C.layer_activations(arch, spec, b, s)
+    layer = layer_activations(arch, spec, b, s)
     full_layer = layer.total / t
     if spec.grad_ckpt == "selective" and R.selective_policy(spec) == "op-every-other-mm":
         saved = op_sac_saved_bytes(arch, spec, b, s) / t
-        kept_beyond_input = saved - C.checkpoint_input_bytes(arch, spec, b, s) / t
-        whole = C.activation_bytes(arch, spec.replace(grad_ckpt="none"), b, s)
+        kept_beyond_input = saved - checkpoint_input_bytes(arch, spec, b, s) / t
+        whole = activation_bytes(arch, spec.replace(grad_ckpt="none"), b, s)
         return CheckpointTerms(activations=whole - L * (full_layer - saved), per_layer=full_layer,
                                per_saved=saved, recompute=max(0.0, full_layer - kept_beyond_input),
                                masks_freed=0, reruns=True)
-    A = C.activation_bytes(arch, spec, b, s)
+    A = activation_bytes(arch, spec, b, s)
     if spec.grad_ckpt != "full":
         per = full_layer - (layer.quadratic / t if spec.grad_ckpt == "selective" else 0)
         return CheckpointTerms(activations=A, per_layer=per, per_saved=per, recompute=0, masks_freed=0, reruns=False)
     # one layer re-run in backward (its input is the checkpointed tensor, counted once)
-    recompute = full_layer - C.checkpoint_recompute_shared_bytes(arch, spec, b, s) / t
+    recompute = full_layer - checkpoint_recompute_shared_bytes(arch, spec, b, s) / t
     if R.reentrant_checkpoint(spec):
-        recompute += C.checkpoint_input_bytes(arch, spec, b, s) / t  # the re-run block's output
+        recompute += checkpoint_input_bytes(arch, spec, b, s) / t  # the re-run block's output
     # while layer 0 runs backward only its own kind of attention mask is left
-    masks_freed = C.checkpoint_mask_bytes(arch, spec, b, s) - C.checkpoint_mask_bytes(arch, spec, b, s, first_layer=True)
-    return CheckpointTerms(activations=A, per_layer=full_layer, per_saved=C.checkpoint_input_bytes(arch, spec, b, s) / t,
+    masks_freed = checkpoint_mask_bytes(arch, spec, b, s) - checkpoint_mask_bytes(arch, spec, b, s, first_layer=True)
+    return CheckpointTerms(activations=A, per_layer=full_layer, per_saved=checkpoint_input_bytes(arch, spec, b, s) / t,
                            recompute=recompute, masks_freed=masks_freed, reruns=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpumem_tui.estimator import components as C
 from gpumem_tui.estimator.architecture import ModelArchitecture
+from gpumem_tui.estimator.components.lora import trainable_params
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS, Estimate, Phase, estimate
 from gpumem_tui.estimator.spec import DTYPE_BYTES, TrainingSpec
 
@@ -24,7 +24,7 @@ def _make(name: str, arch: ModelArchitecture, spec: TrainingSpec, note: str, **p
     return Estimate(
         model=arch.name,
         total_params=arch.total_params,
-        trainable_params=C.trainable_params(arch, spec),
+        trainable_params=trainable_params(arch, spec),
         components_bytes=comps,
         peak_bytes=total,
         peak_phase=phase,

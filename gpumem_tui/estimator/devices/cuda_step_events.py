@@ -92,6 +92,7 @@ class _Step:
 
     def __init__(self, arch: ModelArchitecture, spec: TrainingSpec) -> None:
         from gpumem_tui.estimator import components as C
+        from gpumem_tui.estimator.components import kernels, lora
 
         self.C = C
         self.arch, self.spec = arch, spec
@@ -106,13 +107,13 @@ class _Step:
         self.V = arch.vocab_size
         self.lora = spec.task == "lora"
         self.train = spec.task != "inference"
-        self.targets = {lin.role for lin in C._targets(arch, spec)} if self.lora else set()
-        self.ab = C._adapter_bytes(spec, self.p)
-        self.fused = C._fused_sdpa(arch, spec)
+        self.targets = {lin.role for lin in lora.lora_targets(arch, spec)} if self.lora else set()
+        self.ab = lora.adapter_bytes(spec, self.p)
+        self.fused = kernels.fused_sdpa(arch, spec)
         # the layer's saved bytes of the analytic estimate (the remainder tensor tops them up)
         self.layer_saved = C.layer_activations(arch, spec, self.b, self.s).total if self.train else 0
         self.linears = arch.layer_linears()
-        self.peft32 = C._peft_fp32(spec)
+        self.peft32 = lora.peft_fp32(spec)
 
     def saves_input(self, role: str) -> bool:
         """Whether the Linear of ``role`` saves its (compute-dtype) input: every trained one;

@@ -1,8 +1,7 @@
-"""Logits and loss buffers of a training step (bytes), as the recipe computes the loss.
-
-Split out of :mod:`gpumem_tui.estimator.components` (which re-exports both names) so the
-recipe's loss rules (:mod:`gpumem_tui.estimator.recipes.rules`: fp32 upcast or not, chunks)
-live beside the formula they change.
+"""Logits and loss buffers (bytes): those of a training step as the recipe computes the loss
+(the recipe's loss rules, :mod:`gpumem_tui.estimator.recipes.rules`: fp32 upcast or not,
+chunks, live beside the formula they change), the logits a training loop keeps by holding the
+model output, and the last position's logits of an inference step.
 """
 
 from __future__ import annotations
@@ -73,3 +72,24 @@ def logits_loss_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
         fwd += n * e  # tanh output (saved); the capped logits and the fp32 copy are above
     bwd = saved + 2 * loss_e * n // chunks
     return LogitsLoss(saved=saved, forward_peak=fwd, backward_peak=bwd, head_grad=n * e)
+
+
+def kept_output_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> int:
+    """Logits the training loop keeps alive by holding the model output (``spec.keep_outputs``):
+    ``b s V`` in the compute dtype (bytes); 0 otherwise, without an LM/MLM head, or for
+    inference. transformers' causal-LM loss upcasts a copy and ``log_softmax`` saves its own
+    output, so without the loop's reference the logits are freed before backward (measured:
+    demo GPT-2, b=4, s=128, V=8192, fp32: +16.0 MiB at the backward peak when the output is
+    kept). A KV cache the output also holds (``use_cache=True`` in training) is not counted."""
+    if not R.keeps_outputs(spec) or spec.task == "inference" or arch.head not in ("lm", "mlm"):
+        return 0
+    return int(b * s * arch.vocab_size * R.logits_bytes(spec, precision(spec).compute) / spec.tp)
+
+
+def inference_logits_bytes(arch: ModelArchitecture, spec: TrainingSpec, b: int) -> int:
+    """Logits of the last position only (``generate()`` passes ``logits_to_keep=1``), plus
+    its fp32 copy: ``b V (e + 4)`` bytes; 0 for an encoder."""
+    e = precision(spec).compute
+    if arch.kind != "decoder":
+        return 0
+    return int(b * arch.vocab_size * (e + 4))
