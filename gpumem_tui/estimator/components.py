@@ -669,10 +669,12 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
             # fp32 softmax output (saved by its backward) and a 16-bit copy for the matmul.
             # GPT-2 casts right after the softmax (``attn_weights.type(value.dtype)``), so its
             # dropout keeps a mask and a 16-bit product; BERT's dropout runs on the fp32
-            # probabilities and the matmul's autocast makes the 16-bit copy
+            # probabilities and the matmul's autocast makes the 16-bit copy. Either way dropout
+            # keeps only its mask (derivatives.yaml ``native_dropout``: ``result1``), so BERT's
+            # fp32 dropout output dies at the cast
             quad += b * a * s * s * (4 + e)
             if p_attn:
-                quad += b * a * s * s * (mask_b + (0 if arch.family.softmax_cast_before_dropout else 4))
+                quad += b * a * s * s * mask_b
         elif not arch.family.softmax_fp32:
             quad += b * a * s * s * e  # softmax output
         else:
@@ -683,6 +685,10 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
                 quad += b * a * s * s * e  # tanh output of the soft-capping
         if p_attn and not amp32:
             quad += b * a * s * s * (mask_b + e)
+        if R.softmax_saves_input(spec):
+            # torch <= 1.10 also kept softmax's input, the scores (fp32 when the softmax runs in
+            # fp32); recipes.description.Recipe.softmax_saves_input
+            quad += b * a * s * s * (4 if amp32 or arch.family.softmax_fp32 else e)
         if linear_saves_input("o"):
             par += bs * q * e
     if arch.family.qk_norm != "none":
