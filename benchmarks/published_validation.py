@@ -48,10 +48,11 @@ class Row:
 
 
 def _bert(**kw) -> TrainingSpec:  # noqa: ANN003
-    # transformers 4.2x Trainer on a V100: eager BERT, dropout on, HF AdamW loop (per tensor),
-    # model.zero_grad() with torch 1.x's set_to_none=False keeps gradients allocated.
-    base = dict(seq=512, attention="eager", optimizer="adamw", optimizer_impl="single", keep_grads=True,
-                device="cuda", dtype="fp32")
+    # the guide's own stack (its nvidia-smi output is dated 2022-01-11, so torch <= 1.10): the
+    # hf-trainer-2022 recipe -- HF AdamW loop (per tensor), model.zero_grad() with torch 1.x's
+    # set_to_none=False keeps gradients allocated, softmax keeps its input (torch <= 1.10);
+    # eager BERT, dropout on, on a V100
+    base = dict(seq=512, attention="eager", optimizer="adamw", recipe="hf-trainer-2022", device="cuda", dtype="fp32")
     base.update(kw)
     return TrainingSpec(**base)  # type: ignore[arg-type]
 

@@ -26,6 +26,7 @@ from gpumem_tui.estimator.components.kv_cache import training_cache_copies
 from gpumem_tui.estimator.components.lora import lora_targets, peft_fp32
 from gpumem_tui.estimator.devices import cuda_autocast, peft_lora
 from gpumem_tui.estimator.precision import Precision, precision
+from gpumem_tui.estimator.recipes import rules as R
 from gpumem_tui.estimator.spec import TrainingSpec
 
 #: tensors of the MLP's width that HF ``FastGELUActivation`` (``gelu_fast``: ``0.5 x (1 +
@@ -293,10 +294,12 @@ def _eager_attention_saved(c: _Layer) -> tuple[int, int]:
         # fp32 softmax output (saved by its backward) and a 16-bit copy for the matmul.
         # GPT-2 casts right after the softmax (``attn_weights.type(value.dtype)``), so its
         # dropout keeps a mask and a 16-bit product; BERT's dropout runs on the fp32
-        # probabilities and the matmul's autocast makes the 16-bit copy
+        # probabilities and the matmul's autocast makes the 16-bit copy. Either way dropout
+        # keeps only its mask (derivatives.yaml ``native_dropout``: ``result1``), so BERT's
+        # fp32 dropout output dies at the cast
         quad += sq * (4 + e)
         if c.p_attn:
-            quad += sq * (c.mask_b + (0 if arch.family.softmax_cast_before_dropout else 4))
+            quad += sq * c.mask_b
     elif not arch.family.softmax_fp32:
         quad += sq * e  # softmax output
     else:
@@ -307,6 +310,10 @@ def _eager_attention_saved(c: _Layer) -> tuple[int, int]:
             quad += sq * e  # tanh output of the soft-capping
     if c.p_attn and not amp32:
         quad += sq * (c.mask_b + e)
+    if R.softmax_saves_input(c.spec):
+        # torch <= 1.10 also kept softmax's input, the scores (fp32 when the softmax runs in
+        # fp32); recipes.description.Recipe.softmax_saves_input
+        quad += sq * (4 if amp32 or arch.family.softmax_fp32 else e)
     if c.saves_input("o"):
         par += bs * q * e
     return par, quad

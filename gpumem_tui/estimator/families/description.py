@@ -153,7 +153,6 @@ class Family:
     eager_qkv: str = "repeat_kv"
     softmax_fp32: bool = True
     amp_mask_promotes_softmax: bool = False
-    softmax_cast_before_dropout: bool = False
     amp_separate_qkv_casts: bool = False
     math_v_view_pins_fused_qkv: bool = False
     sdpa: bool = True

@@ -16,7 +16,7 @@ GPT2 = Family(
     activation_fields=("activation_function",), activation_default="gelu_new",
     dropout_fields=((("attn_pdrop",), 0.1), (("resid_pdrop",), 0.1), (("embd_pdrop",), 0.1)),
     gated_mlp=False, norm="layernorm", fused_qkv=True, learned_positions=True,
-    eager_qkv="fused_bmm", softmax_fp32=False, amp_mask_promotes_softmax=True, softmax_cast_before_dropout=True,
+    eager_qkv="fused_bmm", softmax_fp32=False, amp_mask_promotes_softmax=True,
     math_v_view_pins_fused_qkv=True, attn_output_alive_in_mlp=True, buffers="none",
 )
 
@@ -27,7 +27,7 @@ GPT_BIGCODE = Family(
     positions=GPT2.positions, positions_required=True, kv_heads="multi_query", biases=(True, True, True),
     tie_default=True, activation_fields=GPT2.activation_fields, activation_default="gelu_new",
     dropout_fields=GPT2.dropout_fields, gated_mlp=False, norm="layernorm", fused_qkv=True, learned_positions=True,
-    eager_qkv="fused_bmm", softmax_fp32=False, amp_mask_promotes_softmax=True, softmax_cast_before_dropout=True,
+    eager_qkv="fused_bmm", softmax_fp32=False, amp_mask_promotes_softmax=True,
     attn_output_alive_in_mlp=True, buffers="none",
 )
 

@@ -10,14 +10,14 @@ casts and turns on. Each module cites the framework file and version it was read
 
 from __future__ import annotations
 
-from gpumem_tui.estimator.recipes import hf_trainer, litgpt, peft_kbit, torch_loop, torchtitan, torchtune
+from gpumem_tui.estimator.recipes import hf_trainer, hf_trainer_2022, litgpt, peft_kbit, torch_loop, torchtitan, torchtune
 from gpumem_tui.estimator.recipes.description import Recipe
 
 __all__ = ["Recipe", "RECIPES", "recipe_for", "list_recipes"]
 
 #: every recipe by its ``--recipe`` name; ``torch`` is the default
 RECIPES: dict[str, Recipe] = {r.name: r for r in (
-    torch_loop.RECIPE, hf_trainer.RECIPE, peft_kbit.RECIPE, torchtune.RECIPE, litgpt.RECIPE, torchtitan.RECIPE)}
+    torch_loop.RECIPE, hf_trainer.RECIPE, hf_trainer_2022.RECIPE, peft_kbit.RECIPE, torchtune.RECIPE, litgpt.RECIPE, torchtitan.RECIPE)}
 
 
 def recipe_for(name: str) -> Recipe:
@@ -32,7 +32,8 @@ def recipe_for(name: str) -> Recipe:
 def list_recipes() -> str:
     """``--list-recipes``: each recipe's name, what it does, and the source and version read."""
     lines = []
+    width = max(len(name) for name in RECIPES) + 2
     for r in RECIPES.values():
-        lines.append(f"{r.name:<12}{r.title}")
-        lines.append(f"{'':<12}read from {r.source} ({r.version})")
+        lines.append(f"{r.name:<{width}}{r.title}")
+        lines.append(f"{'':<{width}}read from {r.source} ({r.version})")
     return "\n".join(lines)

@@ -49,6 +49,10 @@ class Recipe:
             the logits are fp32 too.
         input_requires_grad: the embedding output is made to require grad (for reentrant
             checkpointing over frozen embeddings).
+        softmax_saves_input: the torch the recipe runs on keeps the input of ``softmax`` for
+            backward as well as its output (torch <= 1.10: ``derivatives.yaml`` gave ``_softmax``
+            the formula ``_softmax_backward_data(grad, result, dim, self)``, so autograd saved
+            ``self``; pytorch/pytorch#64000, fixed by #66018 in torch 1.11).
         notes: assumptions the estimate lists.
     """
 
@@ -68,6 +72,7 @@ class Recipe:
     zero_grad_set_to_none: bool = True
     kbit_fp32_non_quantized: bool = False
     input_requires_grad: bool = False
+    softmax_saves_input: bool = False
     notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

@@ -106,6 +106,12 @@ def reentrant_checkpoint(spec: TrainingSpec) -> bool:
     return spec.grad_ckpt == "full" and impl == "reentrant"
 
 
+def softmax_saves_input(spec: TrainingSpec) -> bool:
+    """Eager attention's ``softmax`` keeps its input (the scores) for backward besides its
+    output: the recipe's torch predates 1.11 (:class:`~.description.Recipe`)."""
+    return recipe(spec).softmax_saves_input
+
+
 def follows_measured_order(spec: TrainingSpec) -> bool:
     """Whether the step's allocation order is the plain loop's (what the CUDA allocator
     simulation replays): no chunked or non-upcast loss, no kept output from the recipe, no
