@@ -135,3 +135,9 @@ def test_estimate_imports_neither_torch_nor_textual() -> None:
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.stdout.strip() == "0 []", res.stderr
+
+
+def test_generation_with_an_encoder_is_a_named_error_not_a_crash(capsys) -> None:
+    # BERT has no next-token loop: the CUDA simulation used to index a KV cache it never built
+    code, _, err = _run(["bert-base-uncased", "--task", "inference", "--new-tokens", "64"], capsys)
+    assert code == 2 and "is an encoder" in err and "--new-tokens" in err and err.count("\n") == 1

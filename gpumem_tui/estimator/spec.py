@@ -297,7 +297,8 @@ def check_spec_for(arch: ModelArchitecture, spec: TrainingSpec) -> list[str]:
 
     Raises:
         SpecError: ``tp`` that does not divide the heads / KV heads (field ``tp``), ``pp``
-            beyond the layer count (field ``pp``), LoRA on a coarse ``--params`` model.
+            beyond the layer count (field ``pp``), LoRA on a coarse ``--params`` model, a KV
+            cache dtype or ``new_tokens`` for an encoder.
     """
     warnings = list(spec.warnings)
     if arch.max_position_embeddings is not None and spec.seq > arch.max_position_embeddings:
@@ -322,6 +323,9 @@ def check_spec_for(arch: ModelArchitecture, spec: TrainingSpec) -> list[str]:
             raise SpecError("lora_targets", f"none of the LoRA targets {','.join(spec.lora_targets)} exist in {arch.name}")
     if arch.kind == "encoder" and spec.task == "inference" and spec.kv_dtype is not None:
         raise SpecError("kv_dtype", f"{arch.name} is an encoder: it has no KV cache")
+    if arch.kind == "encoder" and spec.new_tokens:
+        # generate() needs a decoder: an encoder has no next-token loop and no KV cache to grow
+        raise SpecError("new_tokens", f"{arch.name} is an encoder: it does not generate tokens (drop --new-tokens)")
     return warnings
 
 
