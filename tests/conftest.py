@@ -67,3 +67,19 @@ def spawn():
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+
+
+# ---- shared validation data (../shared): a missing file fails the test that needs it ----------
+from shared_data import GPU_DIR, H100_TRACE, require  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def shared_gpu_dir() -> Path:
+    """``../shared/validation/gpu`` (the H100 measurements); the test fails if it is missing."""
+    return require(GPU_DIR / "dev_truth_h100.jsonl").parent
+
+
+@pytest.fixture(scope="session")
+def h100_trace() -> Path:
+    """``../shared/validation/gpu/trace_h100.jsonl``; the test fails if it is missing."""
+    return require(H100_TRACE)

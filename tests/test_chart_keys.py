@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 
-pytest.importorskip("textual")
+import textual  # noqa: F401 -- installed by setup (README): missing is a failure
 
 from gpumem_tui.telemetry.model import ProcessSample, ProcessType, ProbeSample, Snapshot  # noqa: E402
 from gpumem_tui.ui.app import CHART_WINDOWS, GpuMemApp  # noqa: E402

@@ -22,11 +22,7 @@ MIB = 1 << 20
 _spec = importlib.util.spec_from_file_location("gpu_accuracy", ROOT / "benchmarks" / "gpu_accuracy.py")
 gpu_accuracy = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gpu_accuracy)
-try:
-    GPU_DIR = gpu_accuracy.gpu_dir()
-except FileNotFoundError:
-    GPU_DIR = None
-needs_shared = pytest.mark.skipif(GPU_DIR is None, reason="../shared/validation/gpu not beside the checkout")
+from shared_data import GPU_DIR, needs_gpu_dir  # noqa: E402
 
 
 def _case(name: str):
@@ -44,7 +40,7 @@ def test_generator_imports_no_torch() -> None:
     assert out.stdout.strip() == "[]"
 
 
-@needs_shared
+@needs_gpu_dir
 @pytest.mark.parametrize("name", ["dev-llama1b-bf16-b8-s512-sdpa-ckpt", "dev-qwen05b-bf16-b4-s2048-eager",
                                   "dev-qwen05b-gen-b32-p512-n128", "dev-gemma2-2b-bf16-b1-s512-eager"])
 def test_simulated_reserve_matches_the_h100(name: str) -> None:
@@ -58,7 +54,7 @@ def test_simulated_reserve_matches_the_h100(name: str) -> None:
     assert abs(sim.reserve - measured) <= 0.25 * measured, (sim.reserve / MIB, measured / MIB)
 
 
-@needs_shared
+@needs_gpu_dir
 def test_simulated_allocated_peak_follows_the_analytic_one() -> None:
     """The generated order carries the estimator's bytes: its allocated peak within 3 % of the
     analytic peak on the plain training cases (so the reserve is taken at the same peak)."""

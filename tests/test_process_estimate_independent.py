@@ -13,10 +13,8 @@ import pytest
 from gpumem_tui.process_estimate import ComparisonError, compare_trace, from_probe_info
 from gpumem_tui.telemetry.model import ProbeInfo
 
-TRACE = Path(__file__).resolve().parents[1] / ".." / ".." / "shared" / "validation" / "gpu" / "trace_h100.jsonl"
-if not TRACE.exists():  # a checkout at /work/main or a worktree under /work/wt
-    TRACE = Path("/work/shared/validation/gpu/trace_h100.jsonl")
-needs_trace = pytest.mark.skipif(not TRACE.exists(), reason="the H100 trace is not on this machine")
+from shared_data import H100_TRACE as TRACE  # noqa: E402
+from shared_data import needs_h100_trace as needs_trace  # noqa: E402
 
 
 @needs_trace

@@ -125,7 +125,6 @@ def test_replay_opens_the_dashboard_on_a_replay_source(tmp_path, monkeypatch):
 
 
 def test_compare_without_a_probed_process_exit_2(tmp_path, capsys):
-    pytest.importorskip("gpumem_tui.estimator.estimate")
     path = tmp_path / "t.jsonl"
     with TraceRecorder(path) as rec:
         rec.write(Snapshot(time=1.0))
@@ -134,7 +133,6 @@ def test_compare_without_a_probed_process_exit_2(tmp_path, capsys):
 
 
 def test_compare_json_and_table_on_a_probed_trace(tmp_path, capsys):
-    pytest.importorskip("gpumem_tui.estimator.estimate")
     config = {"model_type": "gpt2", "vocab_size": 512, "n_positions": 64, "n_embd": 64, "n_layer": 2,
               "n_head": 2, "tie_word_embeddings": True}
     info = ProbeInfo(7, config, (("batch", 2), ("seq", 32), ("dtype", "float32"), ("optimizer", "AdamW"),

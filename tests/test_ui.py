@@ -380,7 +380,6 @@ async def test_bad_theme_file_falls_back_with_file_and_line(tmp_path):
 
 
 async def test_side_pane_wiring_gpu_total_probe_and_bands():
-    pytest.importorskip("gpumem_tui.ui.estimator_panel")
     from gpumem_tui.ui.estimator_panel import EstimatorPanel
     from gpumem_tui.ui.memory_bar import bands_from_estimate
 
@@ -586,7 +585,6 @@ async def test_reused_pid_starts_a_new_curve():
 
 
 async def test_comparison_follows_the_selected_probed_process():
-    pytest.importorskip("gpumem_tui.ui.comparison_view")
     from gpumem_tui.ui.comparison_view import ComparisonView
     from gpumem_tui.ui.estimator_panel import EstimatorPanel
 

@@ -25,9 +25,10 @@ from test_ui import make_app, pids, wait_for
 from ui_fakes import FakeSource
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "validation" / "gpu"  # ../shared
-TRACE = SHARED / "trace_h100.jsonl"
-needs_trace = pytest.mark.skipif(not TRACE.exists(), reason=f"needs the shared H100 trace at {TRACE}")
+from shared_data import GPU_DIR as SHARED  # noqa: E402
+from shared_data import H100_TRACE as TRACE  # noqa: E402
+from shared_data import needs_gpu_dir  # noqa: E402
+from shared_data import needs_h100_trace as needs_trace  # noqa: E402
 SIZES = [(160, 50), (120, 40), (80, 24)]
 
 
@@ -203,8 +204,11 @@ def test_estimate_help_and_readme_give_the_torch_versions_the_code_and_data_give
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     assert f"rules of torch {TORCH_VERSION_MODELLED}, unchanged since torch {TORCH_VERSION_MEASURED}" in readme
     assert "rules of torch 2.11 on an H100" not in readme
-    if (SHARED / "README.md").exists():  # the H100 data were taken with that torch
-        assert f"torch {TORCH_VERSION_MEASURED}.0+cu130" in (SHARED / "README.md").read_text(encoding="utf-8")
+
+
+@needs_gpu_dir
+def test_the_h100_data_were_taken_with_the_torch_the_help_names():
+    assert f"torch {TORCH_VERSION_MEASURED}.0+cu130" in (SHARED / "README.md").read_text(encoding="utf-8")
 
 
 def test_text_helpers_are_literal():

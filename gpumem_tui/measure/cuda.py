@@ -96,9 +96,14 @@ class NvmlSampler(threading.Thread):
             time.sleep(self.interval)
 
     def stop(self) -> None:
+        """Stop sampling and release NVML (its nvmlInit is reference-counted: pair it)."""
         self._stop.set()
         if self.is_alive():
             self.join()
+        if self._pynvml is not None:
+            with contextlib.suppress(Exception):
+                self._pynvml.nvmlShutdown()
+            self._pynvml = None
 
 
 def apply_peft_lora(model: Any, rank: int, targets: Any) -> Any:
