@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -15,8 +16,15 @@ from pathlib import Path
 
 import psutil
 import pytest
+from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+# CI (.ci/run sets CI=1): hypothesis draws the same examples on every run, so a red or green
+# run is the code's doing, not the draw's; a failure found once is found again.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 from fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml  # noqa: E402
 

@@ -107,10 +107,8 @@ def test_masked_sdpa_rule_from_the_window_on_cuda() -> None:
     """transformers materialises the sliding-window mask once ``kv_length >= window``
     (``masking_utils._ignore_causal_mask_sdpa``), so a sequence of exactly the window is
     masked too; one token shorter gets ``is_causal`` and no mask."""
-    arch = load_architecture("mistral-7b") if "mistral-7b" in __import__(
-        "gpumem_tui.estimator.architecture", fromlist=["catalogue_names"]).catalogue_names() else None
-    if arch is None or not arch.sliding_window:
-        pytest.skip("no sliding-window Mistral in the catalogue")
+    arch = load_architecture("mistral-7b")  # the catalogue's entry: its absence is a failure
+    assert arch.sliding_window
     w = arch.sliding_window
     below = TrainingSpec(task="lora", batch=1, seq=w - 1, lora_rank=8)
     at = TrainingSpec(task="lora", batch=1, seq=w, lora_rank=8)
