@@ -121,8 +121,10 @@ def test_masked_sdpa_rule_from_the_window_on_cuda() -> None:
     assert C.cuda_masked_sdpa_extra_bytes(arch, above, 1, 2 * w) == expected
 
 
-#: simulated (peak allocated, peak reserved) bytes computed before the allocator's speed-up
-#: (commit 2436a13): the simulation's figures must not move when only its speed changes.
+#: simulated (peak allocated, peak reserved) bytes: the simulation's own output (not
+#: measurements; none of these shapes is an H100 case -- test_simulated_reserve_matches_the_h100
+#: checks it against measured ones), computed before the allocator's speed-up (commit 2436a13):
+#: a regression pin, the simulation's figures must not move when only its speed changes.
 #: Gemma 2 (eager, grouped-query) re-pinned when the training cache's unsaved k / v copies
 #: joined the forward (components.training_cache_forward_bytes); the others did not move
 _PINNED = [

@@ -89,7 +89,6 @@ async def test_the_pane_shows_the_figure_compare_shows():
         await _replayed(pilot, app)
         # the end of the trace: the pane has every sample compare reads
         await wait_for(pilot, lambda: app.source.finished, timeout=20)
-        await pilot.pause(0.5)
         view = app.query_one(ComparisonView)
         await wait_for(pilot, lambda: view.result is not None and view.result.sample_count == len(app.probe_samples[1088]))
         assert round(view.result.headline.error_percent, 3) == expected
@@ -118,8 +117,7 @@ async def test_a_user_edit_stays_with_the_process_it_was_made_for():
         app.table.select_pid(1088)
         await wait_for(pilot, lambda: panel.process_pid == 1088 and panel.spec.batch == 4)
         app.table.select_pid(1089)
-        await wait_for(pilot, lambda: panel.process_pid == 1089)
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: panel.process_pid == 1089 and app.chart.bands)
         assert panel.spec.batch == 2
         assert app.chart.bands == bands_from_estimate(mine.estimate)
 
@@ -129,7 +127,7 @@ async def test_no_bands_for_an_unprobed_process_or_on_the_gpu_chart():
     async with app.run_test(size=(200, 50)) as pilot:
         await wait_for(pilot, lambda: app.snapshot is not None and app.chart_target == ("proc", 1002))
         await wait_for(pilot, lambda: bool(app.query(EstimatorPanel)) and app.query_one(EstimatorPanel).estimate)
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: "none for PID 1002" in app.chart.bands_note)
         assert app.process_estimates.get(1002) is None
         assert app.chart.bands == []
         assert "none for PID 1002" in app.chart.bands_note and "gpumem_tui.probe" in app.chart.bands_note

@@ -67,4 +67,4 @@ def test_recorded_demo_trace_on_h100_within_half_a_percent():
     process = from_probe_info(info, "cuda:0")
     assert process.estimate is not None, process.problem
     error = (process.estimate.allocated_peak_bytes - peak) / peak
-    assert abs(error) < 0.005, f"{error:+.2%}"  # measured -0.0 % (+4.0 % with the cache)
+    assert abs(error) < 0.005, f"{error:+.2%}"  # the estimate's error is -0.0 % (+4.0 % with the cache)

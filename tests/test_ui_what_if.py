@@ -125,8 +125,7 @@ async def test_replay_keys_leave_the_tab_bar_and_fields_their_keys_and_esc_leave
         await pilot.pause()
         before = app.source.position
         await pilot.press("right")
-        await pilot.pause(0.1)
-        assert tabs.active.endswith("tab-comparison")  # the arrow switched tabs ...
+        await wait_for(pilot, lambda: tabs.active.endswith("tab-comparison"))  # the arrow switched tabs ...
         assert app.source.position == before  # ... and did not seek
         await pilot.press("escape")
         assert isinstance(app.focused, ProcessTable)
