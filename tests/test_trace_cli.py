@@ -172,3 +172,14 @@ def test_compare_until_cuts_the_trace_where_a_replay_would_be(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["peak_measured_bytes"] == 5_000_000
     assert cli.main(["compare", str(path), "--until", "-1"]) == 2
     assert "--until" in one_line_error(capsys)
+
+
+def test_record_cli_reads_the_gpus_and_gives_nvml_back(tmp_path, fake_nvml, capsys):
+    out = tmp_path / "t.jsonl"
+    probe_dir = tmp_path / "probes"
+    probe_dir.mkdir()
+    code = cli.main(["record", "-o", str(out), "--duration", "0.2", "--interval", "0.1", "--probe-dir", str(probe_dir)])
+    assert code == 0
+    snaps, _ = read_trace(out)
+    assert snaps and [d.name for d in snaps[0].devices] == ["NVIDIA A100-SXM4-80GB"] * 2
+    assert fake_nvml.init_count == 0  # its nvmlInit is paired with nvmlShutdown
