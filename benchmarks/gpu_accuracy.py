@@ -41,16 +41,23 @@ _LORA_ROLES = {"q_proj": "q", "k_proj": "k", "v_proj": "v", "o_proj": "o",
                "gate_proj": "gate", "up_proj": "up", "down_proj": "down"}
 
 
+def shared_dir() -> Path:
+    """The shared docs and data: ``$GPUMEM_SHARED`` or ``<repo>/../shared`` (the benchmarks'
+    one rule; tests/shared_data.py is the tests' copy of it)."""
+    return Path(os.environ.get("GPUMEM_SHARED") or ROOT.parent / "shared")
+
+
 def gpu_dir() -> Path:
-    """``validation/gpu`` of the shared docs: ``$GPUMEM_SHARED`` or ``<repo>/../shared``.
+    """``validation/gpu`` of the shared docs (:func:`shared_dir`).
 
     Raises:
-        FileNotFoundError: neither holds ``validation/gpu/dev_truth_h100.jsonl``.
+        FileNotFoundError: it does not hold ``dev_truth_h100.jsonl``.
     """
-    for base in (os.environ.get("GPUMEM_SHARED"), ROOT.parent / "shared"):
-        if base and (Path(base) / "validation" / "gpu" / "dev_truth_h100.jsonl").is_file():
-            return Path(base) / "validation" / "gpu"
-    raise FileNotFoundError("../shared/validation/gpu/dev_truth_h100.jsonl not found (set GPUMEM_SHARED)")
+    path = shared_dir() / "validation" / "gpu"
+    if not (path / "dev_truth_h100.jsonl").is_file():
+        raise FileNotFoundError(f"{path}/dev_truth_h100.jsonl not found (../shared beside the checkout, "
+                                "or set GPUMEM_SHARED)")
+    return path
 
 
 def load_cases(directory: Path | None = None) -> list[tuple[dict[str, Any], dict[str, Any]]]:

@@ -29,7 +29,9 @@ from gpumem_tui.estimator.estimate import estimate
 from gpumem_tui.estimator.quantization import QuantFormat
 from gpumem_tui.estimator.spec import TrainingSpec
 
-CSV = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "published_measured.csv"
+from gpu_accuracy import shared_dir  # noqa: E402 -- benchmarks/ is on sys.path when run as a script
+
+CSV = shared_dir() / "validation" / "published_measured.csv"
 GiB = 1 << 30
 MiB = 1 << 20
 

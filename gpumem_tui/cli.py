@@ -51,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     if args and not args[0].startswith("-"):
         name = args.pop(0)
         if name not in SUBCOMMANDS:
-            print(f"gpumem-tui: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)
+            # one line (bad input is one line, exit 2); --help has the list with what each does
+            print(f"gpumem-tui: unknown subcommand {name!r} (choose from {', '.join(SUBCOMMANDS)}; "
+                  "see gpumem-tui --help)", file=sys.stderr)
             return 2
     else:
         name = "dashboard"

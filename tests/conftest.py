@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -15,8 +16,15 @@ from pathlib import Path
 
 import psutil
 import pytest
+from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+# CI (.ci/run sets CI=1): hypothesis draws the same examples on every run, so a red or green
+# run is the code's doing, not the draw's; a failure found once is found again.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 from fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml  # noqa: E402
 
@@ -67,3 +75,19 @@ def spawn():
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
+
+
+# ---- shared validation data (../shared): a missing file fails the test that needs it ----------
+from shared_data import GPU_DIR, H100_TRACE, require  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def shared_gpu_dir() -> Path:
+    """``../shared/validation/gpu`` (the H100 measurements); the test fails if it is missing."""
+    return require(GPU_DIR / "dev_truth_h100.jsonl").parent
+
+
+@pytest.fixture(scope="session")
+def h100_trace() -> Path:
+    """``../shared/validation/gpu/trace_h100.jsonl``; the test fails if it is missing."""
+    return require(H100_TRACE)

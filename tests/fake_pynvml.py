@@ -4,8 +4,12 @@ The names, signatures, error classes and return shapes follow nvidia-ml-py 13.x
 (``pynvml.py``): ``NVMLError(value)`` maps to subclasses ``NVMLError_NotSupported`` & co.,
 ``str(err)`` is the driver's text ("Not Supported", "GPU is lost", ...), process lists hold
 objects with ``pid``, ``usedGpuMemory``, ``gpuInstanceId``, ``computeInstanceId``, the
-``_v2``/``_v3`` process calls turn ``usedGpuMemory == 2**64-1`` into ``None`` (as the real
-binding does) while the plain call can be told to return it raw (older bindings did), power
+``_v2``/``_v3`` process calls turn ``usedGpuMemory == 2**64-1`` into ``None`` and the plain
+``nvmlDeviceGet*RunningProcesses`` calls ``_v3`` (nvidia-ml-py >= 12.535 ``pynvml.py``: the
+plain name is ``return ..._v3(handle)`` under ``@throwOnVersionMismatch``, so a driver without
+``_v3`` raises ``NVMLLibraryMismatchError``, not an NVMLError), ``nvmlInit`` / ``nvmlShutdown``
+count references like the library (a shutdown without an init raises
+``NVMLError_Uninitialized``; every other call needs the count above zero), power
 is in milliwatts, temperature in °C, and ``nvmlSystemGetCudaDriverVersion`` returns an int
 such as 12040.
 
@@ -115,6 +119,10 @@ class NVMLError(Exception):
         return isinstance(other, NVMLError) and self.value == other.value
 
     __hash__ = Exception.__hash__
+
+
+class NVMLLibraryMismatchError(Exception):
+    """Like pynvml.NVMLLibraryMismatchError: an unversioned call whose ``_v3`` the driver lacks."""
 
 
 _ERROR_CLASSES: dict[str, type] = {}
@@ -229,8 +237,10 @@ class FakeNvml:
     - ``gpus``: list of :class:`FakeGpu` (append/remove to change the device count).
     - ``init_error``: an NVML error code raised by ``nvmlInit`` (e.g. LIBRARY_NOT_FOUND).
     - ``process_api``: highest process-list version the "driver" has (3, 2 or 1); calls to
-      newer versions raise ``NVMLError_FunctionNotFound`` like a binding newer than the driver.
-    - ``raw_na_v1``: the plain (v1) process call returns ``usedGpuMemory = 2**64-1`` unconverted.
+      newer versions raise ``NVMLError_FunctionNotFound`` like a binding newer than the driver,
+      and the plain call (which is ``_v3``) raises ``NVMLLibraryMismatchError`` below 3.
+    - ``init_count``: ``nvmlInit`` calls not yet matched by ``nvmlShutdown`` (the library's
+      ``_nvmlLib_refcount``); 0 after code that pairs them.
     - ``fail(func, code, device=None, times=None)``: make calls raise; ``func="*"`` is any call.
     - ``calls``: Counter of function names called.
     """
@@ -243,8 +253,7 @@ class FakeNvml:
         self.cuda_driver_version = 12040
         self.init_error: int | None = None
         self.process_api = 3
-        self.raw_na_v1 = True
-        self.initialized = False
+        self.init_count = 0
         self.calls: Counter[str] = Counter()
         self._faults: list[list] = []  # [func, code, device, remaining]
         self._lock = threading.Lock()
@@ -296,7 +305,7 @@ class FakeNvml:
     # ---- internals -----------------------------------------------------------------------
     def _check(self, func: str, handle: _Handle | None = None) -> None:
         self.calls[func] += 1
-        if not self.initialized and func not in ("nvmlInit", "nvmlInitWithFlags"):
+        if self.init_count <= 0 and func not in ("nvmlInit", "nvmlInitWithFlags"):
             raise NVMLError(NVML_ERROR_UNINITIALIZED)
         device = handle.index if handle is not None else None
         with self._lock:
@@ -319,14 +328,12 @@ class FakeNvml:
         self._check(func, handle)
         if version > self.process_api:
             raise NVMLError(NVML_ERROR_FUNCTION_NOT_FOUND)
-        na_raw = version == 1 and self.raw_na_v1
         out = []
         for p in handle.gpu.processes:
             if p.kind != kind:
                 continue
-            used = ULLONG_MAX if p.used is None else p.used
-            if used == ULLONG_MAX and not na_raw:
-                used = None
+            # the binding turns NVML_VALUE_NOT_AVAILABLE_ulonglong into None (pynvml.py, _v2/_v3)
+            used = None if p.used is None or p.used == ULLONG_MAX else p.used
             none = 0xFFFFFFFF
             out.append(_ProcessInfo(p.pid, used, none if p.gpu_instance is None else p.gpu_instance,
                                     none if p.compute_instance is None else p.compute_instance))
@@ -342,20 +349,24 @@ class FakeNvml:
                     "NVML_SUCCESS", "NVML_TEMPERATURE_GPU", "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG"):
                 setattr(mod, name, value)
         mod.NVMLError = NVMLError
+        mod.NVMLLibraryMismatchError = NVMLLibraryMismatchError
         mod.NVML_VALUE_NOT_AVAILABLE_ulonglong = _Friendly(value=ULLONG_MAX)
 
         def nvmlInit():
             fake.calls["nvmlInit"] += 1
             if fake.init_error is not None:
                 raise NVMLError(fake.init_error)
-            fake.initialized = True
+            with fake._lock:
+                fake.init_count += 1
 
         def nvmlInitWithFlags(flags):
             nvmlInit()
 
         def nvmlShutdown():
+            # the C library answers NVML_ERROR_UNINITIALIZED once its count is back at 0
             fake._check("nvmlShutdown")
-            fake.initialized = False
+            with fake._lock:
+                fake.init_count -= 1
 
         def nvmlSystemGetDriverVersion():
             fake._check("nvmlSystemGetDriverVersion")
@@ -472,7 +483,7 @@ class FakeNvml:
 
         funcs = dict(locals())
         for kind, base in _PROCESS_FUNCS.items():
-            for suffix, version in (("_v3", 3), ("_v2", 2), ("", 1)):
+            for suffix, version in (("_v3", 3), ("_v2", 2)):
                 name = base + suffix
 
                 def proc_func(handle, _name=name, _kind=kind, _v=version):
@@ -480,6 +491,19 @@ class FakeNvml:
 
                 proc_func.__name__ = name
                 funcs[name] = proc_func
+
+            def plain(handle, _name=base, _kind=kind):
+                # nvidia-ml-py >= 12.535: @throwOnVersionMismatch def <base>(h): return <base>_v3(h)
+                try:
+                    return fake._processes(_name, handle, _kind, 3)
+                except NVMLError_FunctionNotFound:  # noqa: F821 -- made by the loop above
+                    raise NVMLLibraryMismatchError(
+                        "Unversioned function called and the pyNVML version does not match the NVML lib "
+                        f"version. Either use matching pyNVML and NVML lib versions or use a versioned "
+                        f"function such as {_name}_v2") from None
+
+            plain.__name__ = base
+            funcs[base] = plain
         for name, obj in funcs.items():
             if name.startswith("nvml") and callable(obj):
                 setattr(mod, name, obj)

@@ -21,7 +21,7 @@ from gpumem_tui.ui.app import GpuMemApp  # noqa: E402
 from gpumem_tui.ui.themes import load_themes  # noqa: E402
 from gpumem_tui.units import GiB  # noqa: E402
 
-pytest.importorskip("pytest_textual_snapshot")
+import pytest_textual_snapshot  # noqa: F401 -- installed by setup (README): missing is a failure
 
 STEP = 0.3  # seconds: forward 0.1, backward 0.15, optimizer step 0.05
 PHASES = ((Phase.FORWARD, 0.0, 0.1, 24 * GiB), (Phase.BACKWARD, 0.1, 0.25, 34 * GiB),

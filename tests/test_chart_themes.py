@@ -14,7 +14,7 @@ import asyncio
 
 import pytest
 
-pytest.importorskip("textual")
+import textual  # noqa: F401 -- installed by setup (README): missing is a failure
 
 from rich.color import Color as RichColor  # noqa: E402
 from textual.geometry import Region  # noqa: E402

@@ -4,7 +4,6 @@ rules, and what the shared H100 measurements say about reserved (``dev_truth_h10
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,15 +16,7 @@ MIB = 1 << 20
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _gpu_dir() -> Path | None:
-    env = os.environ.get("GPUMEM_SHARED")
-    for base in ([Path(env)] if env else []) + [b.parent / "shared" for b in [ROOT, *ROOT.parents]]:
-        if (base / "validation" / "gpu" / "dev_truth_h100.jsonl").is_file():
-            return base / "validation" / "gpu"
-    return None
-
-
-GPU_DIR = _gpu_dir()
+from shared_data import GPU_DIR, needs_gpu_dir  # noqa: E402
 
 
 def test_simulation_imports_no_torch() -> None:
@@ -87,7 +78,7 @@ def test_replay_rejects_bad_events() -> None:
         allocator.replay([("alloc", 1, 10), ("alloc", 1, 10)])
 
 
-@pytest.mark.skipif(GPU_DIR is None, reason="../shared/validation/gpu not present")
+@needs_gpu_dir
 def test_measured_reserved_is_made_of_whole_segments() -> None:
     """Every segment is a multiple of 2 MiB (rule 3), so reserved is; and reserved >= allocated."""
     truths = [json.loads(x) for x in (GPU_DIR / "dev_truth_h100.jsonl").read_text().splitlines() if x.strip()]

@@ -15,7 +15,7 @@ from gpumem_tui import demo, demo_process
 from gpumem_tui.telemetry.model import Phase
 from gpumem_tui.telemetry.replay import read_trace
 
-pytest.importorskip("torch")
+import torch  # noqa: F401 -- installed by setup (README): missing is a failure
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--model", "builtin", "--batch", "2", "--seq", "32"]
@@ -42,11 +42,14 @@ def test_headless_demo_records_a_real_job_end_to_end(tmp_path):
     assert info.model_config["n_layer"] == 4 and info.model_config["vocab_size"] == 8192
     assert snaps[-1].probe_infos[0].ended  # recorded until the job finished
     marks = [(m.phase, m.step) for s in snaps for m in s.phase_marks if m.pid == pid]
-    for step in (1, 2, 3):  # steps of ~0.1 s are >= min_step_interval apart or the first
-        assert (Phase.FORWARD, step) in marks or step > 1
     assert marks[0] == (Phase.INIT, 0)
-    order = [p for p, s in marks if s == 1]
-    assert order == [Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER_STEP, Phase.IDLE]
+    # Step 1 is always recorded; a later step only if it starts >= min_step_interval after the
+    # last recorded one (a timing matter), and a recorded step is recorded whole, in order.
+    recorded = sorted({s for _, s in marks if s > 0})
+    assert recorded[0] == 1 and set(recorded) <= {1, 2, 3}, marks
+    for step in recorded:
+        order = [p for p, s in marks if s == step]
+        assert order == [Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER_STEP, Phase.IDLE], (step, marks)
     samples = [p for s in snaps for p in s.probes if p.pid == pid]
     assert len(samples) >= 5 and len({p.time for p in samples}) == len(samples)  # no duplicates
     param_bytes = setup["total_params"] * 4

@@ -103,6 +103,7 @@ def test_fit_a_gpu_uses_its_free_memory_and_says_so(capsys, fake_nvml) -> None:
     assert code == 0 and fit["budget_kind"] == "free" and fit["gpu_index"] == 0
     assert fit["budget_bytes"] == 20 << 30 and fit["total_bytes"] == 80 << 30 and fit["used_bytes"] == 60 << 30
     assert fit["fits"] is False  # ~34 GiB does not fit in the 20 GiB the other jobs leave
+    assert fake_nvml.init_count == 0  # --fit's nvmlInit is paired with nvmlShutdown
     code, out, _ = _run([*args, "--fit", "0"], capsys)
     assert "20.00 GiB free of 80.00 GiB total" in out and "NO" in out
     # --fit GPU, as README and --help write it: the GPU with the most free memory

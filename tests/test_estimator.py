@@ -156,9 +156,21 @@ def test_cpu_profile_has_no_context_or_reserve(gpt2) -> None:
     assert est.peak_bytes == est.allocated_peak_bytes
 
 
+def _anchor(model: str, overrides: dict, spec: dict) -> dict:
+    """The measured case of tests/data/estimator_anchors.json (where and how it says)."""
+    import json
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).parent / "data" / "estimator_anchors.json").read_text())
+    (case,) = [c for c in doc["cases"] if (c["model"], c["overrides"], c["spec"]) == (model, overrides, spec)]
+    return case
+
+
 def test_gpt2_matches_memtracker_to_the_byte(gpt2) -> None:
-    # Measured with torch 2.13 MemTracker on the meta device (gpumem-tui measure, eager,
-    # dropout on, AdamW, second step): 2,599,607,896 bytes, peak in backward.
+    # torch MemTracker on the meta device (eager, dropout on, AdamW, second step): 2,599,607,896
+    # bytes, peak in backward (tests/data/estimator_anchors.json)
+    measured = _anchor("gpt2", {}, {"batch": 2, "seq": 256, "dtype": "fp32"})
+    assert (measured["measured_peak_bytes"], measured["measured_peak_phase"]) == (2_599_607_896, "backward")
     est = estimate(gpt2, TrainingSpec(batch=2, seq=256, dtype="fp32", attention="eager", device="cpu"))
     assert est.peak_phase == "backward"
     assert abs(est.peak_bytes - 2_599_607_896) <= 8192
@@ -222,9 +234,7 @@ def _ground_truth_cases() -> list:
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "measured_cpu.json"
-    if not path.exists():
-        return []
-    return json.loads(path.read_text())["cases"]
+    return json.loads(path.read_text())["cases"]  # in the repository: missing is a failure
 
 
 def _relative_error(case: dict) -> float:
@@ -250,18 +260,40 @@ def test_matches_measured_ground_truth(case: dict) -> None:
     assert abs(_relative_error(case)) < 0.05
 
 
+def _held_out_cases() -> list:
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "measured_random.json"
+    return json.loads(path.read_text())["cases"]
+
+
+def test_held_out_random_cases_within_the_documented_targets() -> None:
+    """The 40 held-out random cases (benchmarks/data/measured_random.json, seed 11; the
+    estimator was not tuned on them) within the targets benchmarks/estimator_accuracy.py
+    documents: median |error| <= 2 %, worst <= 5 % of the measured peak."""
+    import statistics
+
+    cases = _held_out_cases()
+    assert len(cases) == 40
+    errors = {c["id"]: abs(_relative_error(c)) for c in cases}
+    assert statistics.median(errors.values()) <= 0.02
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= 0.05, (worst, errors[worst])
+
+
 def test_median_error_over_ground_truth() -> None:
     """Median |error| of the peak over all ground-truth cases <= 2 % (issue 3 target)."""
     import statistics
 
     cases = _ground_truth_cases()
-    if len(cases) < 12:
-        pytest.skip("ground truth not collected")
+    assert len(cases) >= 12  # the collected set (benchmarks/data/README.md)
     assert statistics.median(abs(_relative_error(c)) for c in cases) <= 0.02
 
 
-# Measured with `gpumem-tui measure --on meta` (torch 2.13 MemTracker, transformers 5.23, two
-# AdamW steps, eager attention), shrunk configs where the peak is inside a layer's backward
+# Measured with `gpumem-tui measure --on meta` (torch 2.13 MemTracker, two AdamW steps, eager
+# attention; tests/data/estimator_anchors.json says how, and test_anchors_are_the_data_file_s
+# holds these figures to it), shrunk configs where the peak is inside a layer's backward
 # (small vocabulary) -- the regime the loss-dominated ground truth does not reach.
 LAYER_BACKWARD_ANCHORS = [
     ("gpt2", {"n_layer": 2, "vocab_size": 1000}, dict(batch=2, seq=1024, dtype="fp32"), 1_239_479_416, 0.01),
@@ -273,6 +305,12 @@ LAYER_BACKWARD_ANCHORS = [
      dict(batch=1, seq=512, task="lora", lora_rank=8, grad_ckpt="full"), 126_230_056, 0.03),
     ("gpt2", {}, dict(batch=1, seq=128, dtype="fp32", optimizer_impl="foreach"), 2_488_797_776, 0.001),
 ]
+
+
+@pytest.mark.parametrize("name,overrides,kwargs,measured,tol", LAYER_BACKWARD_ANCHORS,
+                         ids=[f"{a[0]}-{i}" for i, a in enumerate(LAYER_BACKWARD_ANCHORS)])
+def test_anchors_are_the_data_file_s(name, overrides, kwargs, measured, tol) -> None:  # noqa: ANN001
+    assert _anchor(name, overrides, kwargs)["measured_peak_bytes"] == measured
 
 
 @pytest.mark.parametrize("name,overrides,kwargs,measured,tol", LAYER_BACKWARD_ANCHORS,

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from shared_data import GPU_DIR, needs_gpu_dir
 
 from gpumem_tui.estimator.architecture import ArchitectureError, architecture_from_config, load_architecture
 from gpumem_tui.estimator.estimate import estimate
@@ -252,8 +253,6 @@ def test_meta_profile_matches_measure_on_meta_with_sdpa(config: str, dtype: str,
 def test_partial_rotary_is_read_where_transformers_5_keeps_it() -> None:
     """transformers 5 moved ``partial_rotary_factor`` into ``rope_parameters`` (the H100
     Pythia config has it there); older configs keep it (or GPT-NeoX's ``rotary_pct``) on top."""
-    base = json.loads((ROOT.parent / "shared" / "validation" / "gpu" / "configs" / "pythia-410m.json").read_text()) \
-        if (ROOT.parent / "shared").is_dir() else None
     neox = {"model_type": "gpt_neox", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
             "intermediate_size": 2048, "vocab_size": 1000, "max_position_embeddings": 2048}
     nested = architecture_from_config({**neox, "rope_parameters": {"rope_type": "default",
@@ -263,10 +262,14 @@ def test_partial_rotary_is_read_where_transformers_5_keeps_it() -> None:
         "rope_type": "default", "partial_rotary_factor": 0.5}}}, "c")
     full = architecture_from_config(neox, "d")
     assert (nested.rotary_dims, top.rotary_dims, per_kind.rotary_dims, full.rotary_dims) == (16, 16, 32, 64)
-    if base is not None:
-        assert architecture_from_config(base, "pythia-410m").rotary_dims == 16
     with pytest.raises(ArchitectureError, match="partial_rotary_factor"):
         architecture_from_config({**neox, "rope_parameters": {"partial_rotary_factor": "quarter"}}, "e")
+
+
+@needs_gpu_dir
+def test_partial_rotary_of_the_h100_pythia_config() -> None:
+    base = json.loads((GPU_DIR / "configs" / "pythia-410m.json").read_text())
+    assert architecture_from_config(base, "pythia-410m").rotary_dims == 16
 
 
 def test_training_cache_rules_follow_the_device_and_checkpointing() -> None:

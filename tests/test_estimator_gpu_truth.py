@@ -19,12 +19,9 @@ _spec = importlib.util.spec_from_file_location("gpu_accuracy", ROOT / "benchmark
 gpu_accuracy = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gpu_accuracy)
 
-try:
-    GPU_DIR = gpu_accuracy.gpu_dir()
-except FileNotFoundError:  # CI without the shared docs beside the checkout
-    GPU_DIR = None
+from shared_data import GPU_DIR, needs_gpu_dir  # noqa: E402
 
-pytestmark = pytest.mark.skipif(GPU_DIR is None, reason="../shared/validation/gpu not beside the checkout")
+pytestmark = needs_gpu_dir
 
 TARGETS = {"allocated": (0.5, 2.0), "reserved": (2.0, 5.0), "nvml": (2.0, 5.0)}
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
 import gpumem_tui.probe as gprobe  # noqa: E402
 from gpumem_tui import cli  # noqa: E402

@@ -146,12 +146,13 @@ def test_broken_probe_reader_is_a_notice(fake_nvml):
 
 
 def test_default_probe_reader_reads_given_directory(fake_nvml, tmp_path):
-    pytest.importorskip("gpumem_tui.telemetry.probe_source")
     src = LiveSource(tmp_path, host=HostEnricher(in_container=False))
     assert src._probe is not None and str(src._probe.directory) == str(tmp_path)
     snap = src.poll()
     assert snap.probes == () and len(snap.devices) == 2
+    assert fake_nvml.init_count == 1
     src.close()
+    assert fake_nvml.init_count == 0  # its own NvmlSource's nvmlInit is paired with nvmlShutdown
 
 
 @pytest.mark.parametrize("module", ["gpumem_tui.telemetry.live", "gpumem_tui.telemetry.snapshot_cli",

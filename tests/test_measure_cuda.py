@@ -35,7 +35,7 @@ def test_contradictory_or_bad_flags_exit_2_with_one_line(capsys, argv, words):
 
 
 def test_no_cuda_build_or_no_gpu_is_one_line(capsys):
-    torch = pytest.importorskip("torch")
+    import torch
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     err = _one_line_exit_2(capsys, ["gpt2", "--on", "cuda", "--batch", "1", "--seq", "16"])
@@ -60,8 +60,8 @@ def _tiny(torch, dtype):
 
 
 def test_peft_lora_adapters_are_fp32_and_counted_as_the_estimator_does():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("peft")
+    import torch
+    import peft  # noqa: F401 -- installed by setup (README): missing is a failure
     from gpumem_tui.estimator import components as C
     from gpumem_tui.estimator.architecture import architecture_from_config
     from gpumem_tui.estimator.spec import TrainingSpec
@@ -78,8 +78,8 @@ def test_peft_lora_adapters_are_fp32_and_counted_as_the_estimator_does():
 
 
 def test_peft_lora_on_meta_and_bad_targets():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("peft")
+    import torch
+    import peft  # noqa: F401 -- installed by setup (README): missing is a failure
     from gpumem_tui.measure.cuda import apply_peft_lora
     from gpumem_tui.measure.runner import MeasureError
 
@@ -93,7 +93,7 @@ def test_peft_lora_on_meta_and_bad_targets():
 
 @pytest.mark.parametrize("new_tokens, logits", [(5, "last"), (0, "all"), (0, "last")])
 def test_inference_modes_run_on_cpu(new_tokens, logits):
-    torch = pytest.importorskip("torch")
+    import torch
     from gpumem_tui.measure.cuda import _Stats, run_steps
 
     model = _tiny(torch, torch.float32)
@@ -104,7 +104,7 @@ def test_inference_modes_run_on_cpu(new_tokens, logits):
 
 
 def test_training_loop_runs_on_cpu_and_reports_three_phases():
-    torch = pytest.importorskip("torch")
+    import torch
     import contextlib
 
     from gpumem_tui.measure.cuda import _Stats, run_steps
@@ -116,3 +116,22 @@ def test_training_loop_runs_on_cpu_and_reports_three_phases():
                        amp=contextlib.nullcontext, stats=_Stats(torch, torch.device("cpu")))
     assert set(phases) == {"forward", "backward", "optimizer_step"}
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))  # the steps trained
+
+
+def test_nvml_sampler_reads_own_process_and_pairs_init_with_shutdown(fake_nvml):
+    """The sampler of `measure --on cuda` reads this process's NVML used memory (None once the
+    binding answers not available) and gives back its nvmlInit reference when stopped."""
+    import os
+
+    from fake_pynvml import MiB, ULLONG_MAX
+
+    from gpumem_tui.measure.cuda import NvmlSampler
+
+    proc = fake_nvml.add_process(0, pid=os.getpid(), used=300 * MiB)
+    sampler = NvmlSampler(interval=0.001)
+    assert fake_nvml.init_count == 1 and sampler.used() == 300 * MiB
+    proc.used = ULLONG_MAX
+    assert sampler.used() is None
+    sampler.start()
+    sampler.stop()
+    assert fake_nvml.init_count == 0

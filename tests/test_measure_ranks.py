@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import torch
+import transformers  # noqa: F401 -- installed by setup (README): missing is a failure
 
 import torch.distributed as dist  # noqa: E402
 

@@ -4,7 +4,6 @@ there"): NVML used minus torch reserved, counted only while reserved held still.
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -12,9 +11,8 @@ from gpumem_tui.measured_context import ContextMeter, init_context
 from gpumem_tui.telemetry.model import ProbeSample, ProcessSample, ProcessType, Snapshot
 
 MiB = 1 << 20
-TRACE = Path(__file__).resolve().parents[1] / ".." / "shared" / "validation" / "gpu" / "trace_h100.jsonl"
-if not TRACE.exists():  # a worktree under /work/wt
-    TRACE = Path("/work/shared/validation/gpu/trace_h100.jsonl")
+from shared_data import H100_TRACE as TRACE  # noqa: E402
+from shared_data import needs_h100_trace  # noqa: E402
 
 
 def _probe(t, reserved, pid=7, device="cuda:0"):
@@ -81,10 +79,12 @@ def test_init_context_gives_back_the_measured_figure_for_the_own_setup():
     assert init_context(10 * MiB, arch, spec) == 0  # never negative
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason="the shared H100 trace is not on this machine")
+@needs_h100_trace
 def test_on_the_h100_trace_the_context_is_what_the_h100_cases_measured():
-    """validation/gpu: 610 MiB after initialisation, 742 MiB at a training peak, 758 MiB with
-    the flash SDPA kernel; the trace's PID 1088 is Llama-3.2-1B bf16 SDPA, 1089 GPT-2."""
+    """The H100 figures of ../shared/validation/gpu/README.md: 610 MiB of context after
+    initialisation (``cuda_context`` of dev_truth_h100.jsonl), 686-758 MiB at the peaks; in
+    trace_h100.jsonl (PID 1088 Llama-3.2-1B bf16 SDPA, 1089 GPT-2) NVML used minus torch
+    reserved between two still probe samples is 758 and 742 MiB, which the meter must read."""
     from gpumem_tui.process_estimate import from_probe_info
     from gpumem_tui.telemetry.replay import read_trace
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import sys
 
 import pytest
 from fake_pynvml import (
@@ -23,15 +25,16 @@ from gpumem_tui.telemetry.model import ProcessType
 from gpumem_tui.telemetry.nvml import NvmlSource, format_cuda_version
 
 
-def _real_pynvml():
-    module = pytest.importorskip("pynvml")
-    if "fake_pynvml" in (getattr(module, "__file__", "") or ""):
-        pytest.skip("the fake is installed")
+def _real_pynvml(monkeypatch):
+    """The installed nvidia-ml-py (a dependency: its absence is a failure, not a skip)."""
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)  # never the fake of another test
+    module = importlib.import_module("pynvml")
+    assert "fake_pynvml" not in (getattr(module, "__file__", "") or "")
     return module
 
 
-def test_fake_matches_real_binding_names_and_errors():
-    real = _real_pynvml()
+def test_fake_matches_real_binding_names_and_errors(monkeypatch):
+    real = _real_pynvml(monkeypatch)
     fake = FakeNvml(1).module
     for name in public_names(fake):
         assert hasattr(real, name), f"fake exports {name}, which nvidia-ml-py does not have"
@@ -109,9 +112,57 @@ def test_processes_merge_compute_graphics_mps_and_dedupe(fake_nvml):
     assert procs[(1, 10)].used_memory_bytes == 1 * GiB
 
 
-def test_ullong_max_memory_is_not_available(fake_nvml):
-    fake_nvml.process_api = 1  # plain call, which returns 2**64-1 raw
-    fake_nvml.add_process(0, pid=20, used=ULLONG_MAX)
+def test_fake_process_calls_behave_like_the_real_binding(monkeypatch):
+    """What the fake copies from nvidia-ml-py's pynvml.py: the plain process calls are their _v3
+    under throwOnVersionMismatch, and _v2/_v3 turn NVML_VALUE_NOT_AVAILABLE into None."""
+    real = _real_pynvml(monkeypatch)
+    for base in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses",
+                 "nvmlDeviceGetMPSComputeRunningProcesses"):
+        plain = inspect.getsource(getattr(real, base))
+        assert f"return {base}_v3(handle)" in plain and "@throwOnVersionMismatch" in plain
+        for version in ("_v2", "_v3"):
+            assert "obj.usedGpuMemory = None" in inspect.getsource(getattr(real, base + version))
+    assert issubclass(real.NVMLLibraryMismatchError, Exception)
+    assert not issubclass(real.NVMLLibraryMismatchError, real.NVMLError)
+    fake = FakeNvml(1)
+    fake.module.nvmlInit()
+    fake.add_process(0, pid=20, used=ULLONG_MAX)
+    handle = fake.module.nvmlDeviceGetHandleByIndex(0)
+    for name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2"):
+        assert [(p.pid, p.usedGpuMemory) for p in getattr(fake.module, name)(handle)] == [(20, None)]
+    fake.process_api = 2
+    with pytest.raises(fake.module.NVMLLibraryMismatchError):
+        fake.module.nvmlDeviceGetComputeRunningProcesses(handle)
+
+
+def test_fake_counts_init_and_shutdown():
+    """NVML counts nvmlInit calls; nvmlShutdown without an init raises NVMLError_Uninitialized."""
+    fake = FakeNvml(1)
+    nv = fake.module
+    with pytest.raises(nv.NVMLError_Uninitialized):
+        nv.nvmlShutdown()
+    nv.nvmlInit()
+    nv.nvmlInit()
+    nv.nvmlShutdown()
+    assert fake.init_count == 1 and nv.nvmlDeviceGetCount() == 1  # still initialised once
+    nv.nvmlShutdown()
+    with pytest.raises(nv.NVMLError_Uninitialized):
+        nv.nvmlDeviceGetCount()
+    with pytest.raises(nv.NVMLError_Uninitialized):
+        nv.nvmlShutdown()
+
+
+def test_source_pairs_init_with_shutdown(fake_nvml):
+    source = _source(fake_nvml)
+    assert fake_nvml.init_count == 1
+    source.poll()
+    source.close()
+    source.close()  # a second close must not shut down someone else's reference
+    assert fake_nvml.init_count == 0
+
+
+def test_memory_not_available_is_none_with_reason(fake_nvml):
+    fake_nvml.add_process(0, pid=20, used=ULLONG_MAX)  # NVML_VALUE_NOT_AVAILABLE (WDDM, some vGPUs)
     fake_nvml.add_process(0, pid=21, used=5 * MiB)
     procs = {p.pid: p for p in _source(fake_nvml).poll().processes}
     assert procs[20].used_memory_bytes is None
@@ -119,7 +170,7 @@ def test_ullong_max_memory_is_not_available(fake_nvml):
     assert procs[21].used_memory_bytes == 5 * MiB and procs[21].reason("used_memory_bytes") is None
 
 
-@pytest.mark.parametrize("api, first", [(3, "_v3"), (2, "_v2"), (1, "")])
+@pytest.mark.parametrize("api, first", [(3, "_v3"), (2, "_v2")])
 def test_process_call_falls_back_and_remembers(fake_nvml, api, first):
     fake_nvml.process_api = api
     fake_nvml.add_process(0, pid=30, used=64 * MiB)
@@ -132,6 +183,19 @@ def test_process_call_falls_back_and_remembers(fake_nvml, api, first):
     assert fake_nvml.calls[base + first] == 3 * 2
     for newer in ("_v3", "_v2")[: 3 - api]:
         assert fake_nvml.calls[base + newer] == 1
+
+
+def test_driver_with_only_v1_process_calls_says_not_available(fake_nvml):
+    """A driver older than the _v2 calls: the binding's plain call is its _v3 and raises
+    NVMLLibraryMismatchError; the source says the list is not available, in one notice."""
+    fake_nvml.process_api = 1
+    fake_nvml.add_process(0, pid=32, used=64 * MiB)
+    src = _source(fake_nvml)
+    readings = [src.poll() for _ in range(2)]
+    assert all(r.processes == () for r in readings)
+    notices = [n for r in readings for n in r.notices if "nvmlDeviceGetComputeRunningProcesses" in n]
+    assert notices == ["NVML function nvmlDeviceGetComputeRunningProcesses is not available with this driver"]
+    assert [d.memory_used_bytes for d in readings[-1].devices] == [1 * GiB, 1 * GiB]  # the rest still reads
 
 
 def test_fallback_when_binding_lacks_v3_function(fake_nvml):

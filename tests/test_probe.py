@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
 import gpumem_tui.probe as gprobe  # noqa: E402
 from gpumem_tui.telemetry.model import Phase  # noqa: E402
@@ -321,7 +321,7 @@ def test_probe_source_reads_the_stream(attach, tmp_path):
 
 
 def test_hf_model_config_is_published(attach):
-    transformers = pytest.importorskip("transformers")
+    import transformers
     config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16,
                                      bos_token_id=0, eos_token_id=0)
     model = transformers.GPT2LMHeadModel(config)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
-torch = pytest.importorskip("torch")
+import torch
 
 import gpumem_tui.probe  # noqa: E402
 from gpumem_tui.comparison import spec_from_probe_info  # noqa: E402

@@ -10,9 +10,7 @@ no bands, only a hint.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
-import pytest
 from textual.widgets import Select
 
 from gpumem_tui.process_estimate import (
@@ -29,9 +27,9 @@ from gpumem_tui.ui.memory_bar import bands_from_estimate
 from test_ui import make_app, wait_for
 from ui_fakes import FakeSource
 
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "validation" / "gpu" / "trace_h100.jsonl"  # ../shared
+from shared_data import H100_TRACE as TRACE  # noqa: E402
+from shared_data import needs_h100_trace  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not TRACE.exists(), reason=f"needs the shared H100 trace at {TRACE}")
 
 
 def _model_label_shown(panel: EstimatorPanel) -> str:
@@ -49,6 +47,7 @@ async def _replayed(pilot, app) -> None:
     )
 
 
+@needs_h100_trace
 async def test_each_probed_process_keeps_its_own_estimate_whatever_the_selection_history():
     app = make_app(ReplaySource(TRACE, speed=8.0), side_pane=True)
     async with app.run_test(size=(200, 50)) as pilot:
@@ -82,6 +81,7 @@ async def test_each_probed_process_keeps_its_own_estimate_whatever_the_selection
         assert seen[1088][1:3] == (4, 2048) and seen[1089][1:3] == (8, 1024)
 
 
+@needs_h100_trace
 async def test_the_pane_shows_the_figure_compare_shows():
     expected = compare_trace(TRACE, pid=1088)["peak_error_percent"]
     app = make_app(ReplaySource(TRACE, speed=8.0), side_pane=True, select_pid=1088)
@@ -89,13 +89,13 @@ async def test_the_pane_shows_the_figure_compare_shows():
         await _replayed(pilot, app)
         # the end of the trace: the pane has every sample compare reads
         await wait_for(pilot, lambda: app.source.finished, timeout=20)
-        await pilot.pause(0.5)
         view = app.query_one(ComparisonView)
         await wait_for(pilot, lambda: view.result is not None and view.result.sample_count == len(app.probe_samples[1088]))
         assert round(view.result.headline.error_percent, 3) == expected
         assert abs(expected) < 1.0  # -0.2 %: the keep-outputs loop the probe reported
 
 
+@needs_h100_trace
 async def test_a_user_edit_stays_with_the_process_it_was_made_for():
     app = make_app(ReplaySource(TRACE, speed=8.0), side_pane=True, select_pid=1088)
     async with app.run_test(size=(200, 50)) as pilot:
@@ -117,8 +117,7 @@ async def test_a_user_edit_stays_with_the_process_it_was_made_for():
         app.table.select_pid(1088)
         await wait_for(pilot, lambda: panel.process_pid == 1088 and panel.spec.batch == 4)
         app.table.select_pid(1089)
-        await wait_for(pilot, lambda: panel.process_pid == 1089)
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: panel.process_pid == 1089 and app.chart.bands)
         assert panel.spec.batch == 2
         assert app.chart.bands == bands_from_estimate(mine.estimate)
 
@@ -128,7 +127,7 @@ async def test_no_bands_for_an_unprobed_process_or_on_the_gpu_chart():
     async with app.run_test(size=(200, 50)) as pilot:
         await wait_for(pilot, lambda: app.snapshot is not None and app.chart_target == ("proc", 1002))
         await wait_for(pilot, lambda: bool(app.query(EstimatorPanel)) and app.query_one(EstimatorPanel).estimate)
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: "none for PID 1002" in app.chart.bands_note)
         assert app.process_estimates.get(1002) is None
         assert app.chart.bands == []
         assert "none for PID 1002" in app.chart.bands_note and "gpumem_tui.probe" in app.chart.bands_note

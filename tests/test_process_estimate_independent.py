@@ -13,10 +13,8 @@ import pytest
 from gpumem_tui.process_estimate import ComparisonError, compare_trace, from_probe_info
 from gpumem_tui.telemetry.model import ProbeInfo
 
-TRACE = Path(__file__).resolve().parents[1] / ".." / ".." / "shared" / "validation" / "gpu" / "trace_h100.jsonl"
-if not TRACE.exists():  # a checkout at /work/main or a worktree under /work/wt
-    TRACE = Path("/work/shared/validation/gpu/trace_h100.jsonl")
-needs_trace = pytest.mark.skipif(not TRACE.exists(), reason="the H100 trace is not on this machine")
+from shared_data import H100_TRACE as TRACE  # noqa: E402
+from shared_data import needs_h100_trace as needs_trace  # noqa: E402
 
 
 @needs_trace
@@ -96,8 +94,9 @@ def test_each_probed_process_keeps_its_own_estimate_whatever_the_selection_histo
             peaks = {}
             for pid in (1088, 1089, 1088):
                 _select(app, pid)
-                await pilot.pause(0.2)
-                assert panel.process_pid == pid
+                own_peak = app.process_estimates.get(pid).estimate.peak_bytes
+                assert await _wait(pilot, lambda: panel.process_pid == pid and panel.estimate.peak_bytes  # noqa: B023
+                                   == own_peak and app.bands and app.bands[-1][1] == own_peak)  # noqa: B023
                 peaks.setdefault(pid, []).append(panel.estimate.peak_bytes)
                 own = app.process_estimates.get(pid)
                 assert own.source == "probe"
@@ -136,23 +135,22 @@ def test_an_unprobed_process_gets_no_bands_until_the_user_sets_its_estimate():
             assert await _wait(pilot, lambda: app.snapshot is not None and app.query(EstimatorPanel))
             panel = app.query_one(EstimatorPanel)
             _select(app, 1002)  # `python serve.py`: no probe
-            await pilot.pause(0.2)
             chart = app.query_one(MemoryChart)
+            assert await _wait(pilot, lambda: "none for PID 1002" in chart._legend_shown.plain)
             assert panel.estimate is not None  # the form still has a what-if estimate ...
             assert app.bands == [] and chart.bands == []  # ... but it is not this process's
-            await pilot.pause(0.2)
             hint = chart._legend_shown.plain
             assert "none for PID 1002" in hint and "gpumem_tui.probe" in hint and "(e)" in hint
             batch = panel.query_one("#est-batch")
             batch.focus()  # the user's edit comes through the focused field
             await pilot.pause()
             batch.value = "3"  # the user sets it for this PID
-            await pilot.pause(0.2)
+            assert await _wait(pilot, lambda: app.process_estimates.get(1002) is not None and chart.bands)
             assert app.process_estimates.get(1002).source == "user"
             assert app.process_estimates.get(1002).spec.batch == 3
             assert chart.bands and chart.bands[-1][1] == app.process_estimates.get(1002).estimate.peak_bytes
             _select(app, 1006)  # another unprobed process: not given 1002's estimate
-            await pilot.pause(0.2)
+            assert await _wait(pilot, lambda: "none for PID 1006" in chart._legend_shown.plain)
             assert chart.bands == [] and app.process_estimates.get(1006) is None
 
     asyncio.run(run())
@@ -168,12 +166,10 @@ def test_the_gpu_chart_shows_no_single_process_prediction():
         async with app.run_test(size=(200, 50)) as pilot:
             assert await _wait(pilot, lambda: {1088, 1089} <= set(app.probe_infos) and app.query(EstimatorPanel))
             _select(app, 1088)
-            await pilot.pause(0.2)
             chart = app.query_one(MemoryChart)
-            assert chart.bands  # the process chart has 1088's bands
+            assert await _wait(pilot, lambda: chart.bands)  # the process chart has 1088's bands
             await pilot.press("c")  # the GPU chart holds both jobs: no one job's bands on it
-            await pilot.pause(0.2)
-            assert app.chart_target[0] == "gpu"
+            assert await _wait(pilot, lambda: app.chart_target[0] == "gpu")
             assert chart.bands == []
 
     asyncio.run(run())
@@ -202,8 +198,8 @@ def test_a_process_shown_before_the_form_is_mounted_keeps_its_own_estimate():
             panel = EstimatorPanel(model="llama-3.2-1b")
             app.mount(panel)  # not awaited: the fields are not composed yet
             panel.show_process(1089, own)
-            await pilot.pause(0.3)
-            assert panel.process_pid == 1089
+            assert await _wait(pilot, lambda: panel.process_pid == 1089 and panel.estimate is not None
+                               and panel.estimate.peak_bytes == own.estimate.peak_bytes)
             assert panel.query_one("#est-batch", Input).value == "3"
             assert "my-gpt2" in _model_label_shown(panel)
             assert panel.estimate.peak_bytes == own.estimate.peak_bytes

@@ -7,23 +7,14 @@ follows the config's ``use_cache`` (true for GPT-2), which put the demo's H100 t
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+from shared_data import H100_TRACE as TRACE
+from shared_data import needs_h100_trace
 
 from gpumem_tui.process_estimate import from_probe_info
 from gpumem_tui.telemetry.model import ProbeInfo
-
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("gpu_accuracy", ROOT / "benchmarks" / "gpu_accuracy.py")
-gpu_accuracy = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gpu_accuracy)
-try:
-    TRACE = gpu_accuracy.gpu_dir() / "trace_h100.jsonl"
-except FileNotFoundError:  # CI without the shared docs beside the checkout
-    TRACE = None
 
 GPT2_CONFIG = {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12,
                "n_head": 12, "use_cache": True, "tie_word_embeddings": True}
@@ -59,7 +50,7 @@ def test_the_demo_job_key_means_no_training_cache():
     assert _estimate(("demo_model", "hf"), ("use_cache", True)).architecture.use_cache
 
 
-@pytest.mark.skipif(TRACE is None, reason="../shared/validation/gpu not beside the checkout")
+@needs_h100_trace
 def test_recorded_demo_trace_on_h100_within_half_a_percent():
     """PID 1089 of validation/gpu/trace_h100.jsonl: the demo job on an H100; the estimate's
     peak vs the probe's torch peak allocated (the record has no ``use_cache`` in its setup)."""
@@ -76,4 +67,4 @@ def test_recorded_demo_trace_on_h100_within_half_a_percent():
     process = from_probe_info(info, "cuda:0")
     assert process.estimate is not None, process.problem
     error = (process.estimate.allocated_peak_bytes - peak) / peak
-    assert abs(error) < 0.005, f"{error:+.2%}"  # measured -0.0 % (+4.0 % with the cache)
+    assert abs(error) < 0.005, f"{error:+.2%}"  # the estimate's error is -0.0 % (+4.0 % with the cache)

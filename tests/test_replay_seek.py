@@ -9,7 +9,6 @@ position (``compare_trace(..., until=position)``), in the core and in the pane.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -20,10 +19,11 @@ from gpumem_tui.telemetry.replay import ReplaySource
 from gpumem_tui.ui.comparison_view import ComparisonView
 from test_ui import make_app, wait_for
 
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "validation" / "gpu" / "trace_h100.jsonl"  # ../shared
+from shared_data import H100_TRACE as TRACE  # noqa: E402
+from shared_data import needs_h100_trace  # noqa: E402
 PID = 1088
 
-pytestmark = pytest.mark.skipif(not TRACE.exists(), reason=f"needs the shared H100 trace at {TRACE}")
+pytestmark = needs_h100_trace  # every test here replays it
 
 
 class Clock:

@@ -108,7 +108,8 @@ async def test_a_filter_that_matches_nothing_says_so_and_the_chart_follows_it():
         assert str(app.table_empty.render()) == "no process matches 'servezzz' · esc clears"
         assert app.chart_target is None and app.chart_pid() is None
         assert "no process matches" in (app.chart.message or "")
-        await pilot.pause(0.5)  # new polls keep it that way
+        seen = app.snapshot.time
+        await wait_for(pilot, lambda: app.snapshot.time >= seen + 2)  # two new polls keep it that way
         assert app.chart_target is None and app.table_empty.display
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.chart_target is not None)
@@ -166,7 +167,8 @@ async def test_dashboard_shows_question_marks_and_one_notice_for_invisible_pids(
     app = make_app(source)
     async with app.run_test(size=(160, 50)) as pilot:
         await wait_for(pilot, lambda: app.snapshot is not None and app.table.row_count == 3)
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: str(app.table_empty.render()) == NAMESPACE_NOTE)
+        await pilot.pause()  # the frame with it
         screen = app.export_screenshot()
         assert screen.count("--pid=host") == 1  # one notice for the whole table
         assert str(app.table_empty.render()) == NAMESPACE_NOTE

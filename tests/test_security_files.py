@@ -113,11 +113,12 @@ async def test_the_estimator_pane_reads_a_typed_config_path_off_the_ui_thread(tm
     os.mkfifo(fifo)
     config = (CATALOGUE_DIR / "gpt2.json").read_bytes()
     stop = threading.Event()
+    wrote = threading.Event()
 
-    def writer() -> None:  # a slow source: answers a reader only after 2 s
-        stop.wait(2.0)
+    def writer() -> None:  # a slow source: answers a reader only once the test let it (or 10 s)
+        stop.wait(10.0)
         deadline = time.monotonic() + 3
-        while time.monotonic() < deadline and not stop.is_set():
+        while time.monotonic() < deadline:
             try:
                 fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
             except OSError:  # no reader (any more): nothing waits for us
@@ -125,6 +126,7 @@ async def test_the_estimator_pane_reads_a_typed_config_path_off_the_ui_thread(tm
                 continue
             os.write(fd, config)
             os.close(fd)
+            wrote.set()
             return
 
     threading.Thread(target=writer, daemon=True).start()
@@ -133,9 +135,10 @@ async def test_the_estimator_pane_reads_a_typed_config_path_off_the_ui_thread(tm
         async with app.run_test(size=(120, 60)) as pilot:
             await _settle(app, pilot)
             panel = app.query_one(EstimatorPanel)
-            started = time.perf_counter()
             panel.set_form(config=str(fifo))
-            assert time.perf_counter() - started < 0.5  # the UI thread did not wait on the file
+            # the UI thread did not wait on the file: set_form returned while nothing was written
+            assert not wrote.is_set()
+            stop.set()  # now the writer may answer a reader
             for _ in range(40):
                 await pilot.pause(0.05)
                 if "reading" not in panel.invalid_fields.get("config", "reading"):

@@ -106,7 +106,7 @@ def test_a_group_writable_directory_is_refused_saying_which_and_why(two_users, t
 
 
 def test_a_refused_directory_warns_once_and_the_training_job_runs_on(two_users, tmp_path):
-    torch = pytest.importorskip("torch")
+    import torch
     import gpumem_tui.probe as gprobe
 
     attacker, _ = two_users

@@ -20,12 +20,13 @@ from gpumem_tui.telemetry.replay import ReplaySource  # noqa: E402
 from gpumem_tui.ui.app import GpuMemApp, size_class  # noqa: E402
 from gpumem_tui.ui.themes import load_themes  # noqa: E402
 
-pytest.importorskip("pytest_textual_snapshot")
+import pytest_textual_snapshot  # noqa: F401 -- installed by setup (README): missing is a failure
 
-_WHERE = Path("shared") / "validation" / "gpu" / "trace_h100.jsonl"
 # ../shared from the main checkout; a worktree lies deeper
-TRACE = next((p / _WHERE for p in Path(__file__).resolve().parents if (p / _WHERE).exists()), None)
-pytestmark = pytest.mark.skipif(TRACE is None, reason=f"needs the shared H100 trace ({_WHERE})")
+from shared_data import H100_TRACE as TRACE  # noqa: E402
+from shared_data import needs_h100_trace  # noqa: E402
+
+pytestmark = needs_h100_trace  # every test here replays it
 
 
 @pytest.fixture(autouse=True)

@@ -15,12 +15,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-pytest.importorskip("pytest_textual_snapshot")
+import pytest_textual_snapshot  # noqa: F401 -- installed by setup (README): missing is a failure
 
 from test_chart_themes import THEMES, unreadable_text  # noqa: E402
-from test_size_snapshots import TRACE, replayed_app, until_the_end  # noqa: E402
+from shared_data import needs_h100_trace  # noqa: E402
+from test_size_snapshots import replayed_app, until_the_end  # noqa: E402
 
-pytestmark = pytest.mark.skipif(TRACE is None, reason="needs the shared H100 trace")
+pytestmark = needs_h100_trace  # replays it
 
 
 @pytest.fixture(autouse=True)

@@ -125,7 +125,6 @@ def test_replay_opens_the_dashboard_on_a_replay_source(tmp_path, monkeypatch):
 
 
 def test_compare_without_a_probed_process_exit_2(tmp_path, capsys):
-    pytest.importorskip("gpumem_tui.estimator.estimate")
     path = tmp_path / "t.jsonl"
     with TraceRecorder(path) as rec:
         rec.write(Snapshot(time=1.0))
@@ -134,7 +133,6 @@ def test_compare_without_a_probed_process_exit_2(tmp_path, capsys):
 
 
 def test_compare_json_and_table_on_a_probed_trace(tmp_path, capsys):
-    pytest.importorskip("gpumem_tui.estimator.estimate")
     config = {"model_type": "gpt2", "vocab_size": 512, "n_positions": 64, "n_embd": 64, "n_layer": 2,
               "n_head": 2, "tie_word_embeddings": True}
     info = ProbeInfo(7, config, (("batch", 2), ("seq", 32), ("dtype", "float32"), ("optimizer", "AdamW"),
@@ -174,3 +172,14 @@ def test_compare_until_cuts_the_trace_where_a_replay_would_be(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["peak_measured_bytes"] == 5_000_000
     assert cli.main(["compare", str(path), "--until", "-1"]) == 2
     assert "--until" in one_line_error(capsys)
+
+
+def test_record_cli_reads_the_gpus_and_gives_nvml_back(tmp_path, fake_nvml, capsys):
+    out = tmp_path / "t.jsonl"
+    probe_dir = tmp_path / "probes"
+    probe_dir.mkdir()
+    code = cli.main(["record", "-o", str(out), "--duration", "0.2", "--interval", "0.1", "--probe-dir", str(probe_dir)])
+    assert code == 0
+    snaps, _ = read_trace(out)
+    assert snaps and [d.name for d in snaps[0].devices] == ["NVIDIA A100-SXM4-80GB"] * 2
+    assert fake_nvml.init_count == 0  # its nvmlInit is paired with nvmlShutdown

@@ -380,7 +380,6 @@ async def test_bad_theme_file_falls_back_with_file_and_line(tmp_path):
 
 
 async def test_side_pane_wiring_gpu_total_probe_and_bands():
-    pytest.importorskip("gpumem_tui.ui.estimator_panel")
     from gpumem_tui.ui.estimator_panel import EstimatorPanel
     from gpumem_tui.ui.memory_bar import bands_from_estimate
 
@@ -569,24 +568,28 @@ async def test_reused_pid_starts_a_new_curve():
     from dataclasses import replace
 
     class Reuse(FakeSource):
+        reused_after: float | None = None  # set by the test once the first curve is long enough
+
         def poll(self):
             snap = super().poll()
-            if snap.time >= 1_700_000_003:  # PID 1002 now names a process started later
-                procs = tuple(replace(p, start_time=snap.time - 1) if p.pid == 1002 else p for p in snap.processes)
+            if self.reused_after is not None and snap.time > self.reused_after:
+                # PID 1002 now names a process started later
+                procs = tuple(replace(p, start_time=snap.time - 0.5) if p.pid == 1002 else p for p in snap.processes)
                 snap = replace(snap, processes=procs)
             return snap
 
-    app = make_app(Reuse())
+    source = Reuse()
+    app = make_app(source)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_for(pilot, lambda: app.snapshot is not None and app.snapshot.time >= 1_700_000_002)
-        assert len(app.history.points(("proc", 1002))) >= 3
-        await wait_for(pilot, lambda: app.snapshot.time >= 1_700_000_004)
+        # the first process's curve has 3 points (waited for: polls may arrive in a burst)
+        await wait_for(pilot, lambda: len(app.history.points(("proc", 1002))) >= 3)
+        source.reused_after = switch = source.poll().time  # polls after this one see the new process
+        await wait_for(pilot, lambda: app.snapshot.time > switch)
         points = app.history.points(("proc", 1002))
-        assert points and points[0][0] >= 1_700_000_003
+        assert points and points[0][0] > switch  # a new curve: none of the old process's points
 
 
 async def test_comparison_follows_the_selected_probed_process():
-    pytest.importorskip("gpumem_tui.ui.comparison_view")
     from gpumem_tui.ui.comparison_view import ComparisonView
     from gpumem_tui.ui.estimator_panel import EstimatorPanel
 
@@ -626,8 +629,7 @@ async def test_chart_stays_on_a_selected_process_that_exits():
         await wait_for(pilot, lambda: app.snapshot is not None and app.chart_target == ("proc", 1001))
         source = app.source
         await wait_for(pilot, lambda: source.t > 5)
-        await pilot.pause(0.3)
-        assert all(p.pid != 1001 for p in app.snapshot.processes)
+        await wait_for(pilot, lambda: all(p.pid != 1001 for p in app.snapshot.processes))
         # the ended job's curve stays on screen until the user moves the cursor
         assert app.chart_target == ("proc", 1001)
         assert app.query_one(MemoryChart).title.startswith("PID 1001")
@@ -651,7 +653,7 @@ async def test_the_chart_draws_the_samples_its_throttle_skipped_once_they_stop_c
     app = make_app(source, interval=0.05)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_for(pilot, lambda: source.polls > 30)
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: app.chart.now is not None and app.chart.now - T0 == pytest.approx(0.24))
         assert app.chart.seconds_per_cell() > 0.24  # the samples span less than one cell
         assert app.snapshot.time - T0 == pytest.approx(0.24)
         assert app.chart.now - T0 == pytest.approx(0.24)
@@ -665,9 +667,9 @@ async def test_device_panel_fits_the_column_beside_the_side_pane():
     app = make_app(FakeSource(), side_pane=True)
     async with app.run_test(size=(160, 50)) as pilot:
         await wait_for(pilot, lambda: app.has_side_pane and app.snapshot is not None)
-        await pilot.pause(0.5)  # a poll after the pane took its width
         panel = app.query_one(DevicePanel)
-        assert panel.fit_width == app.query_one("#left").size.width
+        # a poll after the pane took its width
+        await wait_for(pilot, lambda: panel.fit_width == app.query_one("#left").size.width)
         others = sum(panel.column_widths) - panel.column_widths[3]
         # a column with room for a 15-cell bar
         panel.show(panel.devices, fit_width=others + 2 + 15)

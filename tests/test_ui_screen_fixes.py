@@ -25,9 +25,10 @@ from test_ui import make_app, pids, wait_for
 from ui_fakes import FakeSource
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "validation" / "gpu"  # ../shared
-TRACE = SHARED / "trace_h100.jsonl"
-needs_trace = pytest.mark.skipif(not TRACE.exists(), reason=f"needs the shared H100 trace at {TRACE}")
+from shared_data import GPU_DIR as SHARED  # noqa: E402
+from shared_data import H100_TRACE as TRACE  # noqa: E402
+from shared_data import needs_gpu_dir  # noqa: E402
+from shared_data import needs_h100_trace as needs_trace  # noqa: E402
 SIZES = [(160, 50), (120, 40), (80, 24)]
 
 
@@ -76,9 +77,8 @@ async def test_default_sort_is_gpu_memory_else_rss_at_every_size(size):
         app = make_app(source, side_pane=True)
         async with app.run_test(size=size) as pilot:
             await wait_for(pilot, lambda: app.snapshot is not None and app.has_side_pane)
-            await pilot.pause(0.3)
             table = app.query_one(ProcessTable)
-            assert table.effective_sort == (wanted, True), (size, wanted, table.visible_columns)
+            await wait_for(pilot, lambda: table.effective_sort == (wanted, True), timeout=20)  # noqa: B023
             assert wanted in table.visible_columns
 
 
@@ -88,7 +88,7 @@ async def test_without_nvml_the_chart_says_so_and_c_says_why_it_does_nothing():
         await wait_for(pilot, lambda: app.snapshot is not None and app.chart_target is not None)
         app.table.select_pid(1002)  # not probed: no curve at all
         await wait_for(pilot, lambda: app.chart_target == ("proc", 1002))
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: (app.chart.message or "").startswith("no NVML"))
         message = app.chart.message or ""
         assert message.startswith("no NVML (NVML Shared Library Not Found)") and "reports none" not in message
         before = app.chart_target
@@ -123,7 +123,7 @@ async def test_replay_says_ended_speed_as_set_and_one_seek_notice():
     app = make_app(source, side_pane=False, interval=0.05)
     async with app.run_test(size=(160, 50)) as pilot:
         await wait_for(pilot, lambda: source.finished and app.snapshot is not None, timeout=20)
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: "■ ended" in app.replay_text().plain)
         line = app.replay_text().plain
         assert "■ ended" in line and "playing" not in line
         source.set_speed(0.5)
@@ -203,8 +203,11 @@ def test_estimate_help_and_readme_give_the_torch_versions_the_code_and_data_give
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     assert f"rules of torch {TORCH_VERSION_MODELLED}, unchanged since torch {TORCH_VERSION_MEASURED}" in readme
     assert "rules of torch 2.11 on an H100" not in readme
-    if (SHARED / "README.md").exists():  # the H100 data were taken with that torch
-        assert f"torch {TORCH_VERSION_MEASURED}.0+cu130" in (SHARED / "README.md").read_text(encoding="utf-8")
+
+
+@needs_gpu_dir
+def test_the_h100_data_were_taken_with_the_torch_the_help_names():
+    assert f"torch {TORCH_VERSION_MEASURED}.0+cu130" in (SHARED / "README.md").read_text(encoding="utf-8")
 
 
 def test_text_helpers_are_literal():
@@ -242,8 +245,7 @@ async def test_the_charted_row_stays_in_sight_when_the_sort_moves_it():
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: app.chart_target == ("proc", 1020))
         table = app.query_one(ProcessTable)
-        await pilot.pause(0.3)
-        assert table.cursor_row == 20
+        await wait_for(pilot, lambda: table.cursor_row == 20 and table.cursor_row in table.rows_on_screen())
         assert table.cursor_row in table.rows_on_screen()  # selected at start: scrolled to it
         assert table.rows_on_screen().start > 0
         source.moved = True

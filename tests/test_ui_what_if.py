@@ -9,9 +9,7 @@ key presses, as a user would.
 
 from __future__ import annotations
 
-from pathlib import Path
 
-import pytest
 from textual.widgets import Input, Static, Tabs
 
 from gpumem_tui.telemetry.replay import ReplaySource
@@ -22,9 +20,9 @@ from gpumem_tui.ui.process_table import ProcessTable
 from test_process_estimate import _model_label_shown, _replayed
 from test_ui import make_app, wait_for
 
-TRACE = Path(__file__).resolve().parents[2] / "shared" / "validation" / "gpu" / "trace_h100.jsonl"  # ../shared
+from shared_data import H100_TRACE as TRACE  # noqa: E402
+from shared_data import needs_h100_trace  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not TRACE.exists(), reason=f"needs the shared H100 trace at {TRACE}")
 
 
 def _text(widget: Static) -> str:
@@ -55,6 +53,7 @@ async def _replay_at_end(pilot, app) -> EstimatorPanel:
     return panel
 
 
+@needs_h100_trace
 async def test_a_form_that_cannot_be_estimated_shows_no_figure_and_no_probe_label():
     app = make_app(ReplaySource(TRACE, speed=8.0), side_pane=True, select_pid=1088)
     async with app.run_test(size=(160, 50)) as pilot:
@@ -77,6 +76,7 @@ async def test_a_form_that_cannot_be_estimated_shows_no_figure_and_no_probe_labe
         assert "not estimated" in _text(panel.query_one("#est-whatif", Static))
 
 
+@needs_h100_trace
 async def test_a_what_if_is_shown_apart_from_the_comparison_and_p_goes_back():
     app = make_app(ReplaySource(TRACE, speed=8.0), side_pane=True, select_pid=1088)
     async with app.run_test(size=(160, 50)) as pilot:
@@ -115,6 +115,7 @@ async def test_a_what_if_is_shown_apart_from_the_comparison_and_p_goes_back():
         assert "p" not in _shown_keys(app)  # nothing to go back from
 
 
+@needs_h100_trace
 async def test_replay_keys_leave_the_tab_bar_and_fields_their_keys_and_esc_leaves_them():
     app = make_app(ReplaySource(TRACE, speed=8.0), side_pane=True, select_pid=1088)
     async with app.run_test(size=(160, 50)) as pilot:
@@ -124,8 +125,7 @@ async def test_replay_keys_leave_the_tab_bar_and_fields_their_keys_and_esc_leave
         await pilot.pause()
         before = app.source.position
         await pilot.press("right")
-        await pilot.pause(0.1)
-        assert tabs.active.endswith("tab-comparison")  # the arrow switched tabs ...
+        await wait_for(pilot, lambda: tabs.active.endswith("tab-comparison"))  # the arrow switched tabs ...
         assert app.source.position == before  # ... and did not seek
         await pilot.press("escape")
         assert isinstance(app.focused, ProcessTable)

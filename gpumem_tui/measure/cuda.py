@@ -60,7 +60,7 @@ class NvmlSampler(threading.Thread):
         self.interval = interval
         self.peak = 0
         self.samples = 0
-        self._stop = threading.Event()
+        self._stopping = threading.Event()  # not "_stop": that is a method Thread.join calls
         self._pynvml: Any = None
         self._handle: Any = None
         try:
@@ -88,7 +88,7 @@ class NvmlSampler(threading.Thread):
         return None
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stopping.is_set():
             value = self.used()
             if value is not None:
                 self.peak = max(self.peak, value)
@@ -96,9 +96,14 @@ class NvmlSampler(threading.Thread):
             time.sleep(self.interval)
 
     def stop(self) -> None:
-        self._stop.set()
+        """Stop sampling and release NVML (its nvmlInit is reference-counted: pair it)."""
+        self._stopping.set()
         if self.is_alive():
             self.join()
+        if self._pynvml is not None:
+            with contextlib.suppress(Exception):
+                self._pynvml.nvmlShutdown()
+            self._pynvml = None
 
 
 def apply_peft_lora(model: Any, rank: int, targets: Any) -> Any:

@@ -184,8 +184,13 @@ class NvmlSource:
         func: Callable[..., Any] | None = getattr(self._nv, name, None)
         if func is None:
             raise _FunctionMissing(name)
+        # nvidia-ml-py >= 12.535 turns FunctionNotFound of an unversioned process call (which is
+        # its _v3) into NVMLLibraryMismatchError, not an NVMLError (pynvml.py, throwOnVersionMismatch)
+        mismatch = getattr(self._nv, "NVMLLibraryMismatchError", _FunctionMissing)
         try:
             return func(*args)
+        except mismatch as exc:
+            raise _FunctionMissing(name) from exc
         except self._nv.NVMLError as exc:
             if getattr(exc, "value", None) == getattr(self._nv, "NVML_ERROR_FUNCTION_NOT_FOUND", -2):
                 raise _FunctionMissing(name) from exc
