@@ -39,6 +39,19 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 _LIFT_FRESH = torch.ops.aten.lift_fresh.default
 
 
+def _local_shard(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor whose storage this process holds: a DTensor's local shard, else ``tensor``.
+
+    A DTensor (FSDP2 ``fully_shard`` parameters, their gradients and optimizer states, tensor
+    parallelism) is a wrapper subclass whose ``untyped_storage()`` reports the GLOBAL tensor's
+    bytes (torch 2.x; found by a 2-rank FSDP2 job: every sharded parameter and Adam state was
+    counted world_size times too large); the memory this rank holds is its local tensor's
+    (API: ``DTensor.to_local()``, torch.distributed.tensor).
+    """
+    local = getattr(tensor, "_local_tensor", None)  # DTensor's field; to_local() would add an autograd node
+    return local if isinstance(local, torch.Tensor) else tensor
+
+
 class _StorageRef(weakref.ref):
     """A weak reference to a storage that carries what the tracker knows about it: one
     object per live storage (a lambda + tuple per storage would double the objects the
@@ -96,6 +109,7 @@ class LiveTensorTracker(TorchDispatchMode):
             self._by_tag[ref.tag] -= ref.nbytes
 
     def _add(self, tensor: torch.Tensor, tag: str | None = None) -> None:
+        tensor = _local_shard(tensor)
         if not tensor.is_cpu if self._cpu else tensor.device.type != self.device_type:
             return
         try:
@@ -142,7 +156,10 @@ class LiveTensorTracker(TorchDispatchMode):
         """Label the storages of ``tensors`` with ``tag`` from now on (counting any not yet
         seen), e.g. a gradient once autograd stored it in ``param.grad``."""
         for tensor in tensors:
-            if not isinstance(tensor, torch.Tensor) or tensor.device.type != self.device_type:
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            tensor = _local_shard(tensor)
+            if tensor.device.type != self.device_type:
                 continue
             try:
                 key = id(tensor.untyped_storage())
