@@ -304,14 +304,13 @@ def _rank_estimate(arch: Any, spec: Any, job: ProbedJob, notes: list[str]) -> tu
 
     if job.plan is None:
         return run_estimate(arch, spec), None
-    from gpumem_tui.estimator.parallel.per_rank import estimate_job
+    from gpumem_tui.analysis.probed_job import rank_estimate
 
     try:
-        ranked = estimate_job(arch, spec, job.plan)
+        role = rank_estimate(arch, spec, job.plan)
     except ValueError as exc:
         notes.append(f"the probed {job.plan.kind} layout is not usable ({exc}): estimated as one device's memory")
         return run_estimate(arch, spec), None
-    role = ranked.ranks[0] if len(ranked.ranks) == 1 else ranked.largest
     who = f"rank {job.rank} of {job.world_size}" if job.rank is not None and job.world_size else "one rank"
     notes.append(f"per-rank estimate for {who} ({role.role}), {job.plan.kind} as the probe read it")
     return role.estimate, job.plan

@@ -437,3 +437,40 @@ async def test_a_state_space_config_is_named_as_unsupported_in_the_form_s_words(
         assert "(config 1.4e9 for 1.4 B)" in message and "--params" not in message
         assert "lacks field" not in message
         assert "no estimate for this form" in _text(panel.query_one("#est-fit", Static))
+
+
+async def test_a_probed_ddp_rank_is_estimated_per_rank_in_the_form_and_its_what_ifs():
+    """The probe saw DDP over 2 ranks: the form's estimate is one rank's (the same per-rank
+    estimate the comparison uses, with DDP's gradient buckets), its what-ifs stay per rank,
+    and the line over the form says so; a one-device what-if would predict less."""
+    from gpumem_tui.analysis.probed_job import rank_estimate
+    from gpumem_tui.estimator.estimate import estimate as one_device
+
+    config = json.loads((CATALOGUE_DIR / "gpt2.json").read_text())
+    setup = (("batch", 2), ("seq", 128), ("dtype", "torch.float32"), ("optimizer", "AdamW"), ("task", "train"),
+             ("rank", 1), ("world_size", 2), ("local_rank", 1), ("job_id", "h:29500"),
+             ("parallel", {"strategy": "ddp", "world_size": 2}))
+    info = ProbeInfo(pid=4400, model_config=config, setup=setup)
+    process = from_probe_info(info, "cpu")
+    assert process.plan is not None and process.plan.kind == "ddp"
+    app = Host()
+    async with app.run_test(size=SIZE) as pilot:
+        await _settle(app, pilot)
+        panel = app.query_one(EstimatorPanel)
+        panel.show_process(info.pid, process, process)
+        await _settle(app, pilot)
+        assert panel.estimate.peak_bytes == process.estimate.peak_bytes
+        assert _text(panel.query_one("#est-whatif", Static)) == \
+            "PID 4400: the job's own estimate (from its probe), per rank (ddp, 2 ranks)"
+        panel.set_form(batch=4)
+        await _settle(app, pilot)
+        per_rank = rank_estimate(panel.architecture, panel.spec, process.plan).estimate
+        assert panel.estimate.peak_bytes == per_rank.peak_bytes
+        assert one_device(panel.architecture, panel.spec).peak_bytes < per_rank.peak_bytes
+        assert _text(panel.query_one("#est-whatif", Static)).startswith("what-if on PID 4400, per rank (ddp, 2 ranks): batch 4")
+        # another process without a plan: one device again, no "per rank"
+        plain = from_probe_info(ProbeInfo(pid=4401, model_config=config, setup=setup[:5]), "cpu")
+        panel.show_process(plain.pid, plain, plain)
+        await _settle(app, pilot)
+        assert panel.estimate.peak_bytes == one_device(panel.architecture, panel.spec).peak_bytes
+        assert "per rank" not in _text(panel.query_one("#est-whatif", Static))

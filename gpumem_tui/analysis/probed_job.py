@@ -242,6 +242,21 @@ def _quantization(setup: Mapping[str, Any], fields: dict[str, Any], notes: list[
                          "does not cast them")
 
 
+def rank_estimate(arch: Any, spec: Any, plan: Any) -> Any:
+    """The :class:`~gpumem_tui.estimator.parallel.per_rank.RankEstimate` of one probed rank of
+    ``plan`` (per-rank bytes): the job's only rank role, or its largest (data-parallel ranks
+    are alike; a pipeline's stage is not published). The dashboard's comparison and the
+    estimator pane's what-ifs of a probed rank both use it.
+
+    Raises:
+        ValueError: the estimator rejects the spec or the plan (SpecError, ArchitectureError).
+    """
+    from gpumem_tui.estimator.parallel.per_rank import estimate_job
+
+    ranked = estimate_job(arch, spec, plan)
+    return ranked.ranks[0] if len(ranked.ranks) == 1 else ranked.largest
+
+
 def read_probed_job(setup: Mapping[str, Any]) -> ProbedJob:
     """Check a probe's published ``setup`` (see the module docstring). Never raises."""
     if not isinstance(setup, Mapping):
@@ -264,4 +279,4 @@ def read_probed_job(setup: Mapping[str, Any]) -> ProbedJob:
     return ProbedJob(rank, world, local, job, plan, fields, cleaned, tuple(notes))
 
 
-__all__ = ["ProbedJob", "read_probed_job"]
+__all__ = ["ProbedJob", "rank_estimate", "read_probed_job"]

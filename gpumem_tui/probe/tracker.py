@@ -19,8 +19,10 @@ say how many live bytes were made in forward (activations, logits, loss) and how
 elsewhere (temporaries).
 
 Limits, stated: tensors made before the tracker started and not registered, or made on
-another thread (a data-loading thread), are not seen; storages resized in place
-(``resize_``) keep their first size; the mode is incompatible with ``torch.compile`` tracing.
+another thread (a data-loading thread), are not seen; storages resized in place by aten
+``resize_`` keep their first size (``UntypedStorage.resize_`` from Python, as FSDP2 frees and
+re-allocates its unsharded parameters, is followed: :mod:`gpumem_tui.probe.storage_resize`);
+the mode is incompatible with ``torch.compile`` tracing.
 Cost: one Python call per aten op (measured by ``benchmarks/probe_overhead.py``).
 """
 
@@ -35,8 +37,23 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode
 
+from gpumem_tui.probe.storage_resize import add_listener, remove_listener
+
 
 _LIFT_FRESH = torch.ops.aten.lift_fresh.default
+
+
+def _local_shard(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor whose storage this process holds: a DTensor's local shard, else ``tensor``.
+
+    A DTensor (FSDP2 ``fully_shard`` parameters, their gradients and optimizer states, tensor
+    parallelism) is a wrapper subclass whose ``untyped_storage()`` reports the GLOBAL tensor's
+    bytes (torch 2.x; found by a 2-rank FSDP2 job: every sharded parameter and Adam state was
+    counted world_size times too large); the memory this rank holds is its local tensor's
+    (API: ``DTensor.to_local()``, torch.distributed.tensor).
+    """
+    local = getattr(tensor, "_local_tensor", None)  # DTensor's field; to_local() would add an autograd node
+    return local if isinstance(local, torch.Tensor) else tensor
 
 
 class _StorageRef(weakref.ref):
@@ -96,6 +113,7 @@ class LiveTensorTracker(TorchDispatchMode):
             self._by_tag[ref.tag] -= ref.nbytes
 
     def _add(self, tensor: torch.Tensor, tag: str | None = None) -> None:
+        tensor = _local_shard(tensor)
         if not tensor.is_cpu if self._cpu else tensor.device.type != self.device_type:
             return
         try:
@@ -120,17 +138,40 @@ class LiveTensorTracker(TorchDispatchMode):
             self.changes += 1
             self.live_bytes += nbytes
             self._by_tag[tag] = self._by_tag.get(tag, 0) + nbytes
-            if self.live_bytes > self.peak_bytes:
-                self.peak_bytes = self.live_bytes
-            if self.live_bytes > self._phase_peak:
-                self._phase_peak = self.live_bytes
-            if self.live_bytes > self._window_peak:
-                self._window_peak = self.live_bytes
-                self._window_time = time.time()
-                self._window_tags = self._by_tag.copy()
-                self._window_sequence = self._sequence
-                self._window_phase = self.tag
-                self._window_step = self.step
+            self._raise_peaks_locked()
+
+    def _raise_peaks_locked(self) -> None:
+        """Carry live_bytes into the peaks it passed (the lock is held)."""
+        if self.live_bytes > self.peak_bytes:
+            self.peak_bytes = self.live_bytes
+        if self.live_bytes > self._phase_peak:
+            self._phase_peak = self.live_bytes
+        if self.live_bytes > self._window_peak:
+            self._window_peak = self.live_bytes
+            self._window_time = time.time()
+            self._window_tags = self._by_tag.copy()
+            self._window_sequence = self._sequence
+            self._window_phase = self.tag
+            self._window_step = self.step
+
+    def _resized(self, storage: Any, old: int, new: int) -> None:
+        """A counted storage resized in place (FSDP2 frees and re-allocates its unsharded
+        parameters so, see :mod:`gpumem_tui.probe.storage_resize`): count its new size."""
+        if not self.enabled or old == new:
+            return
+        with self._lock:
+            entry = self._storages.get(id(storage))
+            if entry is None or entry() is not storage:
+                return
+            delta = new - entry.nbytes
+            entry.nbytes = new
+            self.changes += 1
+            self.live_bytes += delta
+            self._by_tag[entry.tag] = self._by_tag.get(entry.tag, 0) + delta
+            if delta > 0:  # allocated again now: ordered as a new storage (see retag)
+                self._sequence += 1
+                entry.sequence = self._sequence
+                self._raise_peaks_locked()
 
     def register(self, tensors: Iterable[Any], tag: str | None = None) -> None:
         """Count tensors that already exist (parameters, buffers, gradients, states)."""
@@ -142,7 +183,10 @@ class LiveTensorTracker(TorchDispatchMode):
         """Label the storages of ``tensors`` with ``tag`` from now on (counting any not yet
         seen), e.g. a gradient once autograd stored it in ``param.grad``."""
         for tensor in tensors:
-            if not isinstance(tensor, torch.Tensor) or tensor.device.type != self.device_type:
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            tensor = _local_shard(tensor)
+            if tensor.device.type != self.device_type:
                 continue
             try:
                 key = id(tensor.untyped_storage())
@@ -223,11 +267,13 @@ class LiveTensorTracker(TorchDispatchMode):
     def start(self) -> None:
         """Push the mode on this thread's dispatch stack (stays until :meth:`stop`)."""
         self._thread = threading.get_ident()
+        add_listener(self._resized)
         self.__enter__()
 
     def stop(self) -> None:
         """Stop counting; pop the mode if this thread pushed it and it is on top."""
         self.enabled = False
+        remove_listener(self._resized)
         if self._thread == threading.get_ident() and _get_current_dispatch_mode() is self:
             self.__exit__(None, None, None)
             self._thread = None

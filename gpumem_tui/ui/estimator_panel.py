@@ -15,7 +15,8 @@ How the app uses it:
   built from its own probe or set by the user); without one the form keeps the what-if.
   ``job`` is the estimate from the process's probe: a line over the form says whether the
   form shows it or a what-if, and which settings differ ("what-if on PID 1088: batch 8
-  (job: 4)");
+  (job: 4)"); for a rank of a probed parallel job the form estimates one rank of the probe's
+  plan (:func:`gpumem_tui.analysis.probed_job.rank_estimate`) and that line says "per rank";
 - handle :class:`EstimatorPanel.EstimateChanged`: it names the PID the form was showing, so
   the app records the user's estimate for that process and nowhere else.
 
@@ -149,6 +150,8 @@ class EstimatorPanel(VerticalScroll):
         self._base_spec: Any = None
         self._shown_process: tuple[int | None, int | None, int | None] = (None, None, None)
         self._job: Any = None  # the shown process's estimate from its probe (what-ifs differ from it)
+        # The shown probed rank's parallel plan: the form then estimates one rank of that job.
+        self._plan: Any = None
         # A process shown before the form's fields are mounted waits here: setting a Select's
         # options before it is composed raises, and its mount would reset its value.
         self._fields_mounted = False
@@ -336,6 +339,8 @@ class EstimatorPanel(VerticalScroll):
     def _show_process(self, pid: int | None, process: Any, job: Any) -> None:
         self.process_pid = pid
         self._job = job if pid is not None else None
+        # a what-if on a probed rank stays a what-if on one rank of the job the probe saw
+        self._plan = getattr(job if job is not None else process, "plan", None) if pid is not None else None
         self._user_edit = False
         if process is None:
             if pid is None and self._base_spec is not None:
@@ -437,7 +442,7 @@ class EstimatorPanel(VerticalScroll):
         est = None
         if arch is not None and spec is not None:
             try:
-                est = run_estimate(arch, spec)
+                est = run_estimate(arch, spec) if self._plan is None else self._rank_estimate(arch, spec)
             except SpecError as exc:
                 errors[self._field_for(exc.field)] = str(exc)
             except ArchitectureError as exc:
@@ -465,6 +470,17 @@ class EstimatorPanel(VerticalScroll):
             self._generation += 1  # a solve still running is for an earlier form: not shown
             self.max_batch_value = None
             _set_text(self.query_one("#est-maxbatch", Static), "", fixed_height=True)
+
+    def _rank_estimate(self, arch: Any, spec: Any) -> Any:
+        """One rank's estimate of the shown probed job's plan (raises as ``estimate``)."""
+        from gpumem_tui.analysis.probed_job import rank_estimate
+
+        return rank_estimate(arch, spec, self._plan).estimate
+
+    def _per_rank_title(self) -> str:
+        """``", per rank (ddp, 2 ranks)"`` when the form estimates one rank of a probed job, else ``""``."""
+        plan = self._plan
+        return f", per rank ({plan.kind}, {plan.world_size} ranks)" if plan is not None else ""
 
     def _read_budget(self, errors: dict[str, str]) -> int | None:
         text = self.query_one("#est-budget", Input).value.strip()
@@ -688,8 +704,9 @@ class EstimatorPanel(VerticalScroll):
                 text = f"what-if on PID {pid}: not estimated (see above) · p / ctrl+r: the job's estimate"
             else:
                 changes = what_if_changes(job, self.architecture, self.spec, self.model_name())
-                text = (f"what-if on PID {pid}: {', '.join(changes)} · p / ctrl+r: the job's estimate" if changes
-                        else f"PID {pid}: the job's own estimate (from its probe)")
+                rank = self._per_rank_title()
+                text = (f"what-if on PID {pid}{rank}: {', '.join(changes)} · p / ctrl+r: the job's estimate" if changes
+                        else f"PID {pid}: the job's own estimate (from its probe){rank}")
         line.set_class(not text, "-empty")
         line.set_class(text.startswith("what-if"), "-what-if")
         _set_text(line, printable(text, limit=300))
@@ -716,7 +733,7 @@ class EstimatorPanel(VerticalScroll):
             self.max_batch_value = None
             _set_text(label, Text("largest micro-batch: needs a GPU or a typed GPU memory", style="dim"), fixed_height=True)
             return
-        request = (self._generation, arch, spec, budget)
+        request = (self._generation, arch, spec, budget, self._plan)
         if self._solving:
             # One solve at a time, never cancelled (a cancelled worker would fail an app's
             # wait_for_complete); the newest request waits and older ones are dropped.
@@ -726,11 +743,12 @@ class EstimatorPanel(VerticalScroll):
         self._solve_max_batch(*request)
 
     @work(thread=True, group="estimator-max-batch", exit_on_error=False)
-    def _solve_max_batch(self, generation: int, arch: Any, spec: Any, budget: int) -> None:
+    def _solve_max_batch(self, generation: int, arch: Any, spec: Any, budget: int, plan: Any = None) -> None:
+        from gpumem_tui.estimator.cli_parallel import max_batch_job
         from gpumem_tui.estimator.solve import max_batch
 
-        try:
-            value: int | None = int(max_batch(arch, spec, budget))
+        try:  # a probed rank: the largest micro-batch whose largest rank fits
+            value: int | None = int(max_batch(arch, spec, budget) if plan is None else max_batch_job(arch, spec, plan, budget))
             error = None
         except Exception as exc:  # noqa: BLE001 - shown in the panel
             value, error = None, f"{type(exc).__name__}: {exc}"
