@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import torch
+import transformers  # noqa: F401  (the dev extra installs it)
 # imported once here: the forked ranks inherit it instead of importing it each (seconds each)
 import transformers.models.llama.modeling_llama  # noqa: E402,F401
 

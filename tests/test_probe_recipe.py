@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-peft = pytest.importorskip("peft")
+import torch
+import transformers
+import peft
 
 import gpumem_tui.probe  # noqa: E402
 from gpumem_tui.probe.recipe_state import checkpoint_setup, quantization_setup  # noqa: E402

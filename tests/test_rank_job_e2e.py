@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+import torch
+import transformers  # noqa: F401  (the dev extra installs it)
 
 from gpumem_tui.probe.tracker import LiveTensorTracker  # noqa: E402
 from gpumem_tui.probed_state import ProbedProcesses  # noqa: E402
