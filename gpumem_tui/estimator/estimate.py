@@ -27,22 +27,11 @@ from typing import Any, Callable
 
 from gpumem_tui.estimator import components as C
 from gpumem_tui.estimator.architecture import ModelArchitecture
+from gpumem_tui.estimator.component_keys import COMPONENT_KEYS  # re-exported: its users import it from here
 from gpumem_tui.estimator.checkpointing import checkpoint_terms
 from gpumem_tui.estimator.recipes import rules as R
 from gpumem_tui.estimator.devices import cuda_kernels, cuda_step_events
 from gpumem_tui.estimator.spec import TrainingSpec, check_spec_for
-
-COMPONENT_KEYS = (
-    "parameters",
-    "gradients",
-    "optimizer_states",
-    "optimizer_intermediates",
-    "activations",
-    "logits_and_loss",
-    "kv_cache",
-    "cuda_context",
-    "allocator_reserve",
-)
 
 
 @dataclass(frozen=True)

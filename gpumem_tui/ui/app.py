@@ -19,12 +19,11 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingsMap
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Input, Static, TextArea
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState
 
-from gpumem_tui.config import check_signal_keys
 from gpumem_tui.probed_state import ProbedProcesses
-from gpumem_tui.process_estimate import ProcessEstimates
 from gpumem_tui.telemetry.model import (
     PhaseMark,
     PhasePeak,
@@ -35,17 +34,14 @@ from gpumem_tui.telemetry.model import (
     TelemetrySource,
     namespace_note,
 )
-from gpumem_tui.forecast import forecast, snapshot_limit
-from gpumem_tui.step_peaks import step_peaks
 from gpumem_tui.text import printable
 from gpumem_tui.ui import side_pane as pane
-from gpumem_tui.ui.app_common import ThemedAppMixin
+from gpumem_tui.ui.app_common import StartupGcPause, ThemedAppMixin, is_text_field
 from gpumem_tui.ui.device_panel import DevicePanel
 from gpumem_tui.ui.history import HistoryStore
 from gpumem_tui.ui.memory_chart import Band, CurveSpec, MemoryChart
 from gpumem_tui.ui.poller import Poller, PollFailed, SnapshotReady
 from gpumem_tui.ui.process_table import ProcessTable, row_key
-from gpumem_tui.ui.screens import ConfirmSignalScreen, HelpScreen, ProcessDetailScreen, signal_name
 from gpumem_tui.ui.themes import DEFAULT_THEME, ThemeSet
 
 # Size classes (issue 13 item 10): "wide" (>= 160 columns) shows the estimator pane beside
@@ -186,6 +182,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.phase_marks: OrderedDict[int, deque[PhaseMark]] = OrderedDict()
         self._mark_keys: dict[int, set[tuple[float, str, int]]] = {}
         self.phase_peaks: OrderedDict[int, deque[PhasePeak]] = OrderedDict()  # high-water marks
+        self.outlooks: dict[int, Any] = {}  # PID -> gpumem_tui.forecast.Forecast of its phase peaks
         self.probe_infos: dict[int, ProbeInfo] = {}
         self.probe_devices: dict[int, str] = {}
         self.probe_samples: OrderedDict[int, deque[ProbeSample]] = OrderedDict()
@@ -196,7 +193,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.chart_target: tuple[str, int] | None = None
         self.chart_window = chart_window
         self.bands: list[Band] = []  # the predicted bands drawn now (of the charted process)
-        self.process_estimates = ProcessEstimates()
+        self._process_estimates: Any = None  # built on first use: its import is the estimator's
         # What each probed process measured so far (core state, the same compare folds): a
         # replay feeds its own per record and rebuilds it on a seek; otherwise each poll feeds it.
         replayed_state = getattr(source, "probed", None)
@@ -208,6 +205,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.poller = Poller(self, source, interval)
         self.has_side_pane = False
         self._gc_frozen = False
+        self._gc_pause = StartupGcPause()
         self._side_widget: Any = None  # the mounted pane: the status line asks at every poll
         self.size_class = ""
         self._status_shown: Text | None = None
@@ -228,7 +226,10 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.table_empty = Static(id="table-empty")  # says why the table has no rows, or "?"
         self._table_note = ""
         # A signal key (or the confirmation) that shares a key with another action is refused.
-        safe_keymap, refused = check_signal_keys(tuple(keymap), binding_defaults())
+        keymap = tuple(keymap)
+        if keymap:
+            from gpumem_tui.config import check_signal_keys
+        safe_keymap, refused = check_signal_keys(keymap, binding_defaults()) if keymap else ((), ())
         self._keymap_pairs = dict(safe_keymap)
         self.start_notices.extend(refused)
         self._register_themes()
@@ -243,6 +244,9 @@ class GpuMemApp(ThemedAppMixin, App[None]):
 
     # ---- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
+        self._gc_pause.pause()  # until the first frame (on_mount)
+        # The size class before the widgets mount: set after, it restyles every widget again.
+        self._apply_size_class(self.size.width, update=False)
         yield self.status_bar
         yield self.replay_bar
         yield self.device_panel
@@ -287,13 +291,26 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.filter_box.display = False
         self.table_empty.display = False
         self.chart.window = self.chart_window
-        self.table.focus()
         self._update_status()
-        self.poller.start()
+        self.call_after_refresh(self._after_first_frame)
         # A poll that hangs (a wedged driver) must show, not freeze the screen silently.
         self.set_interval(max(2.0, self.interval), self._watch_poll, name="poll-watchdog")
         if self.side_pane_enabled:
             self.call_after_refresh(self._mount_side_pane)
+
+    def get_default_screen(self) -> Screen:
+        screen = super().get_default_screen()
+        screen.AUTO_FOCUS = ""  # no focus in the first frame: _after_first_frame gives it
+        return screen
+
+    def _after_first_frame(self) -> None:
+        """What the first frame goes without (~1/3 of the start-up after the imports): the
+        focus (on a focus change the footer builds its keys and styles each twice), the first
+        poll (its rows, and the GIL its thread holds) and the garbage collector."""
+        vars(self.screen_stack[0]).pop("AUTO_FOCUS", None)  # back to the app's rule
+        self.table.focus()
+        self.poller.start()
+        self._gc_pause.resume()
 
     def _handle_exception(self, error: Exception) -> None:
         """An unexpected error ends the app (Textual's rule) with exit status 1; its
@@ -306,6 +323,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self._exit_renderables.clear()  # the traceback is in the file, not over the terminal
 
     def on_unmount(self) -> None:
+        self._gc_pause.resume()
         self.poller.stop()
         if self.alerts is not None:
             self.alerts.close()
@@ -462,7 +480,11 @@ class GpuMemApp(ThemedAppMixin, App[None]):
 
     def _record_phase_peaks(self, peaks: Sequence[PhasePeak]) -> None:
         """Keep the probe's high-water marks per PID, and flag a PID whose per-step peak rises
-        steadily (gpumem_tui.step_peaks) in its table row."""
+        steadily (gpumem_tui.step_peaks) in its table row. Its forecast is kept in
+        ``outlooks``: the alerts read it there (computed once per poll)."""
+        from gpumem_tui.forecast import forecast
+        from gpumem_tui.step_peaks import step_peaks
+
         touched = set()
         for peak in peaks:
             kept = self.phase_peaks.get(peak.pid)
@@ -471,12 +493,13 @@ class GpuMemApp(ThemedAppMixin, App[None]):
                 while len(self.phase_peaks) > MAX_MARK_PIDS:
                     old, _ = self.phase_peaks.popitem(last=False)
                     self.table.flags.pop(old, None)
+                    self.outlooks.pop(old, None)
             kept.append(peak)
             touched.add(peak.pid)
         flags = self.table.flags
         for pid in touched:
             # the GPU's free memory (+ the process's own) is the limit (gpumem_tui.forecast)
-            outlook = forecast(step_peaks(self.phase_peaks[pid]), self.live_limit(pid))
+            outlook = self.outlooks[pid] = forecast(step_peaks(self.phase_peaks[pid]), self.live_limit(pid))
             if outlook.drift is None:
                 flags.pop(pid, None)
             else:
@@ -487,7 +510,18 @@ class GpuMemApp(ThemedAppMixin, App[None]):
     def live_limit(self, pid: int | None) -> int | None:
         """What ``pid``'s torch allocated may reach on its GPU now (bytes;
         :func:`gpumem_tui.forecast.snapshot_limit` of the latest poll), or None."""
+        from gpumem_tui.forecast import snapshot_limit
+
         return None if pid is None else snapshot_limit(self.snapshot, pid, self.probed.context(pid))
+
+    @property
+    def process_estimates(self) -> Any:
+        """The per-PID estimates (:class:`gpumem_tui.process_estimate.ProcessEstimates`)."""
+        if self._process_estimates is None:
+            from gpumem_tui.process_estimate import ProcessEstimates
+
+            self._process_estimates = ProcessEstimates()
+        return self._process_estimates
 
     def _record_probe(self, probe: ProbeSample) -> None:
         self.probe_devices[probe.pid] = probe.device
@@ -682,13 +716,13 @@ class GpuMemApp(ThemedAppMixin, App[None]):
                 side.display = event.size.width >= SIDE_PANE_MIN_WIDTH
         self._update_status()
 
-    def _apply_size_class(self, width: int) -> None:
+    def _apply_size_class(self, width: int, update: bool = True) -> None:
         wanted = size_class(width)
         if wanted == self.size_class:
             return
         self.size_class = wanted
         for name in ("wide", "medium", "narrow"):
-            self.set_class(name == wanted, f"-size-{name}")
+            self.set_class(name == wanted, f"-size-{name}", update=update)
         for footer in self.screen_stack[0].query(Footer) if self.screen_stack else ():
             footer.compact = wanted != "wide"
 
@@ -777,7 +811,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         if action == "clear_filter":  # shown (and acting) while there is a filter to clear
             return self.focused is self.filter_box or self.filter_box.display or bool(self.filter_box.value)
         if action in ("job_estimate", "job_estimate_in_field"):
-            in_field = isinstance(self.focused, (Input, TextArea))
+            in_field = is_text_field(self.focused)
             if in_field != (action == "job_estimate_in_field"):
                 return False  # one of the two keys is shown, the one that works here
             return self._what_if_pid() is not None  # hidden, not greyed: the footer is short
@@ -825,6 +859,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         return ", ".join(self.get_key_display(Binding(k.strip(), "")) for k in keys.split(","))
 
     def action_help(self) -> None:
+        from gpumem_tui.ui.screens import HelpScreen
+
         self.push_screen(HelpScreen(self.help_rows()))
 
     def action_filter(self) -> None:
@@ -904,6 +940,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         proc = self.table.selected
         if proc is None or self.snapshot is None:
             return
+        from gpumem_tui.ui.screens import ProcessDetailScreen
+
         self.push_screen(ProcessDetailScreen(proc, self.snapshot.time, self.probe_infos.get(proc.pid)))
 
     def action_chart_target(self) -> None:
@@ -926,7 +964,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         """The charted PID when its estimate is the user's what-if and its job's own (probe's)
         estimate exists to go back to; else None."""
         pid = self.chart_pid() if self.chart_target is None or self.chart_target[0] == "proc" else None
-        process = self.process_estimates.get(pid)
+        process = self.process_estimates.get(pid) if pid is not None else None
         if pid is None or process is None or not process.is_what_if:
             return None
         return pid if self.process_estimates.probe_estimate(pid) is not None else None
@@ -993,6 +1031,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             self.phase_marks.clear()
             self._mark_keys.clear()
             self.phase_peaks.clear()
+            self.outlooks.clear()
             self.probe_samples.clear()
             self.gpu_contexts.clear()
             self.table.flags.clear()
@@ -1019,11 +1058,14 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             if confirm:
                 self.send_signal(proc, sig)
 
+        from gpumem_tui.ui.screens import ConfirmSignalScreen
+
         self.push_screen(ConfirmSignalScreen(proc, sig), answered)
 
     def send_signal(self, proc: ProcessSample, sig: int) -> None:
         """Send ``sig`` via gpumem_tui.signals; refusals and errors become notifications."""
         from gpumem_tui import signals
+        from gpumem_tui.ui.screens import signal_name
 
         name = signal_name(sig)
         try:
@@ -1047,6 +1089,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
 def binding_defaults() -> dict[str, str]:
     """Every binding id of the dashboard (its screens, the table, Textual's own) with its
     default keys; a binding without an id is named by its action."""
+    from gpumem_tui.ui.screens import ConfirmSignalScreen, HelpScreen, ProcessDetailScreen
+
     out: dict[str, str] = {}
     for owner in (GpuMemApp, ProcessTable, HelpScreen, ProcessDetailScreen, ConfirmSignalScreen):
         for klass in owner.__mro__:

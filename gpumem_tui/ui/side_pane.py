@@ -18,10 +18,12 @@ cannot be imported. The app describes what is selected in a :class:`PaneSelectio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpumem_tui.probed_state import ProbedSummary
-from gpumem_tui.process_estimate import ProcessEstimate
+
+if TYPE_CHECKING:  # the dashboard imports this module at start-up; the estimator loads on use
+    from gpumem_tui.process_estimate import ProcessEstimate
 
 NO_ESTIMATE_HINT = "attach gpumem_tui.probe to the job, or set its estimate in the Estimator tab (e)"
 
