@@ -256,7 +256,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
                 yield self.table_empty
                 yield self.filter_box
                 yield self.chart
-        yield Footer()
+        yield Footer(compact=self.size_class != "wide")  # the size class was set above
 
     def _mount_side_pane(self) -> None:
         """Mount the estimator/comparison pane after the first frame.
