@@ -36,7 +36,7 @@ from gpumem_tui.telemetry.model import (
 )
 from gpumem_tui.text import printable
 from gpumem_tui.ui import side_pane as pane
-from gpumem_tui.ui.app_common import StartupGcPause, ThemedAppMixin, is_text_field
+from gpumem_tui.ui.app_common import StartupGcPause, ThemedAppMixin, freeze_gc, is_replay, is_text_field
 from gpumem_tui.ui.device_panel import DevicePanel
 from gpumem_tui.ui.history import HistoryStore
 from gpumem_tui.ui.memory_chart import Band, CurveSpec, MemoryChart
@@ -72,9 +72,11 @@ SIGNAL_BINDINGS = (
 REPLAY_ACTIONS = {"replay_pause", "replay_seek", "replay_speed"}
 
 
-def is_replay(source: object) -> bool:
-    """True when the source can pause, seek and change speed (a replayed trace)."""
-    return all(callable(getattr(source, name, None)) for name in ("pause", "resume", "seek", "set_speed"))
+def _screens() -> Any:
+    """gpumem_tui.ui.screens, imported on first use: no modal screen is in the first frame."""
+    from gpumem_tui.ui import screens
+
+    return screens
 
 
 class GpuMemApp(ThemedAppMixin, App[None]):
@@ -226,10 +228,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.table_empty = Static(id="table-empty")  # says why the table has no rows, or "?"
         self._table_note = ""
         # A signal key (or the confirmation) that shares a key with another action is refused.
-        keymap = tuple(keymap)
-        if keymap:
-            from gpumem_tui.config import check_signal_keys
-        safe_keymap, refused = check_signal_keys(keymap, binding_defaults()) if keymap else ((), ())
+        safe_keymap, refused = _checked_keymap(tuple(keymap))
         self._keymap_pairs = dict(safe_keymap)
         self.start_notices.extend(refused)
         self._register_themes()
@@ -304,9 +303,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         return screen
 
     def _after_first_frame(self) -> None:
-        """What the first frame goes without (~1/3 of the start-up after the imports): the
-        focus (on a focus change the footer builds its keys and styles each twice), the first
-        poll (its rows, and the GIL its thread holds) and the garbage collector."""
+        """What the first frame goes without: the focus (on a focus change the footer builds and
+        styles its keys), the first poll (its rows; its thread's GIL) and the garbage collector."""
         vars(self.screen_stack[0]).pop("AUTO_FOCUS", None)  # back to the app's rule
         self.table.focus()
         self.poller.start()
@@ -395,7 +393,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             self.alerts.on_snapshot(snap)
         if self.freeze_gc_after_start and not self._gc_frozen and (self.has_side_pane or not self.side_pane_enabled):
             self._gc_frozen = True
-            self.call_after_refresh(self._freeze_gc)
+            self.call_after_refresh(freeze_gc)
 
     #: a replay's notices that say where it is now: each replaces the previous one (seeking
     #: four times leaves one notice, the position, not four stacked over the pane)
@@ -412,13 +410,6 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             self._unnotify(self._position_notice)  # gone already (timed out): nothing happens
         self._position_notice = Notification(text, timeout=8, markup=False)
         self.post_message(Notify(self._position_notice))
-
-    @staticmethod
-    def _freeze_gc() -> None:
-        import gc
-
-        gc.collect()  # what is garbage now is not kept for ever
-        gc.freeze()
 
     def _record(self, snap: Snapshot) -> None:
         t = snap.time
@@ -663,7 +654,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         chart.set_total(total, "GPU total")
         chart.set_phase_marks(marks)
         chart.set_phase_peaks(self.phase_peaks.get(ident, ()) if kind == "proc" else ())
-        self.bands, note = self._predicted_bands(target)
+        process = self.process_estimates.get(ident) if kind == "proc" else None
+        self.bands, note = pane.predicted_bands(kind, ident, process)
         chart.set_bands(self.bands, note)  # replots
 
     @staticmethod
@@ -672,24 +664,6 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         if snap.nvml_error:
             return f"no NVML ({printable(snap.nvml_error, 40)}): no GPU memory to chart for PID {pid}"
         return f"PID {pid}: no memory figure to chart (NVML reports none for it)"
-
-    def _predicted_bands(self, target: tuple[str, int]) -> tuple[list[Band], str | None]:
-        """The bands to draw for the chart's target and the legend's note about them.
-
-        Only a process's own estimate is drawn (its probe's, or the one the user set for it);
-        a GPU holds other jobs too, so its chart shows none rather than one job's.
-        """
-        from gpumem_tui.ui.memory_bar import bands_from_estimate
-
-        kind, ident = target
-        if kind != "proc":
-            return [], "select a process to see its predicted bands"
-        process = self.process_estimates.get(ident)
-        if process is None:
-            return [], f"none for PID {ident}: {pane.NO_ESTIMATE_HINT}"
-        if process.estimate is None:
-            return [], f"none, {process.problem or f'{process.label}: no estimate'}"
-        return bands_from_estimate(process.estimate), process.label
 
     # ---- side pane (estimator / comparison) -------------------------------------------------
     def on_estimator_panel_estimate_changed(self, message: Any) -> None:
@@ -835,33 +809,12 @@ class GpuMemApp(ThemedAppMixin, App[None]):
 
     def help_rows(self) -> list[tuple[str, str, str]]:
         """(keys, description, id) for every binding that is active here."""
-        rows: list[tuple[str, str, str]] = []
-        seen: set[object] = set()
         bindings = [b for _, b in self._bindings] + list(ProcessTable.SORT_BINDINGS)  # type: ignore[arg-type]
-        for binding in bindings:
-            ident = binding.id or (binding.key, binding.action)
-            if not isinstance(binding, Binding) or ident in seen or binding.system:
-                continue
-            if binding.action.split("(")[0] in REPLAY_ACTIONS and not self.replay:
-                continue
-            seen.add(ident)
-            rows.append((self._keys_shown(binding), binding.tooltip or binding.description, binding.id or ""))
-        # the form field's key for the job's estimate is one row with the table's key
-        merged = {row[2]: row for row in rows}
-        if "job_estimate" in merged and "job_estimate_in_field" in merged:
-            field_keys = merged["job_estimate_in_field"][0]
-            rows = [(f"{keys}, {field_keys} (in a field)", description, ident) if ident == "job_estimate" else
-                    (keys, description, ident) for keys, description, ident in rows if ident != "job_estimate_in_field"]
-        return rows
-
-    def _keys_shown(self, binding: Binding) -> str:
-        keys = self._keymap.get(binding.id, binding.key) if binding.id else binding.key
-        return ", ".join(self.get_key_display(Binding(k.strip(), "")) for k in keys.split(","))
+        skip = () if self.replay else REPLAY_ACTIONS
+        return _screens().help_rows(bindings, skip, self._keymap, self.get_key_display)
 
     def action_help(self) -> None:
-        from gpumem_tui.ui.screens import HelpScreen
-
-        self.push_screen(HelpScreen(self.help_rows()))
+        self.push_screen(_screens().HelpScreen(self.help_rows()))
 
     def action_filter(self) -> None:
         box = self.filter_box
@@ -940,9 +893,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         proc = self.table.selected
         if proc is None or self.snapshot is None:
             return
-        from gpumem_tui.ui.screens import ProcessDetailScreen
-
-        self.push_screen(ProcessDetailScreen(proc, self.snapshot.time, self.probe_infos.get(proc.pid)))
+        self.push_screen(_screens().ProcessDetailScreen(proc, self.snapshot.time, self.probe_infos.get(proc.pid)))
 
     def action_chart_target(self) -> None:
         proc = self.table.selected
@@ -1058,16 +1009,13 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             if confirm:
                 self.send_signal(proc, sig)
 
-        from gpumem_tui.ui.screens import ConfirmSignalScreen
-
-        self.push_screen(ConfirmSignalScreen(proc, sig), answered)
+        self.push_screen(_screens().ConfirmSignalScreen(proc, sig), answered)
 
     def send_signal(self, proc: ProcessSample, sig: int) -> None:
         """Send ``sig`` via gpumem_tui.signals; refusals and errors become notifications."""
         from gpumem_tui import signals
-        from gpumem_tui.ui.screens import signal_name
 
-        name = signal_name(sig)
+        name = _screens().signal_name(sig)
         try:
             refusal = signals.send_signal(proc.pid, proc.start_time, sig)
         except Exception as exc:  # noqa: BLE001 -- never let a signal error kill the dashboard
@@ -1086,13 +1034,19 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.exit()
 
 
+def _checked_keymap(keymap: tuple[tuple[str, str], ...]) -> tuple[Any, Any]:
+    """:func:`gpumem_tui.config.check_signal_keys` of ``keymap`` (imported only when there is one)."""
+    from gpumem_tui.config import check_signal_keys
+
+    return check_signal_keys(keymap, binding_defaults()) if keymap else ((), ())
+
+
 def binding_defaults() -> dict[str, str]:
     """Every binding id of the dashboard (its screens, the table, Textual's own) with its
     default keys; a binding without an id is named by its action."""
-    from gpumem_tui.ui.screens import ConfirmSignalScreen, HelpScreen, ProcessDetailScreen
-
+    screens = _screens()
     out: dict[str, str] = {}
-    for owner in (GpuMemApp, ProcessTable, HelpScreen, ProcessDetailScreen, ConfirmSignalScreen):
+    for owner in (GpuMemApp, ProcessTable, screens.HelpScreen, screens.ProcessDetailScreen, screens.ConfirmSignalScreen):
         for klass in owner.__mro__:
             for binding in vars(klass).get("BINDINGS", ()):
                 if isinstance(binding, tuple):

@@ -22,6 +22,18 @@ from gpumem_tui.text import printable
 from gpumem_tui.ui.themes import APP_VARIABLES, DEFAULT_THEME, FALLBACK_THEME, ThemeSet
 
 
+def is_replay(source: object) -> bool:
+    """True when the source can pause, seek and change speed (a replayed trace)."""
+    return all(callable(getattr(source, name, None)) for name in ("pause", "resume", "seek", "set_speed"))
+
+
+def freeze_gc() -> None:
+    """Collect once, then keep every object alive now out of the collector's reach
+    (gc.freeze): see ``GpuMemApp.freeze_gc_after_start``."""
+    gc.collect()  # what is garbage now is not kept for ever
+    gc.freeze()
+
+
 def is_text_field(widget: object) -> bool:
     """True for a widget that takes typed text (an Input, or a TextArea of the side pane's
     form; TextArea is looked up only once something imported it, so it stays off start-up)."""

@@ -194,3 +194,22 @@ def _measured_only_text(measured: ProbedSummary, why: str, limit: int | None) ->
     if record.steps:
         lines.append(f"time-to-OOM: {forecast(record.steps, limit, NO_LIVE_LIMIT).text()}")
     return "\n".join(lines)
+
+
+def predicted_bands(kind: str, ident: int, process: ProcessEstimate | None) -> tuple[list[Any], str | None]:
+    """The chart's predicted bands (gpumem_tui.ui.memory_bar.bands_from_estimate) for its
+    target (``kind`` "proc" or "gpu", ``ident`` its PID or GPU index; ``process`` the PID's
+    estimate) and the legend's note about them.
+
+    Only a process's own estimate is drawn (its probe's, or the one the user set for it);
+    a GPU holds other jobs too, so its chart shows none rather than one job's.
+    """
+    from gpumem_tui.ui.memory_bar import bands_from_estimate
+
+    if kind != "proc":
+        return [], "select a process to see its predicted bands"
+    if process is None:
+        return [], f"none for PID {ident}: {NO_ESTIMATE_HINT}"
+    if process.estimate is None:
+        return [], f"none, {process.problem or f'{process.label}: no estimate'}"
+    return bands_from_estimate(process.estimate), process.label
