@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpumem_tui.estimator.estimate import COMPONENT_KEYS
+from gpumem_tui.estimator.component_keys import COMPONENT_KEYS  # not .estimate: the formulas load on use
 from gpumem_tui.measured_record import MeasuredFold, MeasuredRecord, device_kind
 from gpumem_tui.forecast import NO_LIMIT, Forecast, forecast
 from gpumem_tui.step_peaks import Drift, StepPeak

@@ -41,7 +41,10 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gpumem_tui.alert_rules import AlertRule, parse_alerts
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # read only when a config has [[alerts]]: the dashboard's start-up skips it
+    from gpumem_tui.alert_rules import AlertRule
 
 APP_NAME = "gpumem-tui"
 CONFIG_DIR_ENV = "GPUMEM_TUI_CONFIG_DIR"
@@ -255,6 +258,8 @@ def parse_config(text: str, path: Path | None = None) -> Config:
                     pairs.append((str(binding_id), keys.strip()))
             config = replace(config, keymap=tuple(pairs))
         elif key == "alerts":
+            from gpumem_tui.alert_rules import parse_alerts
+
             rules, problems = parse_alerts(value, text, path)
             config = replace(config, alerts=rules)
             notices.extend(problems)

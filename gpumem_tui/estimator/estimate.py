@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gpumem_tui.estimator.architecture import ModelArchitecture
+from gpumem_tui.estimator.component_keys import COMPONENT_KEYS  # re-exported: its users import it from here
 from gpumem_tui.estimator.checkpointing import CheckpointTerms, checkpoint_terms
 from gpumem_tui.estimator.components.activations import final_saved_bytes
 from gpumem_tui.estimator.components.context_and_reserve import allocator_reserve_bytes, cuda_context_bytes
@@ -42,18 +43,6 @@ from gpumem_tui.estimator.precision import Precision, precision
 from gpumem_tui.estimator.recipes import rules as R
 from gpumem_tui.estimator.devices import cuda_kernels, cuda_step_events
 from gpumem_tui.estimator.spec import TrainingSpec, check_spec_for
-
-COMPONENT_KEYS = (
-    "parameters",
-    "gradients",
-    "optimizer_states",
-    "optimizer_intermediates",
-    "activations",
-    "logits_and_loss",
-    "kv_cache",
-    "cuda_context",
-    "allocator_reserve",
-)
 
 
 @dataclass(frozen=True)

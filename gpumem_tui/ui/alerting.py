@@ -105,11 +105,15 @@ class DashboardAlerts:
 
     def _update_drift(self, snap: Snapshot) -> None:
         """The drift and time-to-OOM of the PIDs with new phase peaks (the table row's forecast:
-        :func:`gpumem_tui.forecast.forecast` against the GPU's free memory + the job's own)."""
+        :func:`gpumem_tui.forecast.forecast` against the GPU's free memory + the job's own).
+        The dashboard computed it already for this poll (``app.outlooks``): that one is used."""
         probed = getattr(self.app, "probed", None)
+        computed = getattr(self.app, "outlooks", {})
         for pid in {peak.pid for peak in snap.phase_peaks}:
-            context = probed.context(pid) if probed is not None else None
-            outlook = forecast(step_peaks(self.app.phase_peaks.get(pid, ())), snapshot_limit(snap, pid, context))
+            outlook = computed.get(pid)
+            if outlook is None:
+                context = probed.context(pid) if probed is not None else None
+                outlook = forecast(step_peaks(self.app.phase_peaks.get(pid, ())), snapshot_limit(snap, pid, context))
             self._seconds_to_oom.pop(pid, None)
             if outlook.drift is None:
                 self._drift.pop(pid, None)

@@ -19,13 +19,11 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingsMap
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer, Input, Static, TextArea
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState
 
-from gpumem_tui.config import check_signal_keys
 from gpumem_tui.probed_state import ProbedProcesses
-from gpumem_tui.analysis.jobs import JobTracker
-from gpumem_tui.process_estimate import ProcessEstimates, compare_summary
 from gpumem_tui.telemetry.model import (
     PhaseMark,
     PhasePeak,
@@ -36,17 +34,14 @@ from gpumem_tui.telemetry.model import (
     TelemetrySource,
     namespace_note,
 )
-from gpumem_tui.forecast import forecast, snapshot_limit
-from gpumem_tui.step_peaks import step_peaks
 from gpumem_tui.text import printable
 from gpumem_tui.ui import side_pane as pane
-from gpumem_tui.ui.app_common import ThemedAppMixin
+from gpumem_tui.ui.app_common import StartupGcPause, ThemedAppMixin, freeze_gc, is_replay, is_text_field
 from gpumem_tui.ui.device_panel import DevicePanel
 from gpumem_tui.ui.history import HistoryStore
 from gpumem_tui.ui.memory_chart import Band, CurveSpec, MemoryChart
 from gpumem_tui.ui.poller import Poller, PollFailed, SnapshotReady
 from gpumem_tui.ui.process_table import ProcessTable, row_key
-from gpumem_tui.ui.screens import ConfirmSignalScreen, HelpScreen, ProcessDetailScreen, signal_name
 from gpumem_tui.ui.themes import DEFAULT_THEME, ThemeSet
 
 # Size classes (issue 13 item 10): "wide" (>= 160 columns) shows the estimator pane beside
@@ -77,9 +72,11 @@ SIGNAL_BINDINGS = (
 REPLAY_ACTIONS = {"replay_pause", "replay_seek", "replay_speed"}
 
 
-def is_replay(source: object) -> bool:
-    """True when the source can pause, seek and change speed (a replayed trace)."""
-    return all(callable(getattr(source, name, None)) for name in ("pause", "resume", "seek", "set_speed"))
+def _screens() -> Any:
+    """gpumem_tui.ui.screens, imported on first use: no modal screen is in the first frame."""
+    from gpumem_tui.ui import screens
+
+    return screens
 
 
 class GpuMemApp(ThemedAppMixin, App[None]):
@@ -187,6 +184,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.phase_marks: OrderedDict[int, deque[PhaseMark]] = OrderedDict()
         self._mark_keys: dict[int, set[tuple[float, str, int]]] = {}
         self.phase_peaks: OrderedDict[int, deque[PhasePeak]] = OrderedDict()  # high-water marks
+        self.outlooks: dict[int, Any] = {}  # PID -> gpumem_tui.forecast.Forecast of its phase peaks
         self.probe_infos: dict[int, ProbeInfo] = {}
         self.probe_devices: dict[int, str] = {}
         self.probe_samples: OrderedDict[int, deque[ProbeSample]] = OrderedDict()
@@ -197,8 +195,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.chart_target: tuple[str, int] | None = None
         self.chart_window = chart_window
         self.bands: list[Band] = []  # the predicted bands drawn now (of the charted process)
-        self.process_estimates = ProcessEstimates()
-        self.job_tracker = JobTracker()  # the launches (torchrun ranks) among the processes
+        self._process_estimates: Any = None  # built on first use: its import is the estimator's
+        self._job_tracker: Any = None  # the launches (torchrun ranks) among the processes, on first sight
         self._job_notices: set[str] = set()  # the jobs' notices shown once already
         # What each probed process measured so far (core state, the same compare folds): a
         # replay feeds its own per record and rebuilds it on a seek; otherwise each poll feeds it.
@@ -211,6 +209,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.poller = Poller(self, source, interval)
         self.has_side_pane = False
         self._gc_frozen = False
+        self._gc_pause = StartupGcPause()
         self._side_widget: Any = None  # the mounted pane: the status line asks at every poll
         self.size_class = ""
         self._status_shown: Text | None = None
@@ -231,7 +230,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.table_empty = Static(id="table-empty")  # says why the table has no rows, or "?"
         self._table_note = ""
         # A signal key (or the confirmation) that shares a key with another action is refused.
-        safe_keymap, refused = check_signal_keys(tuple(keymap), binding_defaults())
+        safe_keymap, refused = _checked_keymap(tuple(keymap))
         self._keymap_pairs = dict(safe_keymap)
         self.start_notices.extend(refused)
         self._register_themes()
@@ -246,6 +245,9 @@ class GpuMemApp(ThemedAppMixin, App[None]):
 
     # ---- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
+        self._gc_pause.pause()  # until the first frame (on_mount)
+        # The size class before the widgets mount: set after, it restyles every widget again.
+        self._apply_size_class(self.size.width, update=False)
         yield self.status_bar
         yield self.replay_bar
         yield self.device_panel
@@ -255,7 +257,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
                 yield self.table_empty
                 yield self.filter_box
                 yield self.chart
-        yield Footer()
+        yield Footer(compact=self.size_class != "wide")  # the size class was set above
 
     def _mount_side_pane(self) -> None:
         """Mount the estimator/comparison pane after the first frame.
@@ -290,13 +292,25 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.filter_box.display = False
         self.table_empty.display = False
         self.chart.window = self.chart_window
-        self.table.focus()
         self._update_status()
-        self.poller.start()
+        self.call_after_refresh(self._after_first_frame)
         # A poll that hangs (a wedged driver) must show, not freeze the screen silently.
         self.set_interval(max(2.0, self.interval), self._watch_poll, name="poll-watchdog")
         if self.side_pane_enabled:
             self.call_after_refresh(self._mount_side_pane)
+
+    def get_default_screen(self) -> Screen:
+        screen = super().get_default_screen()
+        screen.AUTO_FOCUS = ""  # no focus in the first frame: _after_first_frame gives it
+        return screen
+
+    def _after_first_frame(self) -> None:
+        """What the first frame goes without: the focus (on a focus change the footer builds and
+        styles its keys), the first poll (its rows; its thread's GIL) and the garbage collector."""
+        vars(self.screen_stack[0]).pop("AUTO_FOCUS", None)  # back to the app's rule
+        self.table.focus()
+        self.poller.start()
+        self._gc_pause.resume()
 
     def _handle_exception(self, error: Exception) -> None:
         """An unexpected error ends the app (Textual's rule) with exit status 1; its
@@ -309,6 +323,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self._exit_renderables.clear()  # the traceback is in the file, not over the terminal
 
     def on_unmount(self) -> None:
+        self._gc_pause.resume()
         self.poller.stop()
         if self.alerts is not None:
             self.alerts.close()
@@ -360,8 +375,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
                     self._selected_once = True
                     self.chart_target = ("proc", p.pid)
                     break
-        jobs = self.job_tracker.jobs(snap.processes, self.probed, self.process_estimates.probe_estimate,
-                                     compare_summary)
+        jobs = self._jobs(snap)
         table.show(snap.processes, snap.time, keep=keep, jobs=tuple(jobs))
         self._notify_job_problems(jobs)
         target = self.chart_target
@@ -383,7 +397,22 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             self.alerts.on_snapshot(snap)
         if self.freeze_gc_after_start and not self._gc_frozen and (self.has_side_pane or not self.side_pane_enabled):
             self._gc_frozen = True
-            self.call_after_refresh(self._freeze_gc)
+            self.call_after_refresh(freeze_gc)
+
+    def _jobs(self, snap: Snapshot) -> tuple[Any, ...]:
+        """The launches (torchrun / accelerate ranks) among ``snap``'s processes. The job code
+        (and the estimator behind it) is imported on the first launch or probe seen, which keeps
+        it off the dashboard's start-up path."""
+        if self._job_tracker is None:
+            if not self.probe_infos and not any(p.launch is not None for p in snap.processes):
+                return ()
+            from gpumem_tui.analysis.jobs import JobTracker
+
+            self._job_tracker = JobTracker()
+        from gpumem_tui.process_estimate import compare_summary
+
+        return tuple(self._job_tracker.jobs(snap.processes, self.probed, self.process_estimates.probe_estimate,
+                                            compare_summary))
 
     def _notify_job_problems(self, jobs: Sequence[Any]) -> None:
         """Say once what is wrong with a job's rank claims (its group row keeps a ⚠)."""
@@ -409,13 +438,6 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             self._unnotify(self._position_notice)  # gone already (timed out): nothing happens
         self._position_notice = Notification(text, timeout=8, markup=False)
         self.post_message(Notify(self._position_notice))
-
-    @staticmethod
-    def _freeze_gc() -> None:
-        import gc
-
-        gc.collect()  # what is garbage now is not kept for ever
-        gc.freeze()
 
     def _record(self, snap: Snapshot) -> None:
         t = snap.time
@@ -477,7 +499,11 @@ class GpuMemApp(ThemedAppMixin, App[None]):
 
     def _record_phase_peaks(self, peaks: Sequence[PhasePeak]) -> None:
         """Keep the probe's high-water marks per PID, and flag a PID whose per-step peak rises
-        steadily (gpumem_tui.step_peaks) in its table row."""
+        steadily (gpumem_tui.step_peaks) in its table row. Its forecast is kept in
+        ``outlooks``: the alerts read it there (computed once per poll)."""
+        from gpumem_tui.forecast import forecast
+        from gpumem_tui.step_peaks import step_peaks
+
         touched = set()
         for peak in peaks:
             kept = self.phase_peaks.get(peak.pid)
@@ -486,12 +512,13 @@ class GpuMemApp(ThemedAppMixin, App[None]):
                 while len(self.phase_peaks) > MAX_MARK_PIDS:
                     old, _ = self.phase_peaks.popitem(last=False)
                     self.table.flags.pop(old, None)
+                    self.outlooks.pop(old, None)
             kept.append(peak)
             touched.add(peak.pid)
         flags = self.table.flags
         for pid in touched:
             # the GPU's free memory (+ the process's own) is the limit (gpumem_tui.forecast)
-            outlook = forecast(step_peaks(self.phase_peaks[pid]), self.live_limit(pid))
+            outlook = self.outlooks[pid] = forecast(step_peaks(self.phase_peaks[pid]), self.live_limit(pid))
             if outlook.drift is None:
                 flags.pop(pid, None)
             else:
@@ -502,7 +529,18 @@ class GpuMemApp(ThemedAppMixin, App[None]):
     def live_limit(self, pid: int | None) -> int | None:
         """What ``pid``'s torch allocated may reach on its GPU now (bytes;
         :func:`gpumem_tui.forecast.snapshot_limit` of the latest poll), or None."""
+        from gpumem_tui.forecast import snapshot_limit
+
         return None if pid is None else snapshot_limit(self.snapshot, pid, self.probed.context(pid))
+
+    @property
+    def process_estimates(self) -> Any:
+        """The per-PID estimates (:class:`gpumem_tui.process_estimate.ProcessEstimates`)."""
+        if self._process_estimates is None:
+            from gpumem_tui.process_estimate import ProcessEstimates
+
+            self._process_estimates = ProcessEstimates()
+        return self._process_estimates
 
     def _record_probe(self, probe: ProbeSample) -> None:
         self.probe_devices[probe.pid] = probe.device
@@ -644,7 +682,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         chart.set_total(total, "GPU total")
         chart.set_phase_marks(marks)
         chart.set_phase_peaks(self.phase_peaks.get(ident, ()) if kind == "proc" else ())
-        self.bands, note = self._predicted_bands(target)
+        process = self.process_estimates.get(ident) if kind == "proc" else None
+        self.bands, note = pane.predicted_bands(kind, ident, process)
         chart.set_bands(self.bands, note)  # replots
 
     @staticmethod
@@ -653,24 +692,6 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         if snap.nvml_error:
             return f"no NVML ({printable(snap.nvml_error, 40)}): no GPU memory to chart for PID {pid}"
         return f"PID {pid}: no memory figure to chart (NVML reports none for it)"
-
-    def _predicted_bands(self, target: tuple[str, int]) -> tuple[list[Band], str | None]:
-        """The bands to draw for the chart's target and the legend's note about them.
-
-        Only a process's own estimate is drawn (its probe's, or the one the user set for it);
-        a GPU holds other jobs too, so its chart shows none rather than one job's.
-        """
-        from gpumem_tui.ui.memory_bar import bands_from_estimate
-
-        kind, ident = target
-        if kind != "proc":
-            return [], "select a process to see its predicted bands"
-        process = self.process_estimates.get(ident)
-        if process is None:
-            return [], f"none for PID {ident}: {pane.NO_ESTIMATE_HINT}"
-        if process.estimate is None:
-            return [], f"none, {process.problem or f'{process.label}: no estimate'}"
-        return bands_from_estimate(process.estimate), process.label
 
     # ---- side pane (estimator / comparison) -------------------------------------------------
     def on_estimator_panel_estimate_changed(self, message: Any) -> None:
@@ -697,13 +718,13 @@ class GpuMemApp(ThemedAppMixin, App[None]):
                 side.display = event.size.width >= SIDE_PANE_MIN_WIDTH
         self._update_status()
 
-    def _apply_size_class(self, width: int) -> None:
+    def _apply_size_class(self, width: int, update: bool = True) -> None:
         wanted = size_class(width)
         if wanted == self.size_class:
             return
         self.size_class = wanted
         for name in ("wide", "medium", "narrow"):
-            self.set_class(name == wanted, f"-size-{name}")
+            self.set_class(name == wanted, f"-size-{name}", update=update)
         for footer in self.screen_stack[0].query(Footer) if self.screen_stack else ():
             footer.compact = wanted != "wide"
 
@@ -792,7 +813,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         if action == "clear_filter":  # shown (and acting) while there is a filter to clear
             return self.focused is self.filter_box or self.filter_box.display or bool(self.filter_box.value)
         if action in ("job_estimate", "job_estimate_in_field"):
-            in_field = isinstance(self.focused, (Input, TextArea))
+            in_field = is_text_field(self.focused)
             if in_field != (action == "job_estimate_in_field"):
                 return False  # one of the two keys is shown, the one that works here
             return self._what_if_pid() is not None  # hidden, not greyed: the footer is short
@@ -816,33 +837,14 @@ class GpuMemApp(ThemedAppMixin, App[None]):
 
     def help_rows(self) -> list[tuple[str, str, str]]:
         """(keys, description, id) for every binding that is active here."""
-        rows: list[tuple[str, str, str]] = []
-        seen: set[object] = set()
         bindings = [b for _, b in self._bindings] + list(ProcessTable.SORT_BINDINGS)  # type: ignore[arg-type]
         if self.table.jobs_shown:  # the job key acts only where a job's group row is listed
             bindings += ProcessTable.JOB_BINDINGS
-        for binding in bindings:
-            ident = binding.id or (binding.key, binding.action)
-            if not isinstance(binding, Binding) or ident in seen or binding.system:
-                continue
-            if binding.action.split("(")[0] in REPLAY_ACTIONS and not self.replay:
-                continue
-            seen.add(ident)
-            rows.append((self._keys_shown(binding), binding.tooltip or binding.description, binding.id or ""))
-        # the form field's key for the job's estimate is one row with the table's key
-        merged = {row[2]: row for row in rows}
-        if "job_estimate" in merged and "job_estimate_in_field" in merged:
-            field_keys = merged["job_estimate_in_field"][0]
-            rows = [(f"{keys}, {field_keys} (in a field)", description, ident) if ident == "job_estimate" else
-                    (keys, description, ident) for keys, description, ident in rows if ident != "job_estimate_in_field"]
-        return rows
-
-    def _keys_shown(self, binding: Binding) -> str:
-        keys = self._keymap.get(binding.id, binding.key) if binding.id else binding.key
-        return ", ".join(self.get_key_display(Binding(k.strip(), "")) for k in keys.split(","))
+        skip = () if self.replay else REPLAY_ACTIONS
+        return _screens().help_rows(bindings, skip, self._keymap, self.get_key_display)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(self.help_rows()))
+        self.push_screen(_screens().HelpScreen(self.help_rows()))
 
     def action_filter(self) -> None:
         box = self.filter_box
@@ -921,7 +923,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         proc = self.table.selected
         if proc is None or self.snapshot is None:
             return
-        self.push_screen(ProcessDetailScreen(proc, self.snapshot.time, self.probe_infos.get(proc.pid)))
+        self.push_screen(_screens().ProcessDetailScreen(proc, self.snapshot.time, self.probe_infos.get(proc.pid)))
 
     def action_chart_target(self) -> None:
         proc = self.table.selected
@@ -943,7 +945,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         """The charted PID when its estimate is the user's what-if and its job's own (probe's)
         estimate exists to go back to; else None."""
         pid = self.chart_pid() if self.chart_target is None or self.chart_target[0] == "proc" else None
-        process = self.process_estimates.get(pid)
+        process = self.process_estimates.get(pid) if pid is not None else None
         if pid is None or process is None or not process.is_what_if:
             return None
         return pid if self.process_estimates.probe_estimate(pid) is not None else None
@@ -1010,6 +1012,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             self.phase_marks.clear()
             self._mark_keys.clear()
             self.phase_peaks.clear()
+            self.outlooks.clear()
             self.probe_samples.clear()
             self.gpu_contexts.clear()
             self.table.flags.clear()
@@ -1038,13 +1041,13 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             if confirm:
                 self.send_signal(proc, sig)
 
-        self.push_screen(ConfirmSignalScreen(proc, sig), answered)
+        self.push_screen(_screens().ConfirmSignalScreen(proc, sig), answered)
 
     def send_signal(self, proc: ProcessSample, sig: int) -> None:
         """Send ``sig`` via gpumem_tui.signals; refusals and errors become notifications."""
         from gpumem_tui import signals
 
-        name = signal_name(sig)
+        name = _screens().signal_name(sig)
         try:
             refusal = signals.send_signal(proc.pid, proc.start_time, sig)
         except Exception as exc:  # noqa: BLE001 -- never let a signal error kill the dashboard
@@ -1063,11 +1066,19 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.exit()
 
 
+def _checked_keymap(keymap: tuple[tuple[str, str], ...]) -> tuple[Any, Any]:
+    """:func:`gpumem_tui.config.check_signal_keys` of ``keymap`` (imported only when there is one)."""
+    from gpumem_tui.config import check_signal_keys
+
+    return check_signal_keys(keymap, binding_defaults()) if keymap else ((), ())
+
+
 def binding_defaults() -> dict[str, str]:
     """Every binding id of the dashboard (its screens, the table, Textual's own) with its
     default keys; a binding without an id is named by its action."""
+    screens = _screens()
     out: dict[str, str] = {}
-    for owner in (GpuMemApp, ProcessTable, HelpScreen, ProcessDetailScreen, ConfirmSignalScreen):
+    for owner in (GpuMemApp, ProcessTable, screens.HelpScreen, screens.ProcessDetailScreen, screens.ConfirmSignalScreen):
         for klass in owner.__mro__:
             for binding in vars(klass).get("BINDINGS", ()):
                 if isinstance(binding, tuple):

@@ -73,8 +73,8 @@ class Poller:
         self._started_at: float | None = None
 
     def start(self) -> None:
-        """Start polling now."""
-        self._stopped = False
+        """Start polling now; after :meth:`stop` it does nothing (the app may start it after
+        its first frame, by which time a quick quit may have stopped it)."""
         self._launch()
 
     def stop(self) -> None:

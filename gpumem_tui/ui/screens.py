@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import signal as _signal
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from rich.table import Table
 from rich.text import Text
@@ -16,6 +16,32 @@ from textual.widgets import Button, Static
 from gpumem_tui.telemetry.model import NAMESPACE_NOTE, ProbeInfo, ProcessSample, ProcessStatus
 from gpumem_tui.text import printable
 from gpumem_tui.ui import cells
+
+
+def help_rows(bindings: Iterable[Binding], skip_actions: Collection[str], keymap: Mapping[str, str],
+              key_display: Callable[[Binding], str]) -> list[tuple[str, str, str]]:
+    """(keys, description, id) for each of ``bindings`` (the first of each id; system ones and
+    those whose action is in ``skip_actions`` left out), its keys as ``keymap`` (binding id ->
+    keys) set them and ``key_display`` (the app's) shows them. The form field's key for the
+    job's estimate shares the table key's row."""
+    rows: list[tuple[str, str, str]] = []
+    seen: set[object] = set()
+    for binding in bindings:
+        ident = binding.id or (binding.key, binding.action)
+        if not isinstance(binding, Binding) or ident in seen or binding.system:
+            continue
+        if binding.action.split("(")[0] in skip_actions:
+            continue
+        seen.add(ident)
+        keys = keymap.get(binding.id, binding.key) if binding.id else binding.key
+        shown = ", ".join(key_display(Binding(k.strip(), "")) for k in keys.split(","))
+        rows.append((shown, binding.tooltip or binding.description, binding.id or ""))
+    merged = {row[2]: row for row in rows}
+    if "job_estimate" in merged and "job_estimate_in_field" in merged:
+        field_keys = merged["job_estimate_in_field"][0]
+        rows = [(f"{keys}, {field_keys} (in a field)", description, ident) if ident == "job_estimate" else
+                (keys, description, ident) for keys, description, ident in rows if ident != "job_estimate_in_field"]
+    return rows
 
 
 class HelpScreen(ModalScreen[None]):

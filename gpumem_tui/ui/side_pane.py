@@ -18,10 +18,12 @@ cannot be imported. The app describes what is selected in a :class:`PaneSelectio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpumem_tui.probed_state import ProbedSummary
-from gpumem_tui.process_estimate import ProcessEstimate
+
+if TYPE_CHECKING:  # the dashboard imports this module at start-up; the estimator loads on use
+    from gpumem_tui.process_estimate import ProcessEstimate
 
 NO_ESTIMATE_HINT = "attach gpumem_tui.probe to the job, or set its estimate in the Estimator tab (e)"
 
@@ -192,3 +194,22 @@ def _measured_only_text(measured: ProbedSummary, why: str, limit: int | None) ->
     if record.steps:
         lines.append(f"time-to-OOM: {forecast(record.steps, limit, NO_LIVE_LIMIT).text()}")
     return "\n".join(lines)
+
+
+def predicted_bands(kind: str, ident: int, process: ProcessEstimate | None) -> tuple[list[Any], str | None]:
+    """The chart's predicted bands (gpumem_tui.ui.memory_bar.bands_from_estimate) for its
+    target (``kind`` "proc" or "gpu", ``ident`` its PID or GPU index; ``process`` the PID's
+    estimate) and the legend's note about them.
+
+    Only a process's own estimate is drawn (its probe's, or the one the user set for it);
+    a GPU holds other jobs too, so its chart shows none rather than one job's.
+    """
+    from gpumem_tui.ui.memory_bar import bands_from_estimate
+
+    if kind != "proc":
+        return [], "select a process to see its predicted bands"
+    if process is None:
+        return [], f"none for PID {ident}: {NO_ESTIMATE_HINT}"
+    if process.estimate is None:
+        return [], f"none, {process.problem or f'{process.label}: no estimate'}"
+    return bands_from_estimate(process.estimate), process.label

@@ -103,6 +103,10 @@ def parse_theme(text: str, path: Path) -> Theme:
         where = f"{path}:{line}" if line else str(path)
         return ThemeFileError(f"{where}: {message}")
 
+    def fail_at(message: str, key: str, table: str | None = None) -> ThemeFileError:
+        # the line is looked up only for an error: a scan per key cost start-up ~5 ms
+        return fail(message, key_line(text, key, table))
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -110,43 +114,41 @@ def parse_theme(text: str, path: Path) -> Theme:
         raise fail(msg, toml_error_line(exc)) from None
     kwargs: dict[str, object] = {"name": name}
     for key, value in data.items():
-        line = key_line(text, key)
         if key in _COLOUR_FIELDS:
             if not isinstance(value, str):
-                raise fail(f"{key} must be a colour string, got {value!r}", line)
+                raise fail_at(f"{key} must be a colour string, got {value!r}", key)
             try:
                 Color.parse(value)
             except ColorParseError:
-                raise fail(f"{key}: {value!r} is not a colour", line) from None
+                raise fail_at(f"{key}: {value!r} is not a colour", key) from None
             kwargs[key] = value
         elif key == "dark":
             if not isinstance(value, bool):
-                raise fail(f"dark must be true or false, got {value!r}", line)
+                raise fail_at(f"dark must be true or false, got {value!r}", key)
             kwargs[key] = value
         elif key in _FLOAT_FIELDS:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise fail(f"{key} must be a number, got {value!r}", line)
+                raise fail_at(f"{key} must be a number, got {value!r}", key)
             kwargs[key] = float(value)
         elif key == "name":
             if value != name:
-                raise fail(f"name {value!r} must match the file name {name!r}", line)
+                raise fail_at(f"name {value!r} must match the file name {name!r}", key)
         elif key == "variables":
             if not isinstance(value, dict):
-                raise fail("variables must be a table", line)
+                raise fail_at("variables must be a table", key)
             variables: dict[str, str] = {}
             for var, colour in value.items():
-                vline = key_line(text, var, "variables")
                 if not isinstance(colour, str):
-                    raise fail(f"variable {var} must be a colour string, got {colour!r}", vline)
+                    raise fail_at(f"variable {var} must be a colour string, got {colour!r}", var, "variables")
                 if var in APP_VARIABLES:
                     try:
                         Color.parse(colour)
                     except ColorParseError:
-                        raise fail(f"variable {var}: {colour!r} is not a colour", vline) from None
+                        raise fail_at(f"variable {var}: {colour!r} is not a colour", var, "variables") from None
                 variables[var] = colour
             kwargs["variables"] = variables
         else:
-            raise fail(f"unknown theme field {key!r}", line)
+            raise fail_at(f"unknown theme field {key!r}", key)
     if "primary" not in kwargs:
         raise fail("missing required field 'primary'", None)
     return Theme(**kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,125 @@
+"""Issue 23 (performance): what the dashboard's start-up leaves out, the collector paused until
+the first frame, and the drift / time-to-OOM computed once per poll.
+
+No timing here (benchmarks/first_frame.py and benchmarks/idle_cpu.py print the figures): these
+check the mechanisms the figures rely on.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+from collections import deque
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: loaded on use, never by opening the dashboard (each was measured on its start-up path)
+NOT_AT_START_UP = (
+    "torch",
+    "gpumem_tui.estimator.estimate",  # the estimator's formulas (via comparison)
+    "gpumem_tui.comparison",
+    "gpumem_tui.process_estimate",
+    "gpumem_tui.alert_rules",  # only a config with [[alerts]]
+    "gpumem_tui.ui.screens",  # modal screens: opened by a key
+    "textual.widgets._text_area",  # the side pane's form brings it
+)
+
+
+def test_importing_the_dashboard_leaves_the_estimator_and_screens_out():
+    code = ("import json, sys; from gpumem_tui.ui.app import GpuMemApp; from gpumem_tui.ui.themes import load_themes;"
+            "load_themes(); print(json.dumps(sorted(sys.modules)))")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), GPUMEM_TUI_CONFIG_DIR="/nonexistent-gpumem-test")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+    loaded = set(json.loads(out.stdout))
+    assert "gpumem_tui.ui.app" in loaded
+    assert [name for name in NOT_AT_START_UP if name in loaded] == []
+
+
+def test_the_collector_pause_stops_and_restarts_only_a_running_collector():
+    from gpumem_tui.ui.app_common import StartupGcPause
+
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        pause = StartupGcPause()
+        pause.pause()
+        assert not gc.isenabled()
+        pause.resume()
+        assert gc.isenabled()
+        pause.resume()  # idempotent: nothing to undo twice
+        assert gc.isenabled()
+        gc.disable()  # someone else turned it off: a pause/resume must not turn it on
+        other = StartupGcPause()
+        other.pause()
+        other.resume()
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+@pytest.mark.asyncio
+async def test_the_collector_runs_again_once_the_dashboard_is_up():
+    sys.path.insert(0, str(Path(__file__).parent))
+    from ui_fakes import FakeSource
+
+    from gpumem_tui.ui.app import GpuMemApp
+
+    assert gc.isenabled()
+    app = GpuMemApp(FakeSource(steps=1), interval=0.05, side_pane=False)
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        assert gc.isenabled()
+        assert app.focused is app.table  # given after the first frame
+    assert gc.isenabled()
+
+
+def test_a_stopped_poller_does_not_start_again():
+    from gpumem_tui.ui.poller import Poller
+
+    class Source:
+        polls = 0
+
+        def poll(self):
+            Source.polls += 1
+            raise AssertionError("polled after stop")
+
+        def close(self):
+            pass
+
+    poller = Poller(SimpleNamespace(post_message=lambda m: None), Source(), 1.0)
+    poller.stop()  # the app quit before its first frame ran the deferred start
+    poller.start()
+    assert poller._thread is None and Source.polls == 0
+
+
+def test_alerts_use_the_forecast_the_dashboard_computed_for_the_poll(tmp_path, monkeypatch):
+    from gpumem_tui.alert_actions import AlertActions, AlertLog
+    from gpumem_tui.alert_rules import parse_rule
+    from gpumem_tui.forecast import forecast
+    from gpumem_tui.step_peaks import step_peaks
+    from gpumem_tui.telemetry.model import Phase, PhasePeak, Snapshot
+    from gpumem_tui.ui import alerting
+    from gpumem_tui.units import GiB, MiB
+
+    peaks = deque(PhasePeak(7, step, Phase.BACKWARD, step, step + 0.5, 2 * GiB + step * 10 * MiB) for step in range(1, 16))
+    computed = forecast(step_peaks(peaks), None)
+    assert computed.drift is not None
+    app = SimpleNamespace(process_estimates=SimpleNamespace(pids=lambda: [], probe_estimate=lambda pid: None),
+                          phase_peaks={7: peaks}, outlooks={7: computed}, bell=lambda: None,
+                          notify=lambda *a, **k: None)
+
+    def no_second_forecast(*args, **kwargs):
+        raise AssertionError("the forecast was computed a second time")
+
+    monkeypatch.setattr(alerting, "forecast", no_second_forecast)
+    alerts = alerting.DashboardAlerts(app, [parse_rule({"rule": "drift", "bytes_per_step": "5MiB"})],
+                                      AlertActions(AlertLog(tmp_path / "a.log"), env={}))
+    (entry,) = alerts.job_inputs(Snapshot(time=1.0, phase_peaks=tuple(peaks)))
+    assert entry.drift_bytes_per_step == computed.drift.bytes_per_step
