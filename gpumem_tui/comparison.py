@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpumem_tui.estimator.component_keys import COMPONENT_KEYS  # not .estimate: the formulas load on use
+from gpumem_tui.analysis.memory_figures import (  # re-exported: the figure names
+    FIGURE_ALLOCATED, FIGURE_CPU_LIVE, FIGURE_NVML_USED, FIGURE_RESERVED)
 from gpumem_tui.measured_record import MeasuredFold, MeasuredRecord, device_kind
 from gpumem_tui.forecast import NO_LIMIT, Forecast, forecast
 from gpumem_tui.step_peaks import Drift, StepPeak
@@ -64,10 +66,6 @@ __all__ = [
 #: The estimator's components, in the order the estimator reports them (ESTIMATOR.md).
 COMPONENTS: tuple[str, ...] = COMPONENT_KEYS
 
-FIGURE_ALLOCATED = "torch allocated"
-FIGURE_RESERVED = "torch reserved"
-FIGURE_NVML_USED = "NVML used"
-FIGURE_CPU_LIVE = "CPU live tensors"
 
 #: Probe category -> the estimator components whose bytes that category holds
 #: (``gpumem_tui.probe``: parameters, buffers, gradients and optimizer states are counted from

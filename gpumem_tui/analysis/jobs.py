@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from gpumem_tui.comparison import FIGURE_ALLOCATED, FIGURE_CPU_LIVE, FIGURE_NVML_USED, ComparisonError
+from gpumem_tui.analysis.memory_figures import FIGURE_ALLOCATED, FIGURE_CPU_LIVE, FIGURE_NVML_USED
 from gpumem_tui.probed_state import ProbedProcesses, ProbedSummary
 from gpumem_tui.telemetry.launch import NO_RUN_ID, RankLaunch, launch_from_setup
 from gpumem_tui.telemetry.model import ProbeInfo, ProcessSample
@@ -242,6 +242,8 @@ def probe_peaks(summary: ProbedSummary, estimate: object | None,
     if not record.sample_count:
         return _ProbeFigures(None, None, None, None)
     if estimate is not None and getattr(estimate, "estimate", None) is not None:
+        from gpumem_tui.comparison import ComparisonError  # with the estimate: off the start-up path
+
         try:
             result = compare(estimate, summary)
         except ComparisonError:

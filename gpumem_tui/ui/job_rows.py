@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from gpumem_tui.analysis.jobs import Job, RankPeak
-from gpumem_tui.comparison import FIGURE_NVML_USED
+from gpumem_tui.analysis.memory_figures import FIGURE_NVML_USED
 from gpumem_tui.telemetry.model import ProcessSample
 from gpumem_tui.text import printable
 from gpumem_tui.units import format_bytes
