@@ -21,9 +21,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "estimate": ("gpumem_tui.estimator.cli", "predict peak memory of a training or inference job"),
     "measure": ("gpumem_tui.measure.cli", "measure peak memory with torch (torch extra)"),
     "demo": ("gpumem_tui.demo", "run the built-in CPU/GPU training job and watch it"),
-    "record": ("gpumem_tui.trace_cli", "record samples and phase marks to a JSONL trace"),
-    "replay": ("gpumem_tui.trace_cli", "open the dashboard on a recorded trace"),
-    "compare": ("gpumem_tui.trace_cli", "predicted vs measured for a recorded trace"),
+    "record": ("gpumem_tui.telemetry.record_cli", "record samples and phase marks to a JSONL trace"),
+    "replay": ("gpumem_tui.ui.replay_cli", "open the dashboard on a recorded trace"),
+    "compare": ("gpumem_tui.analysis.compare_cli", "predicted vs measured for a recorded trace"),
     "exporter": ("gpumem_tui.exporter", "serve GPU, process and probe memory as Prometheus metrics"),
     "fleet": ("gpumem_tui.fleet_cli", "GPU memory of many hosts, read from Prometheus"),
     "serve": ("gpumem_tui.serve", "the dashboard in a web browser (textual-serve)"),
@@ -58,9 +58,6 @@ def main(argv: list[str] | None = None) -> int:
     else:
         name = "dashboard"
     module = importlib.import_module(SUBCOMMANDS[name][0])
-    # trace_cli serves three subcommands, so it is told which one ran.
-    if module.__name__ == "gpumem_tui.trace_cli":
-        return int(module.main([name, *args]))
     return int(module.main(args))
 
 

@@ -178,19 +178,19 @@ def test_compare_trace_bad_files(tmp_path):
 
 
 def test_compare_cli_prints_the_json(tmp_path, capsys):
-    from gpumem_tui import trace_cli
+    from gpumem_tui.analysis import compare_cli
 
     snaps, est, _ = _snapshots()
     path = tmp_path / "t.jsonl"
     with TraceRecorder(path) as rec:
         for snap in snaps:
             rec.write(snap)
-    assert trace_cli.main(["compare", str(path), "--json"]) == 0
+    assert compare_cli.main([str(path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["peak_predicted_bytes"] == est.allocated_peak_bytes
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n")
-    assert trace_cli.main(["compare", str(bad), "--json"]) == 2
+    assert compare_cli.main([str(bad), "--json"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
 

@@ -23,7 +23,7 @@ from rank_traces import MiB, Rank  # noqa: E402
 from gpumem_tui.analysis.job_compare import compare_trace_ranks  # noqa: E402
 from gpumem_tui.comparison import ComparisonError  # noqa: E402
 from gpumem_tui.process_estimate import compare_trace  # noqa: E402
-from gpumem_tui.trace_cli import format_comparison, main  # noqa: E402
+from gpumem_tui.analysis.compare_cli import format_comparison, main  # noqa: E402
 
 
 @pytest.fixture

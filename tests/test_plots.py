@@ -426,10 +426,10 @@ def _trace(tmp_path: Path, steps: int = 6) -> Path:
 
 
 def test_compare_plot_prints_the_chart_instead_of_the_table(tmp_path: Path, capsys) -> None:
-    from gpumem_tui import trace_cli
+    from gpumem_tui.analysis import compare_cli
 
     path = _trace(tmp_path)
-    code = trace_cli.main(["compare", str(path), "--pid", "500", "--plot", "--width", "72", "--height", "16"])
+    code = compare_cli.main([str(path), "--pid", "500", "--plot", "--width", "72", "--height", "16"])
     out, err = capsys.readouterr()
     assert code == 0 and err == ""
     assert "\x1b" not in out and max(len(line) for line in out.splitlines()) <= 72
@@ -442,10 +442,10 @@ def test_compare_plot_prints_the_chart_instead_of_the_table(tmp_path: Path, caps
 
 
 def test_compare_plot_until_cuts_the_chart_where_compare_cuts(tmp_path: Path, capsys) -> None:
-    from gpumem_tui import trace_cli
+    from gpumem_tui.analysis import compare_cli
 
     path = _trace(tmp_path)
-    assert trace_cli.main(["compare", str(path), "--pid", "500", "--plot", "--until", "5.5"]) == 0
+    assert compare_cli.main([str(path), "--pid", "500", "--plot", "--until", "5.5"]) == 0
     out = " ".join(capsys.readouterr()[0].split())
     assert "per-step peak of 2 steps" in out  # steps 1 and 2 end by 6 s; step 3 is cut
 
@@ -457,9 +457,9 @@ def test_compare_plot_until_cuts_the_chart_where_compare_cuts(tmp_path: Path, ca
     (["--height", "20"], "--width and --height size the --plot chart; add --plot"),
 ])
 def test_compare_plot_bad_flags_are_one_line_exit_2(tmp_path: Path, argv: list[str], message: str, capsys) -> None:
-    from gpumem_tui import trace_cli
+    from gpumem_tui.analysis import compare_cli
 
-    code = trace_cli.main(["compare", str(_trace(tmp_path, 1)), "--pid", "500", *argv])
+    code = compare_cli.main([str(_trace(tmp_path, 1)), "--pid", "500", *argv])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err
 
@@ -479,8 +479,8 @@ def test_any_allowed_size_fits_both_plots(width: int, height: int, batch: int, c
 
 def test_compare_without_plot_does_not_import_plotext(tmp_path: Path) -> None:
     path = _trace(tmp_path, 1)
-    code = ("import sys\nfrom gpumem_tui import trace_cli\n"
-            f"assert trace_cli.main(['compare', {str(path)!r}, '--pid', '500']) == 0\n"
+    code = ("import sys\nfrom gpumem_tui.analysis import compare_cli\n"
+            f"assert compare_cli.main([{str(path)!r}, '--pid', '500']) == 0\n"
             "print('plotext' in sys.modules)\n")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr

@@ -205,12 +205,12 @@ def test_seeking_forward_at_the_end_of_a_replay_says_nothing_new(tmp_path):
 
 def test_replay_with_an_unknown_theme_exits_2_with_one_line(tmp_path, capsys):
     """Item 13: like the dashboard, not a window with a toast."""
-    from gpumem_tui import trace_cli
+    from gpumem_tui.ui import replay_cli
     from test_replay import make_snapshot, write_trace
 
     path = tmp_path / "t.jsonl"
     write_trace(path, [make_snapshot(1000.0 + i, i) for i in range(3)])
-    assert trace_cli.main(["replay", str(path), "--theme", "nosuch"]) == 2
+    assert replay_cli.main([str(path), "--theme", "nosuch"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert err.startswith("gpumem-tui replay: unknown theme 'nosuch'; available: ") and "dark" in err

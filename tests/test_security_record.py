@@ -7,7 +7,7 @@ import stat
 
 from gpumem_tui.telemetry.model import Snapshot
 from gpumem_tui.telemetry.replay import TraceRecorder
-from gpumem_tui.trace_cli import record
+from gpumem_tui.telemetry.record_cli import record
 
 
 class _OneSource:

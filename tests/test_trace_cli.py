@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from gpumem_tui import cli, trace_cli
+from gpumem_tui import cli
+from gpumem_tui.telemetry import record_cli
 from gpumem_tui.telemetry.model import PhaseMark, Phase, ProbeInfo, ProbeSample, Snapshot
 from gpumem_tui.telemetry.replay import ReplaySource, TraceRecorder, read_trace
 
@@ -34,13 +35,13 @@ def one_line_error(capsys) -> str:
 
 def test_record_function_polls_until_duration_or_stop(tmp_path):
     path = tmp_path / "t.jsonl"
-    n = trace_cli.record(CountingSource(), path, interval=0.02, duration=0.15)
+    n = record_cli.record(CountingSource(), path, interval=0.02, duration=0.15)
     snaps, notices = read_trace(path)
     assert len(snaps) == n >= 3 and notices == []
     assert [s.probes[0].allocated_bytes for s in snaps] == [100 * (i + 1) for i in range(n)]
     stop = threading.Event()
     stop.set()
-    assert trace_cli.record(CountingSource(), tmp_path / "u.jsonl", interval=10, stop=stop) == 0
+    assert record_cli.record(CountingSource(), tmp_path / "u.jsonl", interval=10, stop=stop) == 0
     assert json.loads((tmp_path / "u.jsonl").read_text())["format"] == "gpumem-tui-trace"
 
 

@@ -140,9 +140,9 @@ async def test_replay_says_ended_speed_as_set_and_one_seek_notice():
 def test_replay_banner_has_no_speed_of_its_own():
     """The header named the start speed ("x1") after the speed changed: the replay line is
     the one place for it."""
-    from gpumem_tui import trace_cli
+    from gpumem_tui.ui import replay_cli
 
-    source = Path(trace_cli.__file__).read_text(encoding="utf-8")
+    source = Path(replay_cli.__file__).read_text(encoding="utf-8")
     assert 'banner=f"replay of {args.trace.name}"' in source
 
 

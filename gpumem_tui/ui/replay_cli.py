@@ -1,0 +1,76 @@
+"""``gpumem-tui replay trace.jsonl [--speed X] [--interval S] [--theme NAME]``: the dashboard on a
+recorded trace, read-only (pause, seek and speed keys).
+
+Exit codes: 0 ok, 1 the dashboard crashed (one line; the traceback goes to the crash log), 2 bad
+input: an unknown theme, an unreadable or empty trace (one line on stderr, no window).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpumem_tui.cli_support import InputError, OneLineParser, number_arg, positive_seconds
+
+_speed_factor = number_arg(float)
+
+
+def main(argv: Sequence[str]) -> int:
+    """``gpumem-tui replay ARGS``: returns the exit code (2 with one line on stderr for bad input)."""
+    try:
+        args = _parser().parse_args(list(argv))
+    except InputError as exc:
+        print(f"gpumem-tui replay: {exc}", file=sys.stderr)
+        return 2
+    return _replay(args)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="gpumem-tui replay")
+    parser.description = "Open the dashboard on a recorded trace (pause, seek, speed keys)."
+    parser.add_argument("trace", type=Path)
+    parser.add_argument("--speed", type=_speed_factor, default=1.0, help="playback speed factor [1.0]")
+    parser.add_argument("--interval", type=positive_seconds, default=0.5, metavar="SECONDS",
+                        help="seconds between screen updates [0.5]")
+    parser.add_argument("--theme", default="dark", metavar="NAME")
+    return parser
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from gpumem_tui.telemetry.replay import ReplaySource, TraceError
+    from gpumem_tui.ui.themes import known_theme_names, load_themes
+
+    themes = load_themes()
+    names = known_theme_names(themes)
+    if args.theme not in names:  # as the dashboard does: one line, exit 2, no window
+        print(f"gpumem-tui replay: unknown theme {args.theme!r}; available: {', '.join(names)}", file=sys.stderr)
+        return 2
+    try:
+        source = ReplaySource(args.trace, speed=args.speed)
+    except TraceError as exc:
+        print(f"gpumem-tui replay: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"gpumem-tui replay: cannot read {args.trace}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    from gpumem_tui.crash import DashboardCrashed
+    from gpumem_tui.ui.launch import run_dashboard
+
+    try:
+        run_dashboard(
+            source=source,
+            interval=args.interval,
+            theme=args.theme,
+            themes=themes,
+            readonly=True,  # a replayed PID is not a process to signal
+            # the replay line shows the position, length and current speed (which keys change)
+            banner=f"replay of {args.trace.name}",
+        )
+    except KeyboardInterrupt:
+        pass
+    except DashboardCrashed as exc:
+        print(f"gpumem-tui replay: {exc}", file=sys.stderr)
+        return 1
+    return 0
