@@ -14,7 +14,7 @@ import sys
 import time
 
 from gpumem_tui.telemetry.model import DeviceSample, ProcessSample, ProcessType, Snapshot
-from gpumem_tui.units import GiB
+from gpumem_tui.support.units import GiB
 
 
 class BusySource:

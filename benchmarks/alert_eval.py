@@ -1,4 +1,4 @@
-"""Cost of evaluating alert rules per poll (gpumem_tui.alerts), printed in microseconds.
+"""Cost of evaluating alert rules per poll (gpumem_tui.alerts.evaluate), printed in microseconds.
 
 A busy box: 8 GPUs, 64 probed jobs, one rule of each kind (5 rules), the GPUs over the memory
 threshold on every poll (so every poll walks the rate-limit state too). Run:
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import time
 
-from gpumem_tui.alert_rules import parse_rule
-from gpumem_tui.alerts import AlertEngine, JobInput
+from gpumem_tui.alerts.rules import parse_rule
+from gpumem_tui.alerts.evaluate import AlertEngine, JobInput
 from gpumem_tui.telemetry.model import DeviceSample, Snapshot
-from gpumem_tui.units import GiB, MiB
+from gpumem_tui.support.units import GiB, MiB
 
 GPUS, JOBS, POLLS = 8, 64, 2000
 

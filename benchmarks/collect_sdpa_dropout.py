@@ -7,7 +7,7 @@ when ``dropout_p == 0`` (``check_for_dropout`` among the CPU flash constraints,
 dropout in training it runs ``_scaled_dot_product_attention_math``: scaled q and k copies, the
 ``b x a x s x s`` ``_safe_softmax`` output, the dropout noise and its product are saved for
 backward. These cases pair dropout on/off at equal shapes, and include the built-in demo's
-exact model (``gpumem_tui.demo_job`` defaults), so ``gpumem-tui compare`` on the demo has a
+exact model (``gpumem_tui.demo.job`` defaults), so ``gpumem-tui compare`` on the demo has a
 measured reference. Same record format as ``benchmarks/collect_ground_truth.py`` (whose
 ``measure_case`` runs each case); written to ``benchmarks/data/measured_sdpa_dropout.json``::
 

@@ -78,8 +78,8 @@ def _in_process_render(pids: list[int], renders: int) -> tuple[float, float, int
     for gpu in range(GPUS):
         for i, pid in enumerate(pids):
             fake.add_process(gpu, pid=pid, used=(100 + i) * MiB, sm=i % 100, mem=i % 50)
-    from gpumem_tui.exporter import ExporterState, build_registry, metric_families
-    from gpumem_tui.exporter_text import TextEncoder
+    from gpumem_tui.remote.exporter import ExporterState, build_registry, metric_families
+    from gpumem_tui.remote.exporter_text import TextEncoder
     from gpumem_tui.telemetry.live import LiveSource
     from gpumem_tui.telemetry.nvml import NvmlSource
 

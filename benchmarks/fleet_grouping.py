@@ -5,7 +5,7 @@
     PYTHONPATH=$PWD python benchmarks/fleet_grouping.py [--series 100000]
 
 Prints:
-- grouping time of :func:`gpumem_tui.fleet.read_fleet` over a client that returns prebuilt
+- grouping time of :func:`gpumem_tui.remote.fleet.read_fleet` over a client that returns prebuilt
   answers (no HTTP, no JSON): ``--series`` GPU series in each of our exporter's three GPU
   queries, spread over hosts of 8 GPUs, then all on one host (the old worst case);
 - one answer of ``--series`` series served over HTTP: its size, the time to read and parse it
@@ -27,7 +27,7 @@ import time
 
 CHILD = r"""
 import http.server, json, sys, threading, time
-from gpumem_tui.fleet_prometheus import PrometheusClient, PrometheusError
+from gpumem_tui.remote.fleet_prometheus import PrometheusClient, PrometheusError
 body = open(sys.argv[1], "rb").read()
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -57,7 +57,7 @@ class PrebuiltClient:
         self.answers = answers
 
     def query(self, promql: str):
-        from gpumem_tui.fleet_prometheus import Answer
+        from gpumem_tui.remote.fleet_prometheus import Answer
 
         found = re.search(r"(gpumem_\w+|DCGM_\w+)", promql)
         if promql.startswith(("up and on", "max_over_time")):
@@ -66,7 +66,7 @@ class PrebuiltClient:
 
 
 def _answers(series: int, gpus_per_host: int) -> dict:
-    from gpumem_tui.fleet_prometheus import Answer
+    from gpumem_tui.remote.fleet_prometheus import Answer
 
     out = {}
     for metric, value in (("gpumem_gpu_memory_used_bytes", 2.0**30), ("gpumem_gpu_memory_total_bytes", 80 * 2.0**30),
@@ -77,7 +77,7 @@ def _answers(series: int, gpus_per_host: int) -> dict:
 
 
 def _grouping(series: int, gpus_per_host: int) -> tuple[float, int]:
-    from gpumem_tui.fleet import read_fleet
+    from gpumem_tui.remote.fleet import read_fleet
 
     client = PrebuiltClient(_answers(series, gpus_per_host))
     t0 = time.perf_counter()
@@ -97,7 +97,7 @@ def main() -> None:
     ap.add_argument("--series", type=int, default=100_000)
     ap.add_argument("--tmp", default="/tmp/fleet_grouping_answer.json", help="where the served answer is written")
     args = ap.parse_args()
-    from gpumem_tui.fleet_prometheus import MAX_JSON_VALUES, MAX_RESPONSE_BYTES
+    from gpumem_tui.remote.fleet_prometheus import MAX_JSON_VALUES, MAX_RESPONSE_BYTES
 
     for gpus, what in ((8, "spread over hosts of 8 GPUs"), (args.series, "all on one host")):
         took, hosts = _grouping(args.series, gpus)

@@ -2,7 +2,7 @@
 at one refresh per 5 s).
 
 A separate process answers ``/api/v1/query`` like Prometheus would for the instant queries of
-:func:`gpumem_tui.fleet.read_fleet` (per GPU: our exporter's used/total/utilization series and
+:func:`gpumem_tui.remote.fleet.read_fleet` (per GPU: our exporter's used/total/utilization series and
 two processes, of which the biggest per host is answered to the ``topk`` query; every host's
 ``up`` = 1 to the targets query), so the HTTP transfers, JSON decoding and folding into host rows
 are real; the server's own CPU is not counted.
@@ -77,8 +77,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=20.0, help="how long the running screen is measured")
     args = ap.parse_args()
 
-    from gpumem_tui.fleet import PrometheusClient
-    from gpumem_tui.fleet_screen import FleetPoller
+    from gpumem_tui.remote.fleet import PrometheusClient
+    from gpumem_tui.ui.fleet_screen import FleetPoller
 
     server = subprocess.Popen([sys.executable, "-c", SERVER, str(args.hosts), str(args.gpus)], stdout=subprocess.PIPE, text=True)
     try:
@@ -108,7 +108,7 @@ def main() -> None:
 
 
 async def _draw_time(poller) -> list[float]:
-    from gpumem_tui.fleet_screen import FleetApp
+    from gpumem_tui.ui.fleet_screen import FleetApp
 
     app = FleetApp(poller)
     times = []
@@ -125,7 +125,7 @@ async def _draw_time(poller) -> list[float]:
 
 async def _screen_cpu(poller, seconds: float) -> float:
     """CPU seconds this process spends while the screen runs ``seconds`` at one refresh per 5 s."""
-    from gpumem_tui.fleet_screen import FleetApp
+    from gpumem_tui.ui.fleet_screen import FleetApp
 
     poller.interval = 5.0
     app = FleetApp(poller)

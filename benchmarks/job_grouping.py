@@ -15,8 +15,8 @@ import argparse
 import timeit
 
 from gpumem_tui.analysis.jobs import JobTracker
-from gpumem_tui.probed_state import ProbedProcesses
-from gpumem_tui.process_estimate import compare_summary
+from gpumem_tui.telemetry.probed_state import ProbedProcesses
+from gpumem_tui.analysis.process_estimate import compare_summary
 from gpumem_tui.telemetry.launch import RankLaunch
 from gpumem_tui.telemetry.model import ProcessSample, ProcessType
 

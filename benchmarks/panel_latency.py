@@ -25,7 +25,7 @@ from textual.widgets import Input
 from gpumem_tui.ui.estimator_panel import EstimatorPanel
 from gpumem_tui.ui.memory_bar import MemoryBar
 from gpumem_tui.ui.themes import APP_VARIABLES
-from gpumem_tui.units import GiB
+from gpumem_tui.support.units import GiB
 
 
 class _Host(App[None]):

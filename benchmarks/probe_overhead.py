@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/probe_overhead.py [--steps 8] [--rounds 3] [--model hf|builtin]
 
-Runs the demo model (``gpumem_tui.demo_job``, default size: GPT-2 style, 4 layers, h=256,
+Runs the demo model (``gpumem_tui.demo.job``, default size: GPT-2 style, 4 layers, h=256,
 V=8192, b=4, s=128, AdamW, fp32, CPU) in one process, alternating blocks of ``--steps`` steps
 without the probe, with the full probe (hooks + live-tensor tracker + sampler thread), and with
 the probe minus its tracker (``track_tensors=False``), ``--rounds`` times, so that load from
@@ -33,7 +33,7 @@ def main() -> int:
     import torch
 
     import gpumem_tui.probe
-    from gpumem_tui import demo_job
+    from gpumem_tui.demo import job as demo_job
 
     if args.threads:
         torch.set_num_threads(args.threads)

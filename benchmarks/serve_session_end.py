@@ -36,8 +36,8 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gpumem_tui.serve_access import HostRule  # noqa: E402
-from gpumem_tui.serve_server import GuardedServer  # noqa: E402
+from gpumem_tui.remote.serve_access import HostRule  # noqa: E402
+from gpumem_tui.remote.serve_server import GuardedServer  # noqa: E402
 
 TESTS = ROOT / "tests"
 

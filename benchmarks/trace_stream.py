@@ -100,8 +100,8 @@ CHILD = r'''
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 what, path = sys.argv[2], sys.argv[3]
-from gpumem_tui.comparison import ComparisonError
-from gpumem_tui.process_estimate import compare_trace
+from gpumem_tui.analysis.comparison import ComparisonError
+from gpumem_tui.analysis.process_estimate import compare_trace
 from gpumem_tui.telemetry.replay import ReplaySource
 out = {}
 def timed(name, fn):

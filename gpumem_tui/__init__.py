@@ -4,7 +4,7 @@ Library use (each name is imported on first use, so ``import gpumem_tui`` stays 
 imports neither torch, nor Textual, nor any training framework):
 
 - ``gpumem_tui.estimate(model, task=..., batch=..., seq=..., dtype=..., device=..., **spec)``:
-  the predicted peak memory of one step (:func:`gpumem_tui.api.estimate`);
+  the predicted peak memory of one step (:func:`gpumem_tui.estimator.api.estimate`);
 - ``gpumem_tui.probe.attach(model, optimizer, ...)``: the probe inside a training script;
 - ``gpumem_tui.integrations.{transformers,lightning,accelerate}``: the probe from a framework.
 """
@@ -16,7 +16,7 @@ from typing import Any
 __version__ = "0.1.0"
 __all__ = ["estimate", "EstimateResult", "__version__"]
 
-_LAZY = {"estimate": "gpumem_tui.api", "EstimateResult": "gpumem_tui.api"}
+_LAZY = {"estimate": "gpumem_tui.estimator.api", "EstimateResult": "gpumem_tui.estimator.api"}
 
 
 def __getattr__(name: str) -> Any:

@@ -20,13 +20,13 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "snapshot": ("gpumem_tui.telemetry.snapshot_cli", "print one sample (--json) and exit"),
     "estimate": ("gpumem_tui.estimator.cli", "predict peak memory of a training or inference job"),
     "measure": ("gpumem_tui.measure.cli", "measure peak memory with torch (torch extra)"),
-    "demo": ("gpumem_tui.demo", "run the built-in CPU/GPU training job and watch it"),
+    "demo": ("gpumem_tui.demo.cli", "run the built-in CPU/GPU training job and watch it"),
     "record": ("gpumem_tui.telemetry.record_cli", "record samples and phase marks to a JSONL trace"),
     "replay": ("gpumem_tui.ui.replay_cli", "open the dashboard on a recorded trace"),
     "compare": ("gpumem_tui.analysis.compare_cli", "predicted vs measured for a recorded trace"),
-    "exporter": ("gpumem_tui.exporter", "serve GPU, process and probe memory as Prometheus metrics"),
-    "fleet": ("gpumem_tui.fleet_cli", "GPU memory of many hosts, read from Prometheus"),
-    "serve": ("gpumem_tui.serve", "the dashboard in a web browser (textual-serve)"),
+    "exporter": ("gpumem_tui.remote.exporter", "serve GPU, process and probe memory as Prometheus metrics"),
+    "fleet": ("gpumem_tui.remote.fleet_cli", "GPU memory of many hosts, read from Prometheus"),
+    "serve": ("gpumem_tui.remote.serve", "the dashboard in a web browser (textual-serve)"),
 }
 
 

@@ -1,7 +1,7 @@
 """A fake Prometheus HTTP API for the fleet tests: an ``http.server`` in a thread that answers
 ``/api/v1/query`` and ``/api/v1/query_range`` from series the test sets, hostile ones included.
 
-The answer to an instant query is chosen by what fleet asks (see :mod:`gpumem_tui.fleet`):
+The answer to an instant query is chosen by what fleet asks (see :mod:`gpumem_tui.remote.fleet`):
 the targets query (``up and on (job) ... <metric>``) gives the ``up`` series of the hosts of
 that source, the last-up query gives ``last_up``, any other query gives the series set for
 the metric name it names. A test may instead set ``raw`` (path -> bytes) to answer anything.

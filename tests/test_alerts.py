@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumem_tui.alert_actions import AlertActions, AlertLog, HookRunner, desktop_command, hook_environment
-from gpumem_tui.alert_rules import AlertRule, parse_rule
-from gpumem_tui.alerts import AlertEngine, JobInput
-from gpumem_tui.config import parse_config
+from gpumem_tui.alerts.actions import AlertActions, AlertLog, HookRunner, desktop_command, hook_environment
+from gpumem_tui.alerts.rules import AlertRule, parse_rule
+from gpumem_tui.alerts.evaluate import AlertEngine, JobInput
+from gpumem_tui.ui.config import parse_config
 from gpumem_tui.telemetry.model import DeviceSample, Snapshot
-from gpumem_tui.units import GiB
+from gpumem_tui.support.units import GiB
 
 CFG = Path("/home/me/.config/gpumem-tui/config.toml")
 

@@ -12,8 +12,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_ui import SIZE, make_app, wait_for  # noqa: E402
 from ui_fakes import FakeSource  # noqa: E402
 
-from gpumem_tui.alert_rules import parse_rule  # noqa: E402
-from gpumem_tui.config import parse_config  # noqa: E402
+from gpumem_tui.alerts.rules import parse_rule  # noqa: E402
+from gpumem_tui.ui.config import parse_config  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -82,13 +82,13 @@ def test_job_inputs_take_the_jobs_own_estimate_its_gpu_memory_and_drift(tmp_path
     from collections import deque
     from types import SimpleNamespace
 
-    from gpumem_tui.alert_actions import AlertActions, AlertLog
+    from gpumem_tui.alerts.actions import AlertActions, AlertLog
     from gpumem_tui.estimator.architecture import CATALOGUE_DIR
-    from gpumem_tui.process_estimate import ProcessEstimates, from_probe_info
+    from gpumem_tui.analysis.process_estimate import ProcessEstimates, from_probe_info
     from gpumem_tui.telemetry.model import (DeviceSample, Phase, PhasePeak, ProbeInfo, ProcessSample, ProcessType,
                                             Snapshot)
     from gpumem_tui.ui.alerting import DashboardAlerts
-    from gpumem_tui.units import GiB, MiB
+    from gpumem_tui.support.units import GiB, MiB
 
     gpt2 = json.loads((CATALOGUE_DIR / "gpt2.json").read_text())
     estimates = ProcessEstimates()
@@ -149,8 +149,8 @@ def test_run_dashboard_gives_the_config_files_rules_to_the_app(monkeypatch):
 def _plain_alerts(tmp_path, rules):
     from types import SimpleNamespace
 
-    from gpumem_tui.alert_actions import AlertActions, AlertLog
-    from gpumem_tui.process_estimate import ProcessEstimates
+    from gpumem_tui.alerts.actions import AlertActions, AlertLog
+    from gpumem_tui.analysis.process_estimate import ProcessEstimates
     from gpumem_tui.ui.alerting import DashboardAlerts
 
     rang, shown = [], []

@@ -12,7 +12,7 @@ from gpumem_tui.telemetry.model import ProcessSample, ProcessType, ProbeSample, 
 from gpumem_tui.ui.app import CHART_WINDOWS, GpuMemApp  # noqa: E402
 from gpumem_tui.ui.memory_chart import MemoryPlot  # noqa: E402
 from gpumem_tui.ui.themes import load_themes  # noqa: E402
-from gpumem_tui.units import GiB  # noqa: E402
+from gpumem_tui.support.units import GiB  # noqa: E402
 from ui_fakes import devices  # noqa: E402
 
 

@@ -19,7 +19,7 @@ from gpumem_tui.telemetry.model import (  # noqa: E402
 )
 from gpumem_tui.ui.app import GpuMemApp  # noqa: E402
 from gpumem_tui.ui.themes import load_themes  # noqa: E402
-from gpumem_tui.units import GiB  # noqa: E402
+from gpumem_tui.support.units import GiB  # noqa: E402
 
 import pytest_textual_snapshot  # noqa: F401 -- installed by setup (README): missing is a failure
 

@@ -28,7 +28,7 @@ from gpumem_tui import __version__
 from gpumem_tui.cli import SUBCOMMANDS
 from gpumem_tui.telemetry.model import DeviceSample, ProcessSample, ProcessType, Snapshot
 from gpumem_tui.telemetry.replay import TraceRecorder
-from gpumem_tui.units import GiB
+from gpumem_tui.support.units import GiB
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -161,7 +161,7 @@ def test_without_a_driver_the_dashboard_says_so_and_runs_the_demo(tmp_path, in_p
     demo_pid = int(re.search(r"built-in demo: CPU training job PID (\d+) \(no GPU here\)", screen).group(1))
     demo = psutil.Process(demo_pid)
     assert demo in psutil.Process(run.pid).children(recursive=True)
-    assert demo.cmdline()[1:3] == ["-m", "gpumem_tui.demo_job"]
+    assert demo.cmdline()[1:3] == ["-m", "gpumem_tui.demo.job"]
     run.wait_for(f"{demo_pid} ")  # the job's row in the process table
     assert run.quit() == 0
     demo.wait(timeout=30)  # psutil.TimeoutExpired if the job outlives the dashboard

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpumem_tui.comparison import (
+from gpumem_tui.analysis.comparison import (
     CATEGORY_COMPONENTS,
     COMPONENTS,
     FIGURE_ALLOCATED,

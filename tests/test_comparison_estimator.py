@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from gpumem_tui.comparison import (
+from gpumem_tui.analysis.comparison import (
     FIGURE_ALLOCATED,
     FIGURE_NVML_USED,
     FIGURE_RESERVED,
@@ -19,7 +19,7 @@ from gpumem_tui.comparison import (
     percent_error,
     spec_from_probe_info,
 )
-from gpumem_tui.process_estimate import compare_snapshots, compare_trace
+from gpumem_tui.analysis.process_estimate import compare_snapshots, compare_trace
 from gpumem_tui.estimator.architecture import CATALOGUE_DIR
 from gpumem_tui.estimator.estimate import estimate
 from gpumem_tui.telemetry.model import (
@@ -243,7 +243,7 @@ def test_compare_trace_on_cuda_reports_all_three_figures(tmp_path):
     # t=10.5, bracketed by two probe samples with the same reserved (900 - 600 MiB).
     from dataclasses import replace
 
-    from gpumem_tui.measured_context import init_context
+    from gpumem_tui.telemetry.measured_context import init_context
 
     here = estimate(arch, replace(spec, measured_context=init_context(300 * MiB, arch, spec)))
     assert here.components_bytes["cuda_context"] == 300 * MiB
@@ -260,7 +260,7 @@ def test_a_users_estimate_takes_the_context_measured_after_it_was_set():
     # round), so the user's figure and the probe's count the same context
     from dataclasses import replace
 
-    from gpumem_tui.process_estimate import ProcessEstimates
+    from gpumem_tui.analysis.process_estimate import ProcessEstimates
 
     registry = ProcessEstimates()
     info = _info()

@@ -5,10 +5,10 @@ from __future__ import annotations
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Static
 
-from gpumem_tui.comparison import compare
+from gpumem_tui.analysis.comparison import compare
 from gpumem_tui.telemetry.model import ProbeSample, ProcessSample, ProcessType
 from gpumem_tui.ui.comparison_view import ComparisonView, format_error_percent, short_label
-from gpumem_tui.units import format_bytes
+from gpumem_tui.support.units import format_bytes
 
 MiB = 1 << 20
 PRED = {

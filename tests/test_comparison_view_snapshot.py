@@ -12,7 +12,7 @@ from textual.app import App, ComposeResult
 from gpumem_tui.ui.comparison_view import ComparisonView
 from gpumem_tui.ui.estimator_panel import EstimatorPanel
 from gpumem_tui.ui.themes import APP_VARIABLES
-from gpumem_tui.units import GiB
+from gpumem_tui.support.units import GiB
 
 from test_comparison_view import _result  # noqa: E402  (tests dir is on sys.path under pytest)
 

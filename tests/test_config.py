@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from gpumem_tui import config as cfg
+from gpumem_tui.ui import config as cfg
 
 
 @pytest.fixture(autouse=True)
@@ -89,6 +89,6 @@ def test_interval_rejected(value):
 
 
 def test_config_is_headless():
-    code = "import sys, gpumem_tui.config; print('textual' in sys.modules, 'rich' in sys.modules)"
+    code = "import sys, gpumem_tui.ui.config; print('textual' in sys.modules, 'rich' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpumem_tui import demo, demo_process
+from gpumem_tui.demo import cli as demo
+from gpumem_tui.demo import process as demo_process
 from gpumem_tui.telemetry.model import Phase
 from gpumem_tui.telemetry.replay import read_trace
 
@@ -95,7 +96,7 @@ def test_owned_probe_dir_is_removed_on_stop():
 def test_demo_job_exits_when_its_parent_is_gone(tmp_path):
     # --parent-pid names a process that is not our parent: the job must not train as an orphan.
     proc = subprocess.run(
-        [sys.executable, "-m", "gpumem_tui.demo_job", "--steps", "0", "--model", "builtin", "--no-probe",
+        [sys.executable, "-m", "gpumem_tui.demo.job", "--steps", "0", "--model", "builtin", "--no-probe",
          "--parent-pid", "1", "--batch", "1", "--seq", "8"],
         capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
@@ -113,7 +114,7 @@ def test_demo_bad_input_exit_2(argv, capsys):
 
 
 def test_demo_job_bad_input_exit_2(capsys):
-    from gpumem_tui import demo_job
+    from gpumem_tui.demo import job as demo_job
 
     assert demo_job.main(["--hidden", "30", "--heads", "4"]) == 2
     assert demo_job.main(["--batch", "zero"]) == 2

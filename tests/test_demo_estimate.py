@@ -18,8 +18,8 @@ import pytest
 
 import torch  # noqa: F401 -- installed by setup (README): missing is a failure
 
-from gpumem_tui.comparison import spec_from_probe_info  # noqa: E402
-from gpumem_tui.process_estimate import compare_snapshots  # noqa: E402
+from gpumem_tui.analysis.comparison import spec_from_probe_info  # noqa: E402
+from gpumem_tui.analysis.process_estimate import compare_snapshots  # noqa: E402
 from gpumem_tui.telemetry.model import Snapshot  # noqa: E402
 from gpumem_tui.telemetry.probe_source import ProbeSource  # noqa: E402
 
@@ -32,7 +32,7 @@ def _run_demo_job(tmp_path: Path, model: str, *args: str) -> Snapshot:
     snapshot of all it streamed."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), TRANSFORMERS_VERBOSITY="error")
     proc = subprocess.run(
-        [sys.executable, "-m", "gpumem_tui.demo_job", "--steps", "3", "--probe-dir", str(tmp_path),
+        [sys.executable, "-m", "gpumem_tui.demo.job", "--steps", "3", "--probe-dir", str(tmp_path),
          "--model", model, "--quiet", "--threads", "1", *args],
         capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumem_tui.fleet import PrometheusClient
+from gpumem_tui.remote.fleet import PrometheusClient
 from test_fleet_prometheus import _wait, prometheus  # noqa: F401 - the fleet tests' Prometheus fixture
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "deploy" / "grafana" / "gpumem-dashboard.json"
@@ -92,7 +92,7 @@ def test_every_dashboard_query_runs_against_real_prometheus(prometheus):  # noqa
 
 def test_a_bad_query_would_be_caught(prometheus):  # noqa: F811 - the fixture
     """The check above can fail: Prometheus rejects a broken query with an error."""
-    from gpumem_tui.fleet import PrometheusError
+    from gpumem_tui.remote.fleet import PrometheusError
 
     with pytest.raises(PrometheusError):
         PrometheusClient(prometheus["url"]).query_range("max by (instance (gpumem_gpu_memory_used_bytes)",

@@ -17,11 +17,11 @@ from gpumem_tui.estimator.estimate import estimate
 from gpumem_tui.estimator.solve import max_batch
 from gpumem_tui.estimator.spec import TrainingSpec
 from gpumem_tui.telemetry.model import ProbeInfo
-from gpumem_tui.process_estimate import from_probe_info
+from gpumem_tui.analysis.process_estimate import from_probe_info
 from gpumem_tui.ui.estimator_panel import EstimatorPanel
 from gpumem_tui.ui.memory_bar import MemoryBar, bands_from_estimate
 from gpumem_tui.ui.themes import APP_VARIABLES
-from gpumem_tui.units import GiB, format_bytes
+from gpumem_tui.support.units import GiB, format_bytes
 
 SIZE = (80, 48)
 

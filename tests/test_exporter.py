@@ -19,9 +19,9 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpumem_tui.cli_support import InputError
+from gpumem_tui.support.cli_support import InputError
 from gpumem_tui.estimator.architecture import CATALOGUE_DIR
-from gpumem_tui.exporter import (
+from gpumem_tui.remote.exporter import (
     COMMAND_LIMIT,
     ExporterState,
     build_registry,
@@ -41,7 +41,7 @@ from gpumem_tui.telemetry.model import (
     ProcessType,
     Snapshot,
 )
-from gpumem_tui.units import GiB, MiB
+from gpumem_tui.support.units import GiB, MiB
 
 
 def _samples(registry) -> dict[str, list]:
@@ -269,8 +269,8 @@ def test_cli_port_in_use_and_remote_refusal_are_one_line_exit_2():
 
 # -- the HTTP server: Host check, timeouts, connection cap (DNS rebinding, unbounded threads) ---
 
-from gpumem_tui.exporter import exposition, state_app  # noqa: E402
-from gpumem_tui.exporter_http import HostPolicy, host_name, serve_metrics  # noqa: E402
+from gpumem_tui.remote.exporter import exposition, state_app  # noqa: E402
+from gpumem_tui.remote.exporter_http import HostPolicy, host_name, serve_metrics  # noqa: E402
 
 
 def _parsed(text: str) -> list:

@@ -13,11 +13,11 @@ from fake_pynvml import (
     NVML_ERROR_NO_PERMISSION,
     NVML_ERROR_NOT_SUPPORTED,
 )
-from gpumem_tui.exporter import ExporterState, build_registry
+from gpumem_tui.remote.exporter import ExporterState, build_registry
 from gpumem_tui.telemetry.live import LiveSource
 from gpumem_tui.telemetry.model import ProcessSample, ProcessType, Snapshot
 from gpumem_tui.telemetry.nvml import NvmlSource
-from gpumem_tui.units import GiB, MiB
+from gpumem_tui.support.units import GiB, MiB
 
 EXTRA_CALLS = ("nvmlDeviceGetClockInfo", "nvmlDeviceGetFanSpeed", "nvmlDeviceGetPcieThroughput",
                "nvmlDeviceGetFieldValues", "nvmlDeviceGetMigMode")
@@ -177,8 +177,8 @@ import urllib.request  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from gpumem_tui.exporter import exposition, metric_families, state_app  # noqa: E402
-from gpumem_tui.exporter_http import HostPolicy, serve_metrics  # noqa: E402
+from gpumem_tui.remote.exporter import exposition, metric_families, state_app  # noqa: E402
+from gpumem_tui.remote.exporter_http import HostPolicy, serve_metrics  # noqa: E402
 from gpumem_tui.telemetry.model import DeviceSample  # noqa: E402
 
 
@@ -245,7 +245,7 @@ def test_an_implausible_memory_bandwidth_sample_is_none_while_its_sm_figure_stan
 
 
 def test_the_polling_loop_encodes_ahead_only_while_somebody_scrapes():
-    from gpumem_tui.exporter_text import MetricsApp
+    from gpumem_tui.remote.exporter_text import MetricsApp
 
     encoded: list[int] = []
     version = [0]

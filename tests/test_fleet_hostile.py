@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.text import Text
 
-from gpumem_tui import fleet_prometheus
-from gpumem_tui.fleet import PrometheusClient, PrometheusError, format_table, read_fleet
-from gpumem_tui.fleet_screen import BLOCKS, FleetApp, FleetPoller, HostScreen, MemoryBars, bars
-from gpumem_tui.text import printable
+from gpumem_tui.remote import fleet_prometheus
+from gpumem_tui.remote.fleet import PrometheusClient, PrometheusError, format_table, read_fleet
+from gpumem_tui.ui.fleet_screen import BLOCKS, FleetApp, FleetPoller, HostScreen, MemoryBars, bars
+from gpumem_tui.support.text import printable
 from gpumem_tui.ui.themes import load_themes
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """The fleet over a real Prometheus (issue 12): Debian's ``prometheus`` scrapes three of our
 exporters (each on the fake NVML, with a real process; ``c`` is there to be killed) and a
-dcgm-exporter-shaped page, and ``gpumem_tui.fleet`` reads the hosts back through the HTTP API.
+dcgm-exporter-shaped page, and ``gpumem_tui.remote.fleet`` reads the hosts back through the HTTP API.
 
 ``scripts/setup.sh`` installs ``prometheus`` when it is missing; a machine without it fails
 here rather than skipping.
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from gpumem_tui.fleet import LAST_UP_QUERY, PrometheusClient, PrometheusError, read_fleet
-from gpumem_tui.units import GiB, MiB
+from gpumem_tui.remote.fleet import LAST_UP_QUERY, PrometheusClient, PrometheusError, read_fleet
+from gpumem_tui.support.units import GiB, MiB
 
 TESTS = Path(__file__).resolve().parent
 DCGM_PAGE = """\

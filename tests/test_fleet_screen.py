@@ -10,9 +10,9 @@ import time
 import pytest
 from test_fleet_prometheus import prometheus  # noqa: F401 -- the module-scoped fixture
 
-from gpumem_tui.fleet import PrometheusClient
-from gpumem_tui.fleet_screen import FleetPoller
-from gpumem_tui.units import GiB, MiB
+from gpumem_tui.remote.fleet import PrometheusClient
+from gpumem_tui.ui.fleet_screen import FleetPoller
+from gpumem_tui.support.units import GiB, MiB
 
 
 def test_down_server_keeps_last_data_and_backs_off(prometheus):  # noqa: F811
@@ -82,7 +82,7 @@ async def _wait(pilot, cond, seconds=20.0):
 async def test_screen_hosts_sort_filter_and_host_detail(prometheus, tmp_path):  # noqa: F811
     from textual.widgets import DataTable, Static
 
-    from gpumem_tui.fleet_screen import FleetApp, HostScreen, MemoryBars
+    from gpumem_tui.ui.fleet_screen import FleetApp, HostScreen, MemoryBars
 
     app = FleetApp(FleetPoller(PrometheusClient(prometheus["url"]), interval=1))
     async with app.run_test(size=(150, 30)) as pilot:

@@ -1,4 +1,4 @@
-"""Time-to-OOM (gpumem_tui.forecast): the fit, its reasons, the limit, the text."""
+"""Time-to-OOM (gpumem_tui.analysis.forecast): the fit, its reasons, the limit, the text."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from dataclasses import replace
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from gpumem_tui.forecast import NO_LIMIT, forecast, format_duration, live_limit, snapshot_limit
-from gpumem_tui.step_peaks import MIN_DRIFT_STEPS, WARMUP_STEPS, StepPeak
+from gpumem_tui.analysis.forecast import NO_LIMIT, forecast, format_duration, live_limit, snapshot_limit
+from gpumem_tui.telemetry.step_peaks import MIN_DRIFT_STEPS, WARMUP_STEPS, StepPeak
 from gpumem_tui.telemetry.model import DeviceSample, ProcessSample, ProcessType, Snapshot
 
 MiB = 1 << 20
@@ -111,7 +111,7 @@ def test_a_comparison_with_a_prediction_carries_the_time_to_oom_against_the_limi
     import json
 
     from gpumem_tui.estimator.architecture import CATALOGUE_DIR
-    from gpumem_tui.process_estimate import compare_snapshots
+    from gpumem_tui.analysis.process_estimate import compare_snapshots
     from gpumem_tui.telemetry.model import Phase, PhasePeak, ProbeInfo, ProbeSample
 
     config = json.loads((CATALOGUE_DIR / "gpt2.json").read_text())

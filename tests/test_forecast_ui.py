@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from gpumem_tui.forecast import format_duration
+from gpumem_tui.analysis.forecast import format_duration
 from gpumem_tui.telemetry.model import (
     DeviceSample,
     Phase,

@@ -13,23 +13,23 @@ import sys
 import pytest
 
 HEADLESS = [
-    "gpumem_tui.units",
+    "gpumem_tui.support.units",
     "gpumem_tui.telemetry.model",
     "gpumem_tui.estimator.architecture",
     "gpumem_tui.estimator.spec",
     "gpumem_tui.estimator.estimate",
     "gpumem_tui.estimator.solve",
     "gpumem_tui.estimator.cli",
-    "gpumem_tui.comparison",
-    "gpumem_tui.process_estimate",
+    "gpumem_tui.analysis.comparison",
+    "gpumem_tui.analysis.process_estimate",
     "gpumem_tui.analysis.jobs",
     "gpumem_tui.analysis.job_compare",
     "gpumem_tui.telemetry.launch",
-    "gpumem_tui.forecast",
-    "gpumem_tui.alert_rules",
-    "gpumem_tui.alerts",
-    "gpumem_tui.alert_actions",
-    "gpumem_tui.config",
+    "gpumem_tui.analysis.forecast",
+    "gpumem_tui.alerts.rules",
+    "gpumem_tui.alerts.evaluate",
+    "gpumem_tui.alerts.actions",
+    "gpumem_tui.ui.config",
 ]
 
 

@@ -1,4 +1,5 @@
-"""DESIGN.md rule 4: the UI imports the core, never the reverse, and no two modules import each other.
+"""DESIGN.md rule 4 and the layout: the folders are the layers. The UI imports the core, never
+the reverse; no module imports upward or across its layer; no two modules import each other.
 
 Reads every module's imports with ``ast`` (top-level, deferred inside functions, and under
 ``TYPE_CHECKING`` alike: a deferred import is still a dependency) and checks the graph.
@@ -45,17 +46,68 @@ def test_no_two_modules_import_each_other():
     assert pairs == [], f"modules that import each other: {pairs}"
 
 
+#: The layers, bottom first (DESIGN.md "Layout"; README "Layout"). A module may import its own
+#: package and the packages of lower layers, never a higher one nor a sibling of its layer.
+#: Entry points (``gpumem_tui.cli``, ``__main__``, and each subcommand's ``cli`` / ``*_cli``
+#: module, which sits with what it drives) are the top of the graph and are left out.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("support",),                                 # bounded reads, units, text, signals, CLI parsing
+    ("estimator",),                               # pure: architecture, rules, estimate
+    ("telemetry",),                               # what was measured: NVML, host, probe streams, traces
+    ("analysis", "alerts", "probe", "measure"),   # measured vs predicted; the torch side
+    ("integrations", "plots", "remote", "demo"),  # frameworks, CLI charts, beyond one box, the demo job
+    ("ui",),                                      # Textual
+)
+
+
+def _layer_of(module: str) -> int | None:
+    parts = module.split(".")
+    if module == "gpumem_tui" or parts[-1] == "cli" or parts[-1].endswith("_cli") or module == "gpumem_tui.__main__":
+        return None  # an entry point
+    for level, packages in enumerate(LAYERS):
+        if parts[1] in packages:
+            return level
+    raise AssertionError(f"{module} is in no layer: add its package to LAYERS")
+
+
+def test_the_package_root_holds_only_entry_points():
+    assert sorted(p.name for p in PACKAGE.glob("*.py")) == ["__init__.py", "__main__.py", "cli.py"]
+
+
+def test_every_module_imports_only_its_own_layer_package_or_lower_ones():
+    graph = _imports()
+    offenders = []
+    for module, deps in graph.items():
+        level = _layer_of(module)
+        if level is None:
+            continue
+        for dep in deps:
+            if dep == "gpumem_tui":  # the package itself (its __version__): imports nothing eagerly
+                continue
+            dep_level = _layer_of(dep)
+            if dep_level is None:  # an entry point imported by a library module
+                offenders.append(f"{module} -> {dep} (an entry point)")
+            elif dep_level > level or (dep_level == level and dep.split(".")[1] != module.split(".")[1]):
+                offenders.append(f"{module} -> {dep}")
+    assert offenders == []
+
+
 def test_the_core_never_imports_the_ui():
     graph = _imports()
-    core_packages = ("estimator", "comparison", "process_estimate", "telemetry", "units", "step_peaks",
-                     "alerts", "alert_rules", "alert_actions", "forecast", "analysis")
-    core = [m for m in graph if m.count(".") >= 1 and m.split(".")[1] in core_packages]
+    core = [m for m in graph if _layer_of(m) is not None and _layer_of(m) < len(LAYERS) - 1]
     offenders = {m: sorted(d for d in graph[m] if d.startswith("gpumem_tui.ui")) for m in core}
     assert {m: d for m, d in offenders.items() if d} == {}
+
+
+def test_the_layer_check_would_catch_an_upward_import():
+    # the rule itself: telemetry (what was measured) importing analysis is refused
+    assert _layer_of("gpumem_tui.telemetry.replay") < _layer_of("gpumem_tui.analysis.jobs")
+    assert _layer_of("gpumem_tui.support.units") == 0 and _layer_of("gpumem_tui.ui.app") == len(LAYERS) - 1
+    assert _layer_of("gpumem_tui.analysis.compare_cli") is None and _layer_of("gpumem_tui.cli") is None
 
 
 def test_the_graph_sees_deferred_imports():
     # the check must catch an import inside a function, as app.py's old lazy side_pane import was
     graph = _imports()
     assert "gpumem_tui.ui.side_pane" in graph["gpumem_tui.ui.app"]
-    assert "gpumem_tui.demo_process" in graph["gpumem_tui.ui.launch"]  # deferred in run_dashboard
+    assert "gpumem_tui.demo.process" in graph["gpumem_tui.ui.launch"]  # deferred in run_dashboard

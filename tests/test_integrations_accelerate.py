@@ -15,7 +15,7 @@ from integration_record import run_job
 
 from gpumem_tui.integrations.accelerate import accelerator_setup, attach
 from gpumem_tui.integrations.model_setup import model_setup, unwrap_optimizer
-from gpumem_tui.process_estimate import compare_snapshots
+from gpumem_tui.analysis.process_estimate import compare_snapshots
 from gpumem_tui.telemetry.model import Snapshot
 from gpumem_tui.telemetry.probe_source import ProbeSource
 

@@ -21,8 +21,8 @@ import rank_traces  # noqa: E402
 from rank_traces import MiB, Rank  # noqa: E402
 
 from gpumem_tui.analysis.job_compare import compare_trace_ranks  # noqa: E402
-from gpumem_tui.comparison import ComparisonError  # noqa: E402
-from gpumem_tui.process_estimate import compare_trace  # noqa: E402
+from gpumem_tui.analysis.comparison import ComparisonError  # noqa: E402
+from gpumem_tui.analysis.process_estimate import compare_trace  # noqa: E402
 from gpumem_tui.analysis.compare_cli import format_comparison, main  # noqa: E402
 
 
@@ -68,20 +68,20 @@ def test_the_text_report_lists_each_rank_the_worst_and_the_imbalance(job_trace):
 
 
 def test_pid_still_compares_one_process_with_the_output_of_before(job_trace, capsys):
-    assert main(["compare", str(job_trace), "--pid", "2002"]) == 0
+    assert main([str(job_trace), "--pid", "2002"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("pid 2002 on cuda: measured figure torch allocated")
     assert out.strip() == format_comparison(compare_trace(job_trace, pid=2002))
 
 
 def test_compare_json_of_a_job(job_trace, capsys):
-    assert main(["compare", str(job_trace), "--json"]) == 0
+    assert main([str(job_trace), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data == compare_trace_ranks(job_trace)
 
 
 def test_plot_of_a_job_asks_for_a_rank(job_trace, capsys):
-    assert main(["compare", str(job_trace), "--plot"]) == 2
+    assert main([str(job_trace), "--plot"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--pid" in err and "2001" in err
 
@@ -104,7 +104,7 @@ def test_bad_rank_claims_are_reported_with_a_notice(tmp_path, capsys):
     ranks = [Rank(11, 0, 0, 2300 * MiB, 2900 * MiB), Rank(12, 0, 1, 2400 * MiB, 3000 * MiB, world_size=4),
              Rank(13, 5, 2, 0, 2800 * MiB, probed=False)]
     path = rank_traces.write_trace(tmp_path / "bad.jsonl", ranks)
-    assert main(["compare", str(path)]) == 0
+    assert main([str(path)]) == 0
     out = capsys.readouterr().out
     notes = [line for line in out.splitlines() if line.startswith("note: ")]
     assert len(notes) == 1

@@ -18,7 +18,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from gpumem_tui.analysis.jobs import RankPeak, build_jobs, rank_identities
-from gpumem_tui.comparison import FIGURE_ALLOCATED, FIGURE_CPU_LIVE, FIGURE_NVML_USED
+from gpumem_tui.analysis.comparison import FIGURE_ALLOCATED, FIGURE_CPU_LIVE, FIGURE_NVML_USED
 from gpumem_tui.telemetry.host import HostEnricher, read_launch
 from gpumem_tui.telemetry.launch import (
     MAX_JOB_ID,

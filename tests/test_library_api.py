@@ -18,7 +18,7 @@ from gpumem_tui.estimator.architecture import ArchitectureError, load_architectu
 from gpumem_tui.estimator.estimate import Estimate
 from gpumem_tui.estimator.estimate import estimate as estimator_estimate
 from gpumem_tui.estimator.spec import SpecError, TrainingSpec
-from gpumem_tui.units import format_bytes
+from gpumem_tui.support.units import format_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 2, "vocab_size": 2048, "n_positions": 64}

@@ -156,7 +156,7 @@ def test_default_probe_reader_reads_given_directory(fake_nvml, tmp_path):
 
 
 @pytest.mark.parametrize("module", ["gpumem_tui.telemetry.live", "gpumem_tui.telemetry.snapshot_cli",
-                                    "gpumem_tui.signals", "gpumem_tui.text"])
+                                    "gpumem_tui.support.signals", "gpumem_tui.support.text"])
 def test_telemetry_modules_stay_headless(module):
     """No Textual/Rich/torch, and pynvml only once a source starts (DESIGN.md rule 1 and 3)."""
     import json

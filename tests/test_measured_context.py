@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpumem_tui.measured_context import ContextMeter, init_context
+from gpumem_tui.telemetry.measured_context import ContextMeter, init_context
 from gpumem_tui.telemetry.model import ProbeSample, ProcessSample, ProcessType, Snapshot
 
 MiB = 1 << 20
@@ -85,7 +85,7 @@ def test_on_the_h100_trace_the_context_is_what_the_h100_cases_measured():
     initialisation (``cuda_context`` of dev_truth_h100.jsonl), 686-758 MiB at the peaks; in
     trace_h100.jsonl (PID 1088 Llama-3.2-1B bf16 SDPA, 1089 GPT-2) NVML used minus torch
     reserved between two still probe samples is 758 and 742 MiB, which the meter must read."""
-    from gpumem_tui.process_estimate import from_probe_info
+    from gpumem_tui.analysis.process_estimate import from_probe_info
     from gpumem_tui.telemetry.replay import read_trace
 
     snapshots, _ = read_trace(TRACE)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpumem_tui.process_estimate import compare_trace
-from gpumem_tui.step_peaks import detect_drift, step_drift, step_peaks
+from gpumem_tui.analysis.process_estimate import compare_trace
+from gpumem_tui.telemetry.step_peaks import detect_drift, step_drift, step_peaks
 from gpumem_tui.telemetry.model import Phase, PhasePeak, ProcessSample, ProcessType, Snapshot
 from gpumem_tui.telemetry.probe_source import ProbeSource
 from gpumem_tui.telemetry.replay import ReplaySource, TraceRecorder
@@ -195,7 +195,7 @@ def _trace_of_demo_job(tmp_path: Path) -> tuple[Path, int]:
     probe_dir = tmp_path / "probes"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(
-        [sys.executable, "-m", "gpumem_tui.demo_job", "--steps", "4", "--probe-dir", str(probe_dir),
+        [sys.executable, "-m", "gpumem_tui.demo.job", "--steps", "4", "--probe-dir", str(probe_dir),
          "--model", "builtin", "--quiet", "--threads", "1", "--probe-interval", "30", "--pause", "0.25",
          "--layers", "2", "--hidden", "64", "--heads", "2", "--vocab", "2048", "--batch", "2", "--seq", "64"],
         capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
@@ -339,7 +339,7 @@ def test_cuda_peak_split_names_what_the_probe_knows(tmp_path, monkeypatch):
 
 
 def test_compare_uses_the_split_of_the_highest_peak():
-    from gpumem_tui.comparison import compare
+    from gpumem_tui.analysis.comparison import compare
     from gpumem_tui.telemetry.model import ProbeSample
 
     split = (("parameters", 100), ("optimizer_states", 200), ("gradients", 10), ("logits_and_loss", 40),

@@ -23,7 +23,7 @@ from gpumem_tui.estimator.spec import TrainingSpec
 from gpumem_tui.plots.canvas import byte_axis, format_size, legend_lines
 from gpumem_tui.plots.estimate_plot import BANDS, Limit, estimate_plot
 from gpumem_tui.plots.options import PlotOptions
-from gpumem_tui.units import GiB, MiB
+from gpumem_tui.support.units import GiB, MiB
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 PACKAGE = Path(__file__).resolve().parents[1] / "gpumem_tui"
@@ -287,7 +287,7 @@ import json as _json  # noqa: E402
 
 from gpumem_tui.estimator.architecture import CATALOGUE_DIR  # noqa: E402
 from gpumem_tui.plots.trace_series import gather  # noqa: E402
-from gpumem_tui.process_estimate import from_probe_info  # noqa: E402
+from gpumem_tui.analysis.process_estimate import from_probe_info  # noqa: E402
 from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak, ProbeInfo, ProbeSample, Snapshot  # noqa: E402
 
 GPT2_CONFIG = _json.loads((CATALOGUE_DIR / "gpt2.json").read_text())
@@ -392,7 +392,7 @@ def test_peak_label_sits_above_the_bars(method: str, rows: int, capsys) -> None:
 
 def test_compare_chart_puts_compares_peak_in_the_charts_figure_under_it() -> None:
     from gpumem_tui.plots.compare_chart import compare_chart
-    from gpumem_tui.process_estimate import compare_snapshots
+    from gpumem_tui.analysis.process_estimate import compare_snapshots
 
     snaps = _snapshots(4, peaks=True)
     result = compare_snapshots(snaps, pid=500).to_json()

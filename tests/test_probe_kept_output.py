@@ -9,7 +9,7 @@ import json
 import torch
 
 import gpumem_tui.probe  # noqa: E402
-from gpumem_tui.comparison import spec_from_probe_info  # noqa: E402
+from gpumem_tui.analysis.comparison import spec_from_probe_info  # noqa: E402
 from gpumem_tui.telemetry.probe_source import ProbeSource  # noqa: E402
 
 V = 96

@@ -6,7 +6,7 @@ launcher ``measure --nproc`` uses), wraps a tiny Llama with the strategy through
 :mod:`gpumem_tui.measure.parallel` (FSDP2 ``fully_shard``, FSDP1, DDP), attaches the probe in
 each rank, runs one training step with ``use_cache=False`` and returns the last info line the
 probe wrote. The parent checks what each rank published and compares
-:func:`gpumem_tui.process_estimate.from_probe_info` with
+:func:`gpumem_tui.analysis.process_estimate.from_probe_info` with
 :func:`gpumem_tui.estimator.parallel.per_rank.estimate_job` on a plan and spec written here
 by hand from what the rank did.
 """
@@ -34,7 +34,7 @@ from gpumem_tui.estimator.parallel.per_rank import estimate_job  # noqa: E402
 from gpumem_tui.estimator.spec import TrainingSpec  # noqa: E402
 from gpumem_tui.measure.parallel import ParallelSpec, transformer_blocks, wrap_before_tracker, wrap_in_tracker  # noqa: E402
 from gpumem_tui.measure.ranks import launch  # noqa: E402
-from gpumem_tui.process_estimate import from_probe_info  # noqa: E402
+from gpumem_tui.analysis.process_estimate import from_probe_info  # noqa: E402
 from gpumem_tui.telemetry.model import ProbeInfo  # noqa: E402
 
 pytestmark = pytest.mark.torch

@@ -25,7 +25,7 @@ import peft
 
 import gpumem_tui.probe  # noqa: E402
 from gpumem_tui.probe.recipe_state import checkpoint_setup, quantization_setup  # noqa: E402
-from gpumem_tui.process_estimate import from_probe_info  # noqa: E402
+from gpumem_tui.analysis.process_estimate import from_probe_info  # noqa: E402
 from gpumem_tui.telemetry.model import ProbeInfo  # noqa: E402
 from gpumem_tui.telemetry.probe_source import ProbeSource  # noqa: E402
 

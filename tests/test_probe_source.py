@@ -233,7 +233,7 @@ def test_probe_reader_traces_and_clis_import_no_torch_no_textual():
     code = (
         "import json, sys\n"
         "import gpumem_tui.telemetry.probe_source, gpumem_tui.telemetry.serialize\n"
-        "import gpumem_tui.telemetry.replay, gpumem_tui.telemetry.record_cli, gpumem_tui.analysis.compare_cli, gpumem_tui.ui.replay_cli, gpumem_tui.demo, gpumem_tui.probe\n"
+        "import gpumem_tui.telemetry.replay, gpumem_tui.telemetry.record_cli, gpumem_tui.analysis.compare_cli, gpumem_tui.ui.replay_cli, gpumem_tui.demo.cli, gpumem_tui.probe\n"
         "print(json.dumps(sorted(m for m in ('torch', 'transformers', 'textual', 'rich', 'pynvml')"
         " if m in sys.modules)))\n"
     )

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpumem_tui.analysis.probed_job import read_probed_job
 from gpumem_tui.estimator.estimate import estimate
-from gpumem_tui.process_estimate import from_probe_info
+from gpumem_tui.analysis.process_estimate import from_probe_info
 from gpumem_tui.telemetry.model import ProbeInfo
 
 LLAMA = json.loads((Path(__file__).parent / "data" / "ranks" / "configs" / "llama-tiny.json").read_text())
@@ -147,7 +147,7 @@ def test_rank_setup_reads_valid_environment_only():
 
 def test_estimate_helper_is_the_estimators():
     # the single-device baseline used above is the estimator's own figure
-    from gpumem_tui.comparison import spec_from_probe_info
+    from gpumem_tui.analysis.comparison import spec_from_probe_info
 
     arch, spec = spec_from_probe_info(ProbeInfo(pid=7, model_config=LLAMA, setup=tuple(BASE.items())), device="cpu")
     assert _single_device().peak_bytes == estimate(arch, spec).peak_bytes

@@ -13,7 +13,7 @@ import dataclasses
 
 from textual.widgets import Select
 
-from gpumem_tui.process_estimate import (
+from gpumem_tui.analysis.process_estimate import (
     ProcessEstimates,
     compare_trace,
     from_probe_info,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumem_tui.process_estimate import ComparisonError, compare_trace, from_probe_info
+from gpumem_tui.analysis.process_estimate import ComparisonError, compare_trace, from_probe_info
 from gpumem_tui.telemetry.model import ProbeInfo
 
 from shared_data import H100_TRACE as TRACE  # noqa: E402

@@ -13,7 +13,7 @@ import pytest
 from shared_data import H100_TRACE as TRACE
 from shared_data import needs_h100_trace
 
-from gpumem_tui.process_estimate import from_probe_info
+from gpumem_tui.analysis.process_estimate import from_probe_info
 from gpumem_tui.telemetry.model import ProbeInfo
 
 GPT2_CONFIG = {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12,

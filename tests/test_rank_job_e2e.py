@@ -32,8 +32,8 @@ import torch
 import transformers  # noqa: F401  (the dev extra installs it)
 
 from gpumem_tui.probe.tracker import LiveTensorTracker  # noqa: E402
-from gpumem_tui.probed_state import ProbedProcesses  # noqa: E402
-from gpumem_tui.process_estimate import compare_summary, from_probe_info  # noqa: E402
+from gpumem_tui.telemetry.probed_state import ProbedProcesses  # noqa: E402
+from gpumem_tui.analysis.process_estimate import compare_summary, from_probe_info  # noqa: E402
 from gpumem_tui.telemetry.model import ProbeInfo  # noqa: E402
 from gpumem_tui.telemetry.trace_file import iter_snapshots, scan_trace  # noqa: E402
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpumem_tui.comparison import ComparisonError
-from gpumem_tui.forecast import NO_LIVE_LIMIT
-from gpumem_tui.process_estimate import compare_probed, compare_summary, compare_trace
+from gpumem_tui.analysis.comparison import ComparisonError
+from gpumem_tui.analysis.forecast import NO_LIVE_LIMIT
+from gpumem_tui.analysis.process_estimate import compare_probed, compare_summary, compare_trace
 from gpumem_tui.telemetry.replay import ReplaySource
 from gpumem_tui.ui.comparison_view import ComparisonView
 from test_ui import make_app, wait_for

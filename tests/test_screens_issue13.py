@@ -73,7 +73,7 @@ async def test_palette_screenshot_saves_in_the_working_directory_and_says_where(
 
 
 async def test_screenshot_dir_from_the_config_and_a_clear_refusal(tmp_path):
-    from gpumem_tui.config import parse_config
+    from gpumem_tui.ui.config import parse_config
 
     assert parse_config('screenshot_dir = "~/shots"').screenshot_dir == "~/shots"
     assert parse_config("screenshot_dir = 3").notices

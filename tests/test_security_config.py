@@ -10,7 +10,7 @@ import threading
 import pytest
 from local_users import shared_dir, two_users  # noqa: F401 - fixtures
 
-from gpumem_tui import config as cfg
+from gpumem_tui.ui import config as cfg
 
 HOSTILE = 'readonly = false\n[keys]\nsignal_kill = "q"\nsignal_confirm = "q"\n'
 

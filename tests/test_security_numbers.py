@@ -110,7 +110,7 @@ async def test_replaying_hostile_figures_keeps_the_dashboard_alive(tmp_path):
 
 
 def test_a_dashboard_that_dies_raises_one_line_naming_the_traceback_file(tmp_path, monkeypatch, capsys):
-    from gpumem_tui.crash import DashboardCrashed
+    from gpumem_tui.support.crash import DashboardCrashed
     from gpumem_tui.ui.app import GpuMemApp
     from gpumem_tui.ui.launch import run_dashboard
     from gpumem_tui.ui.memory_chart import MemoryChart
@@ -134,7 +134,7 @@ def test_a_dashboard_that_dies_raises_one_line_naming_the_traceback_file(tmp_pat
 
 
 def test_the_dashboard_command_exits_1_with_that_line(monkeypatch, capsys, tmp_path):
-    from gpumem_tui.crash import DashboardCrashed
+    from gpumem_tui.support.crash import DashboardCrashed
     from gpumem_tui.ui import launch
 
     def crash(**kwargs):

@@ -26,7 +26,7 @@ import aiohttp
 import psutil
 import pytest
 
-from gpumem_tui.serve import dashboard_argv
+from gpumem_tui.remote.serve import dashboard_argv
 
 TESTS = Path(__file__).resolve().parent
 HANG_GUARD_S = 60  # only so that a broken build fails instead of hanging; not a speed target

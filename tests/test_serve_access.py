@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from gpumem_tui.serve_access import (
+from gpumem_tui.remote.serve_access import (
     MAX_HEIGHT,
     MAX_WIDTH,
     MIN_HEIGHT,

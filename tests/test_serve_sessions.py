@@ -20,8 +20,8 @@ import psutil
 import pytest
 from aiohttp import web
 
-from gpumem_tui.serve_access import MAX_HEIGHT, MAX_WIDTH, MIN_HEIGHT, HostRule
-from gpumem_tui.serve_server import END_WITHIN_S, DashboardSession, QUIT_GRACE_S, TERM_GRACE_S, TRY_AGAIN_LATER, GuardedServer
+from gpumem_tui.remote.serve_access import MAX_HEIGHT, MAX_WIDTH, MIN_HEIGHT, HostRule
+from gpumem_tui.remote.serve_server import END_WITHIN_S, DashboardSession, QUIT_GRACE_S, TERM_GRACE_S, TRY_AGAIN_LATER, GuardedServer
 
 STUB = Path(__file__).with_name("stub_dashboard.py")
 TOKEN = "test-token-0123456789"

@@ -9,8 +9,8 @@ import time
 import psutil
 import pytest
 
-from gpumem_tui import signals
-from gpumem_tui.signals import check_signal, send_signal
+from gpumem_tui.support import signals
+from gpumem_tui.support.signals import check_signal, send_signal
 
 
 def _ct(pid: int) -> float:

@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 NOT_AT_START_UP = (
     "torch",
     "gpumem_tui.estimator.estimate",  # the estimator's formulas (via comparison)
-    "gpumem_tui.comparison",
-    "gpumem_tui.process_estimate",
-    "gpumem_tui.alert_rules",  # only a config with [[alerts]]
+    "gpumem_tui.analysis.comparison",
+    "gpumem_tui.analysis.process_estimate",
+    "gpumem_tui.alerts.rules",  # only a config with [[alerts]]
     "gpumem_tui.ui.screens",  # modal screens: opened by a key
     "textual.widgets._text_area",  # the side pane's form brings it
 )
@@ -100,13 +100,13 @@ def test_a_stopped_poller_does_not_start_again():
 
 
 def test_alerts_use_the_forecast_the_dashboard_computed_for_the_poll(tmp_path, monkeypatch):
-    from gpumem_tui.alert_actions import AlertActions, AlertLog
-    from gpumem_tui.alert_rules import parse_rule
-    from gpumem_tui.forecast import forecast
-    from gpumem_tui.step_peaks import step_peaks
+    from gpumem_tui.alerts.actions import AlertActions, AlertLog
+    from gpumem_tui.alerts.rules import parse_rule
+    from gpumem_tui.analysis.forecast import forecast
+    from gpumem_tui.telemetry.step_peaks import step_peaks
     from gpumem_tui.telemetry.model import Phase, PhasePeak, Snapshot
     from gpumem_tui.ui import alerting
-    from gpumem_tui.units import GiB, MiB
+    from gpumem_tui.support.units import GiB, MiB
 
     peaks = deque(PhasePeak(7, step, Phase.BACKWARD, step, step + 0.5, 2 * GiB + step * 10 * MiB) for step in range(1, 16))
     computed = forecast(step_peaks(peaks), None)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 from rich.text import Text
 
-from gpumem_tui.text import byte_length, json_safe, printable
+from gpumem_tui.support.text import byte_length, json_safe, printable
 
 
 def test_plain_ascii_is_unchanged():

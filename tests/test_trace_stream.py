@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpumem_tui.measured_record import MAX_STEPS, MeasuredFold
-from gpumem_tui.process_estimate import compare_snapshots
+from gpumem_tui.telemetry.measured_record import MAX_STEPS, MeasuredFold
+from gpumem_tui.analysis.process_estimate import compare_snapshots
 from gpumem_tui.telemetry import trace_file
 from gpumem_tui.telemetry.capped_json import load_capped
 from gpumem_tui.telemetry.model import Phase, PhasePeak, ProbeSample, Snapshot
@@ -183,7 +183,7 @@ def test_a_seek_forward_reads_from_the_state_saved_ahead_by_the_background_pass(
     import threading
     import time
 
-    from gpumem_tui.process_estimate import compare_probed, compare_trace
+    from gpumem_tui.analysis.process_estimate import compare_probed, compare_trace
     from gpumem_tui.telemetry import replay
 
     path = tmp_path / "t.jsonl"
@@ -218,7 +218,7 @@ def test_a_seek_forward_reads_from_the_state_saved_ahead_by_the_background_pass(
 def test_saved_states_stay_within_their_budget_and_seeks_still_equal_compare(tmp_path, monkeypatch):
     import time
 
-    from gpumem_tui.process_estimate import compare_probed, compare_trace
+    from gpumem_tui.analysis.process_estimate import compare_probed, compare_trace
     from gpumem_tui.telemetry import replay
 
     path = tmp_path / "t.jsonl"
@@ -243,7 +243,7 @@ def test_saved_states_stay_within_their_budget_and_seeks_still_equal_compare(tmp
 
 
 def test_compare_counts_every_unreadable_line_in_one_notice(tmp_path):
-    from gpumem_tui.process_estimate import compare_trace
+    from gpumem_tui.analysis.process_estimate import compare_trace
 
     path = tmp_path / "t.jsonl"
     lines = [json.dumps(_record(0)), "not json", json.dumps(_record(1)), '{"time": %r, "devices": "oops"}' % (T0 + 2),

@@ -19,7 +19,7 @@ from gpumem_tui.ui.memory_chart import MemoryChart  # noqa: E402
 from gpumem_tui.ui.process_table import ProcessFilter, ProcessTable, sort_processes  # noqa: E402
 from gpumem_tui.ui.screens import ConfirmSignalScreen, HelpScreen, ProcessDetailScreen  # noqa: E402
 from gpumem_tui.ui.themes import load_themes  # noqa: E402
-from gpumem_tui.units import GiB  # noqa: E402
+from gpumem_tui.support.units import GiB  # noqa: E402
 
 SIZE = (160, 48)
 
@@ -252,7 +252,7 @@ async def test_signal_confirmation_names_process_and_refusal_is_notified(monkeyp
             calls.append((pid, create_time, sig))
             return "PID 1001 belongs to alice; you can signal only your own processes"
 
-    monkeypatch.setitem(sys.modules, "gpumem_tui.signals", FakeSignals)
+    monkeypatch.setitem(sys.modules, "gpumem_tui.support.signals", FakeSignals)
     import gpumem_tui
 
     monkeypatch.setattr(gpumem_tui, "signals", FakeSignals, raising=False)

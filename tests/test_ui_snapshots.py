@@ -17,7 +17,7 @@ from ui_fakes import T0, FakeSource  # noqa: E402
 
 from gpumem_tui.ui.app import GpuMemApp  # noqa: E402
 from gpumem_tui.ui.themes import load_themes  # noqa: E402
-from gpumem_tui.units import GiB, MiB  # noqa: E402
+from gpumem_tui.support.units import GiB, MiB  # noqa: E402
 
 import pytest_textual_snapshot  # noqa: F401 -- installed by setup (README): missing is a failure
 

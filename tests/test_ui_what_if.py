@@ -150,7 +150,7 @@ def test_what_if_changes_name_each_setting_in_the_form_s_words():
 
     from gpumem_tui.estimator.architecture import load_architecture
     from gpumem_tui.estimator.spec import TrainingSpec
-    from gpumem_tui.process_estimate import SOURCE_PROBE, ProcessEstimate, what_if_changes
+    from gpumem_tui.analysis.process_estimate import SOURCE_PROBE, ProcessEstimate, what_if_changes
 
     arch = load_architecture("gpt2")
     spec = TrainingSpec(task="train", batch=4, seq=1024, grad_ckpt="none", mixed_precision=True)

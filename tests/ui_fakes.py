@@ -16,7 +16,7 @@ from gpumem_tui.telemetry.model import (
     ProcessType,
     Snapshot,
 )
-from gpumem_tui.units import GiB, MiB
+from gpumem_tui.support.units import GiB, MiB
 
 T0 = 1_700_000_000.0
 HOSTILE = "[bold red]pwn[/] \x1b[31mred\x1b[0m [link=http://x]click[/link]"

@@ -1,7 +1,7 @@
 """``gpumem-tui compare trace.jsonl [--json] [--pid N] [--until S] [--limit SIZE] [--plot]``:
 predicted vs measured memory of the probed job in a recorded trace.
 
-The comparison is :func:`gpumem_tui.process_estimate.compare_trace` (what the dashboard's
+The comparison is :func:`gpumem_tui.analysis.process_estimate.compare_trace` (what the dashboard's
 comparison pane shows); a trace whose probed processes are the ranks of one torchrun /
 accelerate job reports every rank, the worst rank and the imbalance
 (:mod:`gpumem_tui.analysis.job_compare`); ``--pid`` compares one process. ``--plot`` prints a
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpumem_tui.cli_support import InputError, OneLineParser, number_arg
+from gpumem_tui.support.cli_support import InputError, OneLineParser, number_arg
 from gpumem_tui.plots.options import PlotOptions, add_plot_arguments, plot_options
 
 _play_position = number_arg(float, strict=False, unit="seconds")
@@ -55,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _limit_size(text: str) -> int:
     """``--limit SIZE`` (``24GiB``, ``16GB``, ``512MiB``): bytes > 0."""
-    from gpumem_tui.units import parse_bytes
+    from gpumem_tui.support.units import parse_bytes
 
     try:
         size = parse_bytes(text)
@@ -68,7 +68,7 @@ def _limit_size(text: str) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from gpumem_tui.analysis.job_compare import compare_trace_ranks
-    from gpumem_tui.comparison import ComparisonError
+    from gpumem_tui.analysis.comparison import ComparisonError
     from gpumem_tui.telemetry.replay import TraceError
 
     try:
@@ -120,8 +120,8 @@ def _chart(args: argparse.Namespace, result: dict[str, Any], plot: PlotOptions) 
 
 def format_comparison(result: dict[str, Any]) -> str:
     """The comparison as a plain-text table (MiB, binary units; error signed, % of measured)."""
-    from gpumem_tui.text import printable
-    from gpumem_tui.units import format_bytes
+    from gpumem_tui.support.text import printable
+    from gpumem_tui.support.units import format_bytes
 
     def format_mib(n: Any) -> str:
         return format_bytes(n, "MiB")
@@ -160,8 +160,8 @@ def format_job(result: dict[str, Any]) -> str:
     """A job's comparison (``compare`` of a trace of several ranks): one line per rank
     (predicted vs measured peak in the rank's probe figure, error signed in % of measured),
     the worst rank and the imbalance. Every figure is per rank; MiB are binary."""
-    from gpumem_tui.text import printable
-    from gpumem_tui.units import format_bytes
+    from gpumem_tui.support.text import printable
+    from gpumem_tui.support.units import format_bytes
 
     job = result["job"]
     world = job.get("world_size")
@@ -196,8 +196,8 @@ def format_job(result: dict[str, Any]) -> str:
 
 def _format_measured_only(result: dict[str, Any]) -> str:
     """A process without a prediction: what was measured, then why there is no prediction."""
-    from gpumem_tui.text import printable
-    from gpumem_tui.units import format_bytes
+    from gpumem_tui.support.text import printable
+    from gpumem_tui.support.units import format_bytes
 
     peak = result.get("peak_measured_bytes")
     lines = [
@@ -211,8 +211,8 @@ def _format_measured_only(result: dict[str, Any]) -> str:
 
 def _steps_and_notes(result: dict[str, Any]) -> list[str]:
     """The per-step high-water marks' line, the time-to-OOM line and the notes."""
-    from gpumem_tui.text import printable
-    from gpumem_tui.units import format_bytes
+    from gpumem_tui.support.text import printable
+    from gpumem_tui.support.units import format_bytes
 
     lines = []
     steps = result.get("steps") or []

@@ -6,7 +6,7 @@ when every probed process belongs to the same job (the ``job_id`` its probe publ
 measured peak and error, the worst rank and the imbalance (:class:`~gpumem_tui.analysis.jobs.Job`,
 the same value the dashboard's group row shows). Anything else -- one probed process, ``--pid``,
 probed processes of several jobs -- is compared exactly as before
-(:func:`gpumem_tui.process_estimate.compare_folded`), with the same output.
+(:func:`gpumem_tui.analysis.process_estimate.compare_folded`), with the same output.
 
 Every figure is per rank; a rank's predicted and measured peak are in its probe's figure
 (torch allocated on CUDA, CPU live tensors on the CPU), the imbalance in the figure
@@ -21,9 +21,9 @@ import os
 from typing import Any
 
 from gpumem_tui.analysis.jobs import Job, RankPeak, build_jobs, merge_identities, probe_peaks
-from gpumem_tui.comparison import ComparisonError
-from gpumem_tui.probed_state import ProbedProcesses
-from gpumem_tui.process_estimate import (
+from gpumem_tui.analysis.comparison import ComparisonError
+from gpumem_tui.telemetry.probed_state import ProbedProcesses
+from gpumem_tui.analysis.process_estimate import (
     NoPrediction,
     check_finite,
     compare_folded,
@@ -38,7 +38,7 @@ def compare_trace_ranks(path: str | os.PathLike[str], pid: int | None = None, un
                         limit_bytes: int | None = None) -> dict[str, Any]:
     """``gpumem-tui compare TRACE [--json]``: one process, or every rank of one job.
 
-    Arguments as :func:`gpumem_tui.process_estimate.compare_trace`. Returns, for one
+    Arguments as :func:`gpumem_tui.analysis.process_estimate.compare_trace`. Returns, for one
     process, exactly what that function returns; for a job (see the module doc)::
 
         {"job": Job.to_json(), "ranks": [per rank: "rank", "local_rank", "world_size",
@@ -48,7 +48,7 @@ def compare_trace_ranks(path: str | os.PathLike[str], pid: int | None = None, un
 
     Raises:
         TraceError: empty or non-JSON trace.
-        ComparisonError: nothing to compare (as :func:`~gpumem_tui.process_estimate.compare_snapshots`).
+        ComparisonError: nothing to compare (as :func:`~gpumem_tui.analysis.process_estimate.compare_snapshots`).
         OSError: the file cannot be read.
     """
     from gpumem_tui.telemetry.trace_file import iter_snapshots, scan_trace

@@ -13,7 +13,7 @@ memory figure it is; two figures are never mixed in one comparison:
 - ``probe_peak_bytes``: the probe's own figure, ``probe_figure``: torch *allocated*
   (``torch.cuda.max_memory_allocated`` and the per-step high-water marks) on CUDA, the
   tracker's live tensor bytes on the CPU -- the figure the prediction is compared with
-  (:mod:`gpumem_tui.comparison`). torch *reserved* is not used here.
+  (:mod:`gpumem_tui.analysis.comparison`). torch *reserved* is not used here.
 
 The imbalance uses NVML used when every rank seen has it, else the probe's figure when every
 rank has that one (the same figure on all), else there is none (and a notice says why).
@@ -34,10 +34,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from gpumem_tui.analysis.memory_figures import FIGURE_ALLOCATED, FIGURE_CPU_LIVE, FIGURE_NVML_USED
-from gpumem_tui.probed_state import ProbedProcesses, ProbedSummary
+from gpumem_tui.telemetry.probed_state import ProbedProcesses, ProbedSummary
 from gpumem_tui.telemetry.launch import NO_RUN_ID, RankLaunch, launch_from_setup
 from gpumem_tui.telemetry.model import ProbeInfo, ProcessSample
-from gpumem_tui.text import printable
+from gpumem_tui.support.text import printable
 
 __all__ = ["Job", "JobTracker", "RankPeak", "build_jobs", "merge_identities", "probe_peaks", "rank_identities"]
 
@@ -52,7 +52,7 @@ class RankPeak:
     ``nvml_peak_bytes`` is NVML used (highest seen); ``probe_peak_bytes`` and
     ``predicted_peak_bytes`` are in ``probe_figure`` (torch allocated, or CPU live tensors),
     ``peak_error_percent`` = (predicted - measured) / measured x 100 in that figure
-    (:func:`gpumem_tui.comparison.percent_error`). None: not measured / not probed / no
+    (:func:`gpumem_tui.analysis.comparison.percent_error`). None: not measured / not probed / no
     prediction. ``device_index`` is the GPU NVML lists it on (None: a host process).
     """
 
@@ -232,17 +232,17 @@ def probe_peaks(summary: ProbedSummary, estimate: object | None,
                 compare: Callable[[object, ProbedSummary], object]) -> _ProbeFigures:
     """A probed rank's measured peak in the probe's figure, and its prediction.
 
-    ``estimate`` is its :class:`~gpumem_tui.process_estimate.ProcessEstimate` (or None);
-    ``compare`` is :func:`~gpumem_tui.process_estimate.compare_summary`, whose headline peak
+    ``estimate`` is its :class:`~gpumem_tui.analysis.process_estimate.ProcessEstimate` (or None);
+    ``compare`` is :func:`~gpumem_tui.analysis.process_estimate.compare_summary`, whose headline peak
     (``ComparisonResult.headline``) gives predicted, measured and error -- the same figures
     ``compare`` prints for the process alone. Without a prediction, the measured peak is
-    the samples' and high-water marks' highest, as :func:`~gpumem_tui.process_estimate.measured_only`.
+    the samples' and high-water marks' highest, as :func:`~gpumem_tui.analysis.process_estimate.measured_only`.
     """
     record = summary.record
     if not record.sample_count:
         return _ProbeFigures(None, None, None, None)
     if estimate is not None and getattr(estimate, "estimate", None) is not None:
-        from gpumem_tui.comparison import ComparisonError  # with the estimate: off the start-up path
+        from gpumem_tui.analysis.comparison import ComparisonError  # with the estimate: off the start-up path
 
         try:
             result = compare(estimate, summary)
@@ -260,7 +260,7 @@ def probe_peaks(summary: ProbedSummary, estimate: object | None,
 
 class JobTracker:
     """Builds the jobs of each poll for the dashboard, from the same core state that
-    ``compare`` folds (:class:`~gpumem_tui.probed_state.ProbedProcesses`) and the probed
+    ``compare`` folds (:class:`~gpumem_tui.telemetry.probed_state.ProbedProcesses`) and the probed
     processes' own estimates. A rank's comparison is computed again only when its measured
     figures or its estimate changed (``ProbedSummary.version``, the estimate's ``info_key``).
     Not thread-safe: use from the UI thread.

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpumem_tui.text import printable
+from gpumem_tui.support.text import printable
 
 _MAX_WORLD = 1 << 20
 _KEYS_CONSUMED = ("checkpoint_impl",)  # TrainingSpec fields the probe sends that are checked here

@@ -770,7 +770,7 @@ def load_config(source: str) -> tuple[Any, str]:
     if looks_like_path:
         if path.is_dir():
             path = path / "config.json"
-        from gpumem_tui.safe_files import read_json  # regular files, size-limited, any nesting
+        from gpumem_tui.support.safe_files import read_json  # regular files, size-limited, any nesting
 
         try:
             config = read_json(path)

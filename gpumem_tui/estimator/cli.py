@@ -14,7 +14,7 @@ import json
 import sys
 from dataclasses import dataclass
 
-from gpumem_tui.cli_support import InputError, OneLineParser
+from gpumem_tui.support.cli_support import InputError, OneLineParser
 from gpumem_tui.estimator.cli_args import add_estimate_arguments, add_spec_arguments, spec_from_args
 from gpumem_tui.estimator.cli_parallel import add_parallel_arguments, job_json, job_lines, max_batch_job, plan_from_args
 from gpumem_tui.estimator.devices import cuda_kernels
@@ -24,7 +24,7 @@ from gpumem_tui.estimator.parallel.per_rank import RankEstimate, estimate_job
 from gpumem_tui.estimator.recipes import recipe_for
 from gpumem_tui.estimator.solve import max_batch, max_seq
 from gpumem_tui.plots.options import PlotOptions, add_plot_arguments, plot_options
-from gpumem_tui.units import GiB, MiB, parse_bytes
+from gpumem_tui.support.units import GiB, MiB, parse_bytes
 
 
 class _RuntimeFailure(RuntimeError):

@@ -18,7 +18,7 @@ from gpumem_tui.estimator.parallel.configs import ConfigFileError, JobConfig
 from gpumem_tui.estimator.parallel.description import KINDS, SHARDING
 from gpumem_tui.estimator.parallel.per_rank import JobEstimate, estimate_job
 from gpumem_tui.estimator.spec import TrainingSpec
-from gpumem_tui.units import GiB, MiB
+from gpumem_tui.support.units import GiB, MiB
 
 #: spec field -> (flag default, the file's key named in a contradiction)
 _FIELDS = {"batch": (1, "train_micro_batch_size_per_gpu"), "grad_accum": (1, "gradient_accumulation_steps"),

@@ -2,9 +2,9 @@
 ``repr``), a Rich renderable (``rich.print``, Textual) and HTML (Jupyter's ``_repr_html_``).
 
 Pure: Rich is imported only by :func:`as_rich`. Bytes are shown in binary units (MiB / GiB =
-2**20 / 2**30 bytes, :func:`gpumem_tui.units.format_bytes`) and say so; every text that came
+2**20 / 2**30 bytes, :func:`gpumem_tui.support.units.format_bytes`) and say so; every text that came
 from outside (a model name is a config path or a ``_name_or_path``) is shown literally:
-control characters escaped (:func:`gpumem_tui.text.printable`), never read as Rich markup,
+control characters escaped (:func:`gpumem_tui.support.text.printable`), never read as Rich markup,
 HTML-escaped in HTML.
 """
 
@@ -14,8 +14,8 @@ import html
 from typing import Any
 
 from gpumem_tui.estimator.estimate import COMPONENT_KEYS, Estimate
-from gpumem_tui.text import printable
-from gpumem_tui.units import format_bytes
+from gpumem_tui.support.text import printable
+from gpumem_tui.support.units import format_bytes
 
 _FIGURE_NOTE = {
     "cuda": "peak = NVML used (torch reserved + CUDA context); allocated = torch.cuda.max_memory_allocated",

@@ -2,7 +2,7 @@
 
 The probe publishes a setup (``gpumem_tui.probe.core``: batch, seq, dtype, task, optimizer...)
 that the dashboard turns into the estimator's ``TrainingSpec``
-(``gpumem_tui.comparison.spec_from_probe_info``). The callbacks read what the framework knows
+(``gpumem_tui.analysis.comparison.spec_from_probe_info``). The callbacks read what the framework knows
 (its arguments, the first batch) themselves; this module reads what the model and optimizer
 say, for every framework alike:
 

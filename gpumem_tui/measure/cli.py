@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from gpumem_tui.cli_support import OneLineParser
-from gpumem_tui.units import format_bytes
+from gpumem_tui.support.cli_support import OneLineParser
+from gpumem_tui.support.units import format_bytes
 
 _SDPA_NOTE = (
     "On the meta device SDPA takes the math path and stores the s x s attention probabilities, "
@@ -76,7 +76,7 @@ def _config_for(arch: Any) -> dict[str, Any]:
     """The raw config.json dict behind an architecture loaded by name or path."""
     from gpumem_tui.estimator.architecture import CATALOGUE_DIR
 
-    from gpumem_tui.safe_files import read_json  # the file estimate read, read the same way
+    from gpumem_tui.support.safe_files import read_json  # the file estimate read, read the same way
 
     path = Path(arch.name)
     if not path.is_file():

@@ -35,7 +35,7 @@ from typing import Any, Callable
 from gpumem_tui.measure.parallel import ParallelSpec, make_optimizer, optimizer_state_tensors
 from gpumem_tui.measure.parallel import wrap_before_tracker, wrap_in_tracker
 from gpumem_tui.measure.runner import MeasureError, MeasureRequest
-from gpumem_tui.text import printable
+from gpumem_tui.support.text import printable
 
 #: seconds given to the surviving ranks to exit after one failed, before SIGTERM / SIGKILL
 _GRACE_S = 3.0

@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any
 
-from gpumem_tui.units import format_bytes
+from gpumem_tui.support.units import format_bytes
 
 _NOTE = ("Per-rank figures are live tensor storage bytes (comparable to torch 'allocated' on each "
          "GPU, not to 'reserved' or NVML 'used'), measured on the CPU over gloo.")

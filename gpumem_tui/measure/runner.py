@@ -171,7 +171,7 @@ META_SDPA_WARNING = (
 
 def load_config(source: str | Path) -> dict[str, Any]:
     """Read a ``config.json`` (path) into a dict; raises ``MeasureError`` if unreadable."""
-    from gpumem_tui.safe_files import read_json  # regular files, size-limited, any nesting
+    from gpumem_tui.support.safe_files import read_json  # regular files, size-limited, any nesting
 
     path = Path(source)
     try:

@@ -25,7 +25,7 @@ from typing import Any
 import plotext
 
 from gpumem_tui.plots.options import PlotOptions
-from gpumem_tui.units import GiB, MiB
+from gpumem_tui.support.units import GiB, MiB
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from gpumem_tui.plots.compare_plot import compare_plot
 from gpumem_tui.plots.options import PlotOptions
 from gpumem_tui.plots.trace_series import gather
 from gpumem_tui.telemetry.model import Snapshot
-from gpumem_tui.text import printable
+from gpumem_tui.support.text import printable
 
 
 def compare_chart(snapshots: Iterable[Snapshot], result: Mapping[str, Any], options: PlotOptions) -> str:

@@ -5,7 +5,7 @@ Takes plain values (no trace reading, no estimator): the measured curve as ``(ti
 points, each step's peak as a :class:`Level` over the step's span, and each phase's predicted
 peak as a :class:`Level` over the spans where that phase ran. The caller says which figure the
 curve is (``NVML used``, ``torch reserved``, ``torch allocated`` or ``CPU live tensors``,
-:mod:`gpumem_tui.comparison`): the prediction drawn must be the one comparable with it.
+:mod:`gpumem_tui.analysis.comparison`): the prediction drawn must be the one comparable with it.
 
 Times are seconds on any one clock (epoch seconds in a trace); the x axis counts from the
 earliest of them, in s, min or h. The curve is reduced to the lowest and highest point of each
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from gpumem_tui.plots.canvas import Style, byte_axis, format_size, legend_lines, new_figure, render
 from gpumem_tui.plots.options import PlotOptions
-from gpumem_tui.text import printable
+from gpumem_tui.support.text import printable
 
 CURVE_STYLE = Style("⣿", 12)  # the legend's sample of the braille curve
 STEP_STYLE = Style("^", 9)

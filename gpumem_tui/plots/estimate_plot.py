@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from gpumem_tui.estimator.estimate import Estimate, Phase
 from gpumem_tui.plots.canvas import Style, byte_axis, format_size, legend_lines, new_figure, render
 from gpumem_tui.plots.options import PlotOptions
-from gpumem_tui.text import printable
+from gpumem_tui.support.text import printable
 
 #: (component key of ``Estimate.components_bytes``, name on screen (DESIGN.md terms), style),
 #: bottom to top: the model states, the KV cache, what is live only during the step, then

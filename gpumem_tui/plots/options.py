@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass
 from typing import TextIO
 
-from gpumem_tui.cli_support import InputError
+from gpumem_tui.support.cli_support import InputError
 
 MIN_WIDTH, MAX_WIDTH = 40, 1000
 MIN_HEIGHT, MAX_HEIGHT = 10, 300
@@ -39,7 +39,7 @@ def add_plot_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     """Add ``--plot`` (help text ``what``), ``--width N`` and ``--height N`` to ``parser``.
 
     A width or height outside its range, or not a whole number, is an argparse error, which
-    the project's :class:`~gpumem_tui.cli_support.OneLineParser` turns into one line, exit 2.
+    the project's :class:`~gpumem_tui.support.cli_support.OneLineParser` turns into one line, exit 2.
     """
     parser.add_argument("--plot", action="store_true", help=what + " (plotext; plain text without colour when "
                         "stdout is not a terminal; not with --json)")

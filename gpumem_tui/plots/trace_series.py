@@ -2,7 +2,7 @@
 
 For one probed process: its measured curve, its per-step envelope and the predicted peak of
 each phase over the spans where that phase ran, all in ONE figure, the probe's own
-(:mod:`gpumem_tui.comparison`'s table): ``torch allocated`` on CUDA
+(:mod:`gpumem_tui.analysis.comparison`'s table): ``torch allocated`` on CUDA
 (``ProbeSample.allocated_bytes`` = ``torch.cuda.memory_allocated``; ``PhasePeak.peak_bytes`` =
 ``torch.cuda.max_memory_allocated`` within the phase) or ``CPU live tensors`` on the CPU (the
 probe's tracker). The prediction comparable with it is a phase's live bytes without the CUDA
@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gpumem_tui.comparison import FIGURE_ALLOCATED, FIGURE_CPU_LIVE
-from gpumem_tui.measured_context import ContextMeter
+from gpumem_tui.analysis.comparison import FIGURE_ALLOCATED, FIGURE_CPU_LIVE
+from gpumem_tui.telemetry.measured_context import ContextMeter
 from gpumem_tui.plots.compare_plot import Level, reduce_curve
 from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeInfo, ProbeSample, Snapshot
 
@@ -144,7 +144,7 @@ class _Gatherer:
         if self.info is None:
             series.notes.append(f"pid {self.pid} published no model/setup information: no prediction drawn")
             return []
-        from gpumem_tui.process_estimate import from_probe_info  # the estimator: only when plotting
+        from gpumem_tui.analysis.process_estimate import from_probe_info  # the estimator: only when plotting
 
         process = from_probe_info(self.info, device=self.device, measured_context=self.contexts.context(self.pid))
         series.title = process.label

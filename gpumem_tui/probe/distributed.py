@@ -42,7 +42,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from gpumem_tui.text import printable
+from gpumem_tui.support.text import printable
 
 #: most ranks a value may claim (the estimator's ParallelPlan limit)
 MAX_WORLD = 1 << 20

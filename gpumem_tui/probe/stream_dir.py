@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from gpumem_tui.safe_files import group_is_private, user_name
+from gpumem_tui.support.safe_files import group_is_private, user_name
 
 #: Symbolic links followed in one path before giving up (Linux's own limit, ``MAXSYMLINKS``).
 MAX_LINKS = 40

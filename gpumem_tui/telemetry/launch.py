@@ -14,7 +14,7 @@ job (:data:`NO_RUN_ID`) and the rendezvous address does.
 
 Every value here comes from another process (its environment or its probe stream) and is
 untrusted: ints must be plain non-negative integers within :data:`MAX_WORLD_SIZE`, the job id
-is cut to :data:`MAX_JOB_ID` characters and must be shown literally (``gpumem_tui.text.printable``).
+is cut to :data:`MAX_JOB_ID` characters and must be shown literally (``gpumem_tui.support.text.printable``).
 Cross-rank checks (a rank >= world size, duplicate ranks) belong to the job
 (``gpumem_tui.analysis.jobs``), which shows them instead of dropping the rank.
 

@@ -67,7 +67,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpumem_tui.safe_files import user_name
+from gpumem_tui.support.safe_files import user_name
 from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak, ProbeInfo, ProbeSample
 from gpumem_tui.telemetry.plausible import MAX_BYTES, MAX_FUTURE_SECONDS
 

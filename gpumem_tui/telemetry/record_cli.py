@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpumem_tui.cli_support import InputError, OneLineParser, positive_seconds
+from gpumem_tui.support.cli_support import InputError, OneLineParser, positive_seconds
 
 
 def main(argv: Sequence[str]) -> int:

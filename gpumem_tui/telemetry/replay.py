@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpumem_tui.probed_state import ProbedProcesses
+from gpumem_tui.telemetry.probed_state import ProbedProcesses
 from gpumem_tui.telemetry.model import Snapshot
 from gpumem_tui.telemetry.serialize import SerializeError, snapshot_to_dict
 from gpumem_tui.telemetry.trace_file import (
@@ -165,7 +165,7 @@ class ReplaySource:
     (:func:`~gpumem_tui.telemetry.trace_file.scan_trace`: a sparse index of byte offsets,
     one every 10 s of trace time at least), and polls read the records in order, one at a
     time. :attr:`probed` is the measured state of the probed processes
-    (:class:`~gpumem_tui.probed_state.ProbedProcesses`), fed with every record the play has
+    (:class:`~gpumem_tui.telemetry.probed_state.ProbedProcesses`), fed with every record the play has
     passed: after any seek it is the state of the trace up to the new position, rebuilt
     (by the next poll) from the state saved at the nearest index checkpoint before it, so
     the comparison the dashboard shows equals ``compare`` of the trace cut there. A

@@ -10,9 +10,9 @@ JSON shape (issue 2; every unknown value is ``null``, memory in bytes, power in 
 
 Command lines are whatever the process set, so they may hold control characters, Rich
 markup or bytes that are not UTF-8: ``json.dumps`` escapes control characters, and bytes
-that were not valid UTF-8 become U+FFFD (:func:`gpumem_tui.text.json_safe`), so the output is
+that were not valid UTF-8 become U+FFFD (:func:`gpumem_tui.support.text.json_safe`), so the output is
 always valid JSON and pure ASCII. The text table shows commands through
-:func:`gpumem_tui.text.printable`.
+:func:`gpumem_tui.support.text.printable`.
 
 Two readings ``--cpu-interval`` seconds apart are taken so that host CPU % is measured, not
 guessed (psutil needs two readings); the second is printed.
@@ -29,10 +29,10 @@ import sys
 import time
 from typing import Any
 
-from gpumem_tui.cli_support import InputError, OneLineParser
+from gpumem_tui.support.cli_support import InputError, OneLineParser
 from gpumem_tui.telemetry.model import NOT_VISIBLE, DeviceSample, ProcessSample, Snapshot, namespace_note
-from gpumem_tui.text import json_safe, printable
-from gpumem_tui.units import format_bytes
+from gpumem_tui.support.text import json_safe, printable
+from gpumem_tui.support.units import format_bytes
 
 PROG = "gpumem-tui snapshot"
 

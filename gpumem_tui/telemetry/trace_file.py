@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gpumem_tui.safe_files import FileRefused, format_limit, loads_json, open_regular_binary
+from gpumem_tui.support.safe_files import FileRefused, format_limit, loads_json, open_regular_binary
 from gpumem_tui.telemetry.capped_json import cap_lists, load_capped
 from gpumem_tui.telemetry.model import Snapshot
 from gpumem_tui.telemetry.plausible import plausible_time

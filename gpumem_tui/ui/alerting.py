@@ -1,8 +1,8 @@
 """The dashboard's side of alerts: per poll, the jobs' inputs from the app's state, the bell and
-the notice on the screen, and the outside actions (gpumem_tui.alert_actions) started off the UI
+the notice on the screen, and the outside actions (gpumem_tui.alerts.actions) started off the UI
 thread.
 
-A job's drift and time-to-OOM are :func:`gpumem_tui.forecast.forecast` of its per-step peaks
+A job's drift and time-to-OOM are :func:`gpumem_tui.analysis.forecast.forecast` of its per-step peaks
 against its GPU's free memory + its own (the table row's figures).
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gpumem_tui.alert_actions import AlertActions
-from gpumem_tui.alert_rules import DRIFT, TIME_TO_OOM_BELOW, AlertRule
-from gpumem_tui.alerts import Alert, AlertEngine, JobInput
-from gpumem_tui.forecast import forecast, snapshot_limit
-from gpumem_tui.step_peaks import step_peaks
+from gpumem_tui.alerts.actions import AlertActions
+from gpumem_tui.alerts.rules import DRIFT, TIME_TO_OOM_BELOW, AlertRule
+from gpumem_tui.alerts.evaluate import Alert, AlertEngine, JobInput
+from gpumem_tui.analysis.forecast import forecast, snapshot_limit
+from gpumem_tui.telemetry.step_peaks import step_peaks
 from gpumem_tui.telemetry.model import Snapshot
 
 #: notices at most per poll: a box of 16 GPUs crossing a threshold together shows a summary
@@ -72,7 +72,7 @@ class DashboardAlerts:
             self.actions.handle(alert)
 
     def close(self) -> None:
-        """The dashboard closes: kill the hooks still running (gpumem_tui.alert_actions)."""
+        """The dashboard closes: kill the hooks still running (gpumem_tui.alerts.actions)."""
         self.actions.runner.close()
 
     def job_inputs(self, snap: Snapshot) -> list[JobInput]:
@@ -105,7 +105,7 @@ class DashboardAlerts:
 
     def _update_drift(self, snap: Snapshot) -> None:
         """The drift and time-to-OOM of the PIDs with new phase peaks (the table row's forecast:
-        :func:`gpumem_tui.forecast.forecast` against the GPU's free memory + the job's own).
+        :func:`gpumem_tui.analysis.forecast.forecast` against the GPU's free memory + the job's own).
         The dashboard computed it already for this poll (``app.outlooks``): that one is used."""
         probed = getattr(self.app, "probed", None)
         computed = getattr(self.app, "outlooks", {})

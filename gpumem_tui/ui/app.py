@@ -23,7 +23,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker, WorkerState
 
-from gpumem_tui.probed_state import ProbedProcesses
+from gpumem_tui.telemetry.probed_state import ProbedProcesses
 from gpumem_tui.telemetry.model import (
     PhaseMark,
     PhasePeak,
@@ -34,7 +34,7 @@ from gpumem_tui.telemetry.model import (
     TelemetrySource,
     namespace_note,
 )
-from gpumem_tui.text import printable
+from gpumem_tui.support.text import printable
 from gpumem_tui.ui import side_pane as pane
 from gpumem_tui.ui.app_common import StartupGcPause, ThemedAppMixin, freeze_gc, is_replay, is_text_field
 from gpumem_tui.ui.device_panel import DevicePanel
@@ -97,7 +97,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         side_pane: mount the estimator / comparison pane (when its widgets are installed).
         screenshot_dir: folder the command palette's Screenshot saves into (``~`` expanded);
             None: the working directory.
-        alerts: alert rules (``gpumem_tui.alert_rules.AlertRule``, from the config file),
+        alerts: alert rules (``gpumem_tui.alerts.rules.AlertRule``, from the config file),
             evaluated on every snapshot (gpumem_tui.ui.alerting).
     """
 
@@ -184,7 +184,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.phase_marks: OrderedDict[int, deque[PhaseMark]] = OrderedDict()
         self._mark_keys: dict[int, set[tuple[float, str, int]]] = {}
         self.phase_peaks: OrderedDict[int, deque[PhasePeak]] = OrderedDict()  # high-water marks
-        self.outlooks: dict[int, Any] = {}  # PID -> gpumem_tui.forecast.Forecast of its phase peaks
+        self.outlooks: dict[int, Any] = {}  # PID -> gpumem_tui.analysis.forecast.Forecast of its phase peaks
         self.probe_infos: dict[int, ProbeInfo] = {}
         self.probe_devices: dict[int, str] = {}
         self.probe_samples: OrderedDict[int, deque[ProbeSample]] = OrderedDict()
@@ -315,7 +315,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
     def _handle_exception(self, error: Exception) -> None:
         """An unexpected error ends the app (Textual's rule) with exit status 1; its
         traceback goes to a file and ``crash_line`` (printed by the launcher) says where."""
-        from gpumem_tui.crash import crash_line, write_crash_report
+        from gpumem_tui.support.crash import crash_line, write_crash_report
 
         if self.crash_line is None:  # the first error is the cause; later ones follow from it
             self.crash_line = crash_line(error, write_crash_report(error))
@@ -409,7 +409,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             from gpumem_tui.analysis.jobs import JobTracker
 
             self._job_tracker = JobTracker()
-        from gpumem_tui.process_estimate import compare_summary
+        from gpumem_tui.analysis.process_estimate import compare_summary
 
         return tuple(self._job_tracker.jobs(snap.processes, self.probed, self.process_estimates.probe_estimate,
                                             compare_summary))
@@ -499,10 +499,10 @@ class GpuMemApp(ThemedAppMixin, App[None]):
 
     def _record_phase_peaks(self, peaks: Sequence[PhasePeak]) -> None:
         """Keep the probe's high-water marks per PID, and flag a PID whose per-step peak rises
-        steadily (gpumem_tui.step_peaks) in its table row. Its forecast is kept in
+        steadily (gpumem_tui.telemetry.step_peaks) in its table row. Its forecast is kept in
         ``outlooks``: the alerts read it there (computed once per poll)."""
-        from gpumem_tui.forecast import forecast
-        from gpumem_tui.step_peaks import step_peaks
+        from gpumem_tui.analysis.forecast import forecast
+        from gpumem_tui.telemetry.step_peaks import step_peaks
 
         touched = set()
         for peak in peaks:
@@ -517,7 +517,7 @@ class GpuMemApp(ThemedAppMixin, App[None]):
             touched.add(peak.pid)
         flags = self.table.flags
         for pid in touched:
-            # the GPU's free memory (+ the process's own) is the limit (gpumem_tui.forecast)
+            # the GPU's free memory (+ the process's own) is the limit (gpumem_tui.analysis.forecast)
             outlook = self.outlooks[pid] = forecast(step_peaks(self.phase_peaks[pid]), self.live_limit(pid))
             if outlook.drift is None:
                 flags.pop(pid, None)
@@ -528,16 +528,16 @@ class GpuMemApp(ThemedAppMixin, App[None]):
 
     def live_limit(self, pid: int | None) -> int | None:
         """What ``pid``'s torch allocated may reach on its GPU now (bytes;
-        :func:`gpumem_tui.forecast.snapshot_limit` of the latest poll), or None."""
-        from gpumem_tui.forecast import snapshot_limit
+        :func:`gpumem_tui.analysis.forecast.snapshot_limit` of the latest poll), or None."""
+        from gpumem_tui.analysis.forecast import snapshot_limit
 
         return None if pid is None else snapshot_limit(self.snapshot, pid, self.probed.context(pid))
 
     @property
     def process_estimates(self) -> Any:
-        """The per-PID estimates (:class:`gpumem_tui.process_estimate.ProcessEstimates`)."""
+        """The per-PID estimates (:class:`gpumem_tui.analysis.process_estimate.ProcessEstimates`)."""
         if self._process_estimates is None:
-            from gpumem_tui.process_estimate import ProcessEstimates
+            from gpumem_tui.analysis.process_estimate import ProcessEstimates
 
             self._process_estimates = ProcessEstimates()
         return self._process_estimates
@@ -1044,8 +1044,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
         self.push_screen(_screens().ConfirmSignalScreen(proc, sig), answered)
 
     def send_signal(self, proc: ProcessSample, sig: int) -> None:
-        """Send ``sig`` via gpumem_tui.signals; refusals and errors become notifications."""
-        from gpumem_tui import signals
+        """Send ``sig`` via gpumem_tui.support.signals; refusals and errors become notifications."""
+        from gpumem_tui.support import signals
 
         name = _screens().signal_name(sig)
         try:
@@ -1067,8 +1067,8 @@ class GpuMemApp(ThemedAppMixin, App[None]):
 
 
 def _checked_keymap(keymap: tuple[tuple[str, str], ...]) -> tuple[Any, Any]:
-    """:func:`gpumem_tui.config.check_signal_keys` of ``keymap`` (imported only when there is one)."""
-    from gpumem_tui.config import check_signal_keys
+    """:func:`gpumem_tui.ui.config.check_signal_keys` of ``keymap`` (imported only when there is one)."""
+    from gpumem_tui.ui.config import check_signal_keys
 
     return check_signal_keys(keymap, binding_defaults()) if keymap else ((), ())
 

@@ -1,6 +1,6 @@
 """What every gpumem-tui Textual app shares: the theme files and the command palette's
 Screenshot (the dashboard, :class:`gpumem_tui.ui.app.GpuMemApp`, and the fleet screen,
-:class:`gpumem_tui.fleet_screen.FleetApp`).
+:class:`gpumem_tui.ui.fleet_screen.FleetApp`).
 
 :class:`ThemedAppMixin` goes before ``App`` in the bases. The app sets ``requested_theme``
 (a theme name), ``theme_set`` (a :class:`~gpumem_tui.ui.themes.ThemeSet`) and
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from textual.widgets import Input
 
-from gpumem_tui.text import printable
+from gpumem_tui.support.text import printable
 from gpumem_tui.ui.themes import APP_VARIABLES, DEFAULT_THEME, FALLBACK_THEME, ThemeSet
 
 

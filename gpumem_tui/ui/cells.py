@@ -2,7 +2,7 @@
 
 Every figure that is None shows its reason from the sample (``"N/A"``, ``"no permission"``,
 ``"GPU is lost"``) rather than a blank or an invented number. Untrusted text (commands, user
-names, container ids) goes through :func:`gpumem_tui.text.printable` and into a
+names, container ids) goes through :func:`gpumem_tui.support.text.printable` and into a
 ``rich.text.Text`` -- never through markup parsing.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 from rich.text import Text
 
 from gpumem_tui.telemetry.model import NOT_VISIBLE, DeviceSample, ProcessSample, ProcessStatus
-from gpumem_tui.text import printable
-from gpumem_tui.units import MiB
+from gpumem_tui.support.text import printable
+from gpumem_tui.support.units import MiB
 
 MISSING_STYLE = "dim"
 

@@ -1,11 +1,11 @@
 """Predicted vs measured, as a table: per component and peak vs peak, naming every figure.
 
-:class:`ComparisonView` shows a :class:`gpumem_tui.comparison.ComparisonResult`: one row per
+:class:`ComparisonView` shows a :class:`gpumem_tui.analysis.comparison.ComparisonResult`: one row per
 component (or per group of components the probe measures together, followed by its members
 indented), with predicted, measured, % error and absolute error, then one peak row per
 measured figure (torch allocated, torch reserved, NVML used on CUDA; CPU live tensors on the
 CPU), and a line saying which figure the per-component numbers are; under it, when the
-per-step peak rises steadily, the time-to-OOM (:mod:`gpumem_tui.forecast`). Numbers the probe cannot
+per-step peak rises steadily, the time-to-OOM (:mod:`gpumem_tui.analysis.forecast`). Numbers the probe cannot
 give are shown as "n/m" (not measured) with the reason in the row's last column, never as 0.
 
 The table is laid out for a side pane about 60 columns wide: short component names (the
@@ -22,16 +22,16 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from gpumem_tui.comparison import (
+from gpumem_tui.analysis.comparison import (
     FIGURE_ALLOCATED,
     FIGURE_CPU_LIVE,
     FIGURE_NVML_USED,
     FIGURE_RESERVED,
     ComparisonResult,
 )
-from gpumem_tui.comparison import short_label as short_label  # re-exported
-from gpumem_tui.text import printable
-from gpumem_tui.units import format_bytes
+from gpumem_tui.analysis.comparison import short_label as short_label  # re-exported
+from gpumem_tui.support.text import printable
+from gpumem_tui.support.units import format_bytes
 
 __all__ = ["ComparisonView", "format_error_percent", "short_label"]
 

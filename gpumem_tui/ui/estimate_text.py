@@ -14,9 +14,9 @@ from typing import Any
 
 from rich.text import Text
 
-from gpumem_tui.text import printable
+from gpumem_tui.support.text import printable
 from gpumem_tui.ui.memory_bar import BAND_SEGMENTS, COMPONENT_LABELS, estimate_components, estimate_peak
-from gpumem_tui.units import format_bytes
+from gpumem_tui.support.units import format_bytes
 
 __all__ = ["breakdown_text", "count_text", "fit_line", "in_form_words", "notes_text"]
 

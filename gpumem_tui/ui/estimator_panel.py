@@ -11,7 +11,7 @@ How the app uses it:
 - ``panel.set_gpu_total(bytes | None, label)`` when the selected GPU changes (the user can
   still type a budget such as ``24GiB`` in the panel, which wins);
 - ``panel.show_process(pid, process_estimate, job)`` when the selection changes: the form
-  takes that process's estimate (a :class:`gpumem_tui.process_estimate.ProcessEstimate`,
+  takes that process's estimate (a :class:`gpumem_tui.analysis.process_estimate.ProcessEstimate`,
   built from its own probe or set by the user); without one the form keeps the what-if.
   ``job`` is the estimate from the process's probe: a line over the form says whether the
   form shows it or a what-if, and which settings differ ("what-if on PID 1088: batch 8
@@ -45,11 +45,11 @@ from textual.containers import Container, VerticalScroll
 from textual.message import Message
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
-from gpumem_tui.background import DONE, PENDING, BackgroundLoads
-from gpumem_tui.text import printable
+from gpumem_tui.support.background import DONE, PENDING, BackgroundLoads
+from gpumem_tui.support.text import printable
 from gpumem_tui.ui import estimate_text
 from gpumem_tui.ui.memory_bar import MemoryBar, bands_from_estimate, estimate_peak, segment_bytes, theme_colour
-from gpumem_tui.units import parse_bytes
+from gpumem_tui.support.units import parse_bytes
 
 __all__ = ["EstimatorPanel"]
 
@@ -302,7 +302,7 @@ class EstimatorPanel(VerticalScroll):
         """The selected GPU's total memory in bytes (None: no GPU). ``label`` names it on screen
         (e.g. "GPU 0 A100"). A budget typed in the panel takes precedence.
         ``measured_context``: the CUDA context after initialisation measured on this GPU
-        (bytes, :mod:`gpumem_tui.measured_context`), used by what-if estimates on CUDA instead
+        (bytes, :mod:`gpumem_tui.telemetry.measured_context`), used by what-if estimates on CUDA instead
         of the profile's figure; None: the profile's."""
         self._gpu_total = int(total_bytes) if total_bytes and total_bytes > 0 else None
         self._gpu_label = label
@@ -314,7 +314,7 @@ class EstimatorPanel(VerticalScroll):
     def show_process(self, pid: int | None, process: Any = None, job: Any = None) -> None:
         """The form now belongs to ``pid`` (None: a what-if for no process).
 
-        ``process`` is that PID's :class:`~gpumem_tui.process_estimate.ProcessEstimate` (from
+        ``process`` is that PID's :class:`~gpumem_tui.analysis.process_estimate.ProcessEstimate` (from
         its probe, or set by the user earlier), or None when it has none. With one, the form
         shows its model and setup, and every field the form has no widget for (keep-outputs,
         gradient accumulation, LoRA targets, ...) is kept from its spec, so the form's estimate
@@ -694,7 +694,7 @@ class EstimatorPanel(VerticalScroll):
     def _show_what_if(self) -> None:
         """The line over the result: whether the form shows the selected job's own estimate
         (from its probe) or a what-if, and which settings differ from the job's."""
-        from gpumem_tui.process_estimate import what_if_changes
+        from gpumem_tui.analysis.process_estimate import what_if_changes
 
         line = self.query_one("#est-whatif", Static)
         job, pid = self._job, self.process_pid

@@ -20,8 +20,8 @@ from rich.text import Text
 from gpumem_tui.analysis.jobs import Job, RankPeak
 from gpumem_tui.analysis.memory_figures import FIGURE_NVML_USED
 from gpumem_tui.telemetry.model import ProcessSample
-from gpumem_tui.text import printable
-from gpumem_tui.units import format_bytes
+from gpumem_tui.support.text import printable
+from gpumem_tui.support.units import format_bytes
 
 #: Row keys of group rows start so; a process row's key (``pid:gpu``) never does.
 GROUP_PREFIX = "job:"

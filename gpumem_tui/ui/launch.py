@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpumem_tui.cli_support import positive_seconds
-from gpumem_tui.config import Config, ConfigError, load_config
-from gpumem_tui.crash import DashboardCrashed
+from gpumem_tui.support.cli_support import positive_seconds
+from gpumem_tui.ui.config import Config, ConfigError, load_config
+from gpumem_tui.support.crash import DashboardCrashed
 
 
 class _Parser(argparse.ArgumentParser):
@@ -137,7 +137,7 @@ def run_dashboard(
 
         source = LiveSource()
         if demo and demo_job is None and not getattr(source, "nvml_available", True):
-            from gpumem_tui.demo_process import start_demo_job  # a child process; torch loads there
+            from gpumem_tui.demo.process import start_demo_job  # a child process; torch loads there
 
             owned_job = demo_job = start_demo_job()
             select_pid = owned_job.pid

@@ -24,7 +24,7 @@ from rich.text import Text
 from textual.color import Color, ColorParseError
 from textual.widget import Widget
 
-from gpumem_tui.units import format_bytes
+from gpumem_tui.support.units import format_bytes
 
 __all__ = ["BAND_SEGMENTS", "COMPONENT_LABELS", "MemoryBar", "bands_from_estimate", "estimate_components", "estimate_peak", "segment_bytes", "theme_colour"]
 

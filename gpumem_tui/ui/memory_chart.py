@@ -46,7 +46,7 @@ from textual.widget import Widget
 
 from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak
 from gpumem_tui.ui.braille import Canvas, strip
-from gpumem_tui.units import GiB, MiB, format_bytes
+from gpumem_tui.support.units import GiB, MiB, format_bytes
 
 TOTAL_SCALE_LIMIT = 2.5  # the total line stays on scale while total <= 2.5 x the largest value
 

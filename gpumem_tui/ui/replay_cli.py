@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpumem_tui.cli_support import InputError, OneLineParser, number_arg, positive_seconds
+from gpumem_tui.support.cli_support import InputError, OneLineParser, number_arg, positive_seconds
 
 _speed_factor = number_arg(float)
 
@@ -55,7 +55,7 @@ def _replay(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"gpumem-tui replay: cannot read {args.trace}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    from gpumem_tui.crash import DashboardCrashed
+    from gpumem_tui.support.crash import DashboardCrashed
     from gpumem_tui.ui.launch import run_dashboard
 
     try:

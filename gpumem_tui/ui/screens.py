@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from gpumem_tui.telemetry.model import NAMESPACE_NOTE, ProbeInfo, ProcessSample, ProcessStatus
-from gpumem_tui.text import printable
+from gpumem_tui.support.text import printable
 from gpumem_tui.ui import cells
 
 

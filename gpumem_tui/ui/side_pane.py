@@ -6,11 +6,11 @@ cannot be imported. The app describes what is selected in a :class:`PaneSelectio
 
 - the selected GPU's total memory and the CUDA context measured on it ->
   ``EstimatorPanel.set_gpu_total`` (only when they change);
-- the selected PID and its :class:`~gpumem_tui.process_estimate.ProcessEstimate` ->
+- the selected PID and its :class:`~gpumem_tui.analysis.process_estimate.ProcessEstimate` ->
   ``EstimatorPanel.show_process`` (the form shows that process's own estimate);
 - the job's own estimate (from its probe) + what was measured of the process so far (a
-  :class:`~gpumem_tui.probed_state.ProbedSummary`) -> ``ComparisonView``, computed by
-  :func:`gpumem_tui.process_estimate.compare_summary`, the code ``gpumem-tui compare`` runs. A
+  :class:`~gpumem_tui.telemetry.probed_state.ProbedSummary`) -> ``ComparisonView``, computed by
+  :func:`gpumem_tui.analysis.process_estimate.compare_summary`, the code ``gpumem-tui compare`` runs. A
   user's what-if on a probed PID is not scored against the measurement (its settings are not
   the job's): the view shows it on a line of its own, with what differs.
 """
@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gpumem_tui.probed_state import ProbedSummary
+from gpumem_tui.telemetry.probed_state import ProbedSummary
 
 if TYPE_CHECKING:  # the dashboard imports this module at start-up; the estimator loads on use
-    from gpumem_tui.process_estimate import ProcessEstimate
+    from gpumem_tui.analysis.process_estimate import ProcessEstimate
 
 NO_ESTIMATE_HINT = "attach gpumem_tui.probe to the job, or set its estimate in the Estimator tab (e)"
 
@@ -37,8 +37,8 @@ class PaneSelection:
     is what was measured of the process so far (its probe's samples, marks and high-water
     marks, NVML used, its setup), None when it is not probed. ``gpu_context`` is the CUDA context
     after initialisation measured on the selected GPU from a probed job there (bytes, see
-    :mod:`gpumem_tui.measured_context`), or None. ``limit_bytes``: what the process's torch
-    allocated may reach on its GPU now (:func:`gpumem_tui.forecast.snapshot_limit`), or None.
+    :mod:`gpumem_tui.telemetry.measured_context`), or None. ``limit_bytes``: what the process's torch
+    allocated may reach on its GPU now (:func:`gpumem_tui.analysis.forecast.snapshot_limit`), or None.
     """
 
     gpu: int | None = None
@@ -127,9 +127,9 @@ def _push(screen: Any, state: PaneState, sel: PaneSelection) -> None:
 
 
 def _update_comparison(view: Any, state: PaneState, sel: PaneSelection) -> None:
-    from gpumem_tui.comparison import ComparisonError
-    from gpumem_tui.forecast import NO_LIVE_LIMIT
-    from gpumem_tui.process_estimate import NoPrediction, compare_summary
+    from gpumem_tui.analysis.comparison import ComparisonError
+    from gpumem_tui.analysis.forecast import NO_LIVE_LIMIT
+    from gpumem_tui.analysis.process_estimate import NoPrediction, compare_summary
 
     pid, shown, measured = sel.pid, sel.process, sel.measured
     # The measurement is compared with the job's own estimate; a what-if is shown beside it.
@@ -172,7 +172,7 @@ def what_if_line(what_if: ProcessEstimate | None, job: ProcessEstimate) -> str |
     if what_if is None:
         return None
     from gpumem_tui.ui.memory_bar import estimate_peak
-    from gpumem_tui.units import format_bytes
+    from gpumem_tui.support.units import format_bytes
 
     changes = ", ".join(what_if.what_if)
     if what_if.estimate is None or job.estimate is None:
@@ -185,8 +185,8 @@ def what_if_line(what_if: ProcessEstimate | None, job: ProcessEstimate) -> str |
 
 def _measured_only_text(measured: ProbedSummary, why: str, limit: int | None) -> str:
     """Why there is no prediction, then what was measured: the peak and the time-to-OOM."""
-    from gpumem_tui.forecast import NO_LIVE_LIMIT, forecast
-    from gpumem_tui.units import format_bytes
+    from gpumem_tui.analysis.forecast import NO_LIVE_LIMIT, forecast
+    from gpumem_tui.support.units import format_bytes
 
     record = measured.record
     peak = max(record.peak_allocated or 0, record.highest_step or 0)

@@ -125,7 +125,7 @@ def dashboard_status(app: Any) -> Text:
     """The dashboard's status line: NVML state, counts, filter and its error, poll errors,
     the `e` hint, fitted to ``app``'s width by :func:`fit` (what the user set or must act on
     stays; driver versions and the banner give way first). ``app`` is the GpuMemApp."""
-    from gpumem_tui.text import printable
+    from gpumem_tui.support.text import printable
 
     snap = app.snapshot
     parts = [segment(Text("gpumem-tui ", style="bold"), TITLE)]  # its space: the first separator

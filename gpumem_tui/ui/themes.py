@@ -10,7 +10,7 @@ Where themes are found, later ones overriding earlier ones of the same name:
 
 1. the bundled folder: ``gpumem_tui/_themes`` in an installed wheel (pyproject force-include),
    or the repository's top-level ``themes/`` in an editable install;
-2. ``<user config dir>/themes/*.toml`` (see :func:`gpumem_tui.config.user_config_dir`).
+2. ``<user config dir>/themes/*.toml`` (see :func:`gpumem_tui.ui.config.user_config_dir`).
 
 A file with an error is skipped; its problem is returned as ``path:line: message`` so the app
 can show it once and fall back to the default theme.
@@ -25,7 +25,7 @@ from pathlib import Path
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
-from gpumem_tui.config import key_line, toml_error_line, user_config_dir
+from gpumem_tui.ui.config import key_line, toml_error_line, user_config_dir
 
 DEFAULT_THEME = "dark"
 FALLBACK_THEME = "textual-dark"  # used only when the bundled default itself fails to load

@@ -1,6 +1,6 @@
 """Read the parallel setup users already have: accelerate's YAML and DeepSpeed's JSON.
 
-Both are untrusted files: size-limited reads (:mod:`gpumem_tui.safe_files`), every key
+Both are untrusted files: size-limited reads (:mod:`gpumem_tui.support.safe_files`), every key
 checked against the keys the projects document, every value checked; a malformed file, an
 unknown key or a value the estimator cannot use raises :class:`ConfigFileError` naming the key
 (one line, exit 2 in the CLI).
@@ -86,7 +86,7 @@ class JobConfig:
 
 
 def _read_text(path: str) -> str:
-    from gpumem_tui.safe_files import read_bytes
+    from gpumem_tui.support.safe_files import read_bytes
 
     try:
         return read_bytes(Path(path).expanduser(), _LIMIT).decode("utf-8")

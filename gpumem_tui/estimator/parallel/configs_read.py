@@ -21,7 +21,7 @@ def read_deepspeed(path: str, world_size: int | None, hidden: int) -> JobConfig:
     Raises:
         ConfigFileError: malformed JSON, an unknown key, a bad value, no way to know the world size.
     """
-    from gpumem_tui.safe_files import loads_json
+    from gpumem_tui.support.safe_files import loads_json
 
     try:
         cfg = loads_json(_read_text(path))

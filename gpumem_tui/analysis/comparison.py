@@ -39,9 +39,9 @@ from typing import Any
 from gpumem_tui.estimator.component_keys import COMPONENT_KEYS  # not .estimate: the formulas load on use
 from gpumem_tui.analysis.memory_figures import (  # re-exported: the figure names
     FIGURE_ALLOCATED, FIGURE_CPU_LIVE, FIGURE_NVML_USED, FIGURE_RESERVED)
-from gpumem_tui.measured_record import MeasuredFold, MeasuredRecord, device_kind
-from gpumem_tui.forecast import NO_LIMIT, Forecast, forecast
-from gpumem_tui.step_peaks import Drift, StepPeak
+from gpumem_tui.telemetry.measured_record import MeasuredFold, MeasuredRecord, device_kind
+from gpumem_tui.analysis.forecast import NO_LIMIT, Forecast, forecast
+from gpumem_tui.telemetry.step_peaks import Drift, StepPeak
 from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeInfo, ProbeSample, ProcessSample
 
 __all__ = [
@@ -218,7 +218,7 @@ class ComparisonResult:
     components_sample_bytes: int | None = None
     steps: tuple[StepPeak, ...] = ()  # per-step high-water marks from the probe's peak records
     drift: Drift | None = None  # a steady rise of the per-step peak (a leak), or None
-    forecast: Forecast | None = None  # the time-to-OOM (gpumem_tui.forecast), with its reasons
+    forecast: Forecast | None = None  # the time-to-OOM (gpumem_tui.analysis.forecast), with its reasons
 
     @property
     def headline(self) -> PeakComparison:
@@ -245,7 +245,7 @@ class ComparisonResult:
         bytes), ``samples``, ``notes``, ``steps`` [{"step", "peak_bytes", "phase_peaks":
         {phase: bytes}, "left_bytes" (what the step left behind, when the probe said)}] (the
         probe's high-water marks; empty for traces of older probes) and the time-to-OOM's
-        fields (:meth:`gpumem_tui.forecast.Forecast.to_json`: ``drift`` {"bytes_per_step",
+        fields (:meth:`gpumem_tui.analysis.forecast.Forecast.to_json`: ``drift`` {"bytes_per_step",
         "over_steps", ...} or null, ``steps_to_limit``, ``seconds_to_limit``, their reasons).
         """
         predicted: dict[str, int] = dict(self.predicted_components)
@@ -388,7 +388,7 @@ def compare(
 def compare_record(estimate: Any, measured: MeasuredRecord, limit_bytes: int | None = None,
                    no_limit: str = NO_LIMIT) -> ComparisonResult:
     """:func:`compare` on what was measured of one process, folded in bounded memory
-    (:class:`~gpumem_tui.measured_record.MeasuredRecord`): the same figures as
+    (:class:`~gpumem_tui.telemetry.measured_record.MeasuredRecord`): the same figures as
     :func:`compare` on the samples, marks, high-water marks and NVML rows it was folded from.
     ``limit_bytes``: the time-to-OOM's limit in the measured figure (None: ``no_limit`` says why).
 

@@ -6,7 +6,7 @@ each browser session starts ``gpumem-tui dashboard`` on this machine and streams
 websocket. The served dashboard is ``--readonly`` (no keys that send signals) unless
 ``--allow-signals`` is given.
 
-Access (rules in :mod:`gpumem_tui.serve_access`, applied in :mod:`gpumem_tui.serve_server`):
+Access (rules in :mod:`gpumem_tui.remote.serve_access`, applied in :mod:`gpumem_tui.remote.serve_server`):
 
 * A random token per start is printed on stdout with the URL, as Jupyter does
   (``http://127.0.0.1:8000/?token=...``); the page, the websocket and downloads need it (as
@@ -34,8 +34,8 @@ import shlex
 import socket
 import sys
 
-from gpumem_tui.cli_support import InputError, OneLineParser, positive_int
-from gpumem_tui.serve_access import HostRule, canonical_host, is_loopback, is_wildcard, new_token
+from gpumem_tui.support.cli_support import InputError, OneLineParser, positive_int
+from gpumem_tui.remote.serve_access import HostRule, canonical_host, is_loopback, is_wildcard, new_token
 
 PROG = "gpumem-tui serve"
 
@@ -127,7 +127,7 @@ def main(argv: list[str]) -> int:
         print(f"{PROG}: warning: serving on {args.host}, not loopback: anyone who reaches this port with the "
               f"token sees every GPU process{'' if not args.allow_signals else ' and can signal them'}",
               file=sys.stderr)
-    from gpumem_tui.serve_server import GuardedServer  # textual-serve and aiohttp: only when serving
+    from gpumem_tui.remote.serve_server import GuardedServer  # textual-serve and aiohttp: only when serving
 
     command = dashboard_argv(dashboard_args, args.allow_signals)
     token = new_token()

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpumem_tui.units import parse_bytes
+from gpumem_tui.support.units import parse_bytes
 
 MEMORY_ABOVE = "memory_above"
 WILL_NOT_FIT = "will_not_fit"

@@ -1,9 +1,9 @@
 """``gpumem-tui fleet --prometheus URL [--once [--json]] [--interval S] [--timeout S] [--theme NAME]``.
 
-``--once`` prints the host table of :func:`gpumem_tui.fleet.read_fleet` (``--json`` for
+``--once`` prints the host table of :func:`gpumem_tui.remote.fleet.read_fleet` (``--json`` for
 scripts) and its notices (values shown as N/A, hosts down) on stderr; without it the
-interactive screen of :mod:`gpumem_tui.fleet_screen` opens, in the dashboard's theme (the
-config file's ``theme`` and ``screenshot_dir`` apply, see :mod:`gpumem_tui.config`).
+interactive screen of :mod:`gpumem_tui.ui.fleet_screen` opens, in the dashboard's theme (the
+config file's ``theme`` and ``screenshot_dir`` apply, see :mod:`gpumem_tui.ui.config`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import json
 import sys
 from collections.abc import Sequence
 
-from gpumem_tui.fleet import PrometheusClient, PrometheusError, down_notice, format_table, read_fleet
-from gpumem_tui.text import printable
+from gpumem_tui.remote.fleet import PrometheusClient, PrometheusError, down_notice, format_table, read_fleet
+from gpumem_tui.support.text import printable
 
 
 def main(argv: Sequence[str]) -> int:
@@ -22,7 +22,7 @@ def main(argv: Sequence[str]) -> int:
     Exit codes: 0 printed (notices, if any, on stderr), 1 Prometheus could not be read (one
     line), 2 bad input.
     """
-    from gpumem_tui.cli_support import InputError, OneLineParser, positive_seconds
+    from gpumem_tui.support.cli_support import InputError, OneLineParser, positive_seconds
 
     parser = OneLineParser(prog="gpumem-tui fleet", description="GPU memory of many hosts, read from Prometheus.")
     parser.add_argument("--prometheus", required=True, metavar="URL", help="the Prometheus server, e.g. http://127.0.0.1:9090")
@@ -61,7 +61,7 @@ def main(argv: Sequence[str]) -> int:
 
 def _screen(client: PrometheusClient, interval: float, theme: str | None) -> int:
     """Open the fleet screen in the configured theme; 2 for an unknown ``--theme``."""
-    from gpumem_tui.config import Config, ConfigError, load_config
+    from gpumem_tui.ui.config import Config, ConfigError, load_config
     from gpumem_tui.ui.themes import DEFAULT_THEME, known_theme_names, load_themes
 
     try:
@@ -74,7 +74,7 @@ def _screen(client: PrometheusClient, interval: float, theme: str | None) -> int
         print(f"gpumem-tui fleet: unknown theme {theme!r}; available: {', '.join(known_theme_names(themes))}",
               file=sys.stderr)
         return 2
-    from gpumem_tui.fleet_screen import FleetApp, FleetPoller
+    from gpumem_tui.ui.fleet_screen import FleetApp, FleetPoller
 
     FleetApp(FleetPoller(client, interval=interval), theme=theme or config.theme or DEFAULT_THEME, themes=themes,
              screenshot_dir=config.screenshot_dir, notices=config.notices).run()

@@ -1,8 +1,8 @@
 """The fleet seen through Prometheus: one row per host, from our exporter's metrics and
-NVIDIA dcgm-exporter's (headless; the screen, :mod:`gpumem_tui.fleet_screen`, and ``fleet --once``,
-:mod:`gpumem_tui.fleet_cli`, only print what it returns).
+NVIDIA dcgm-exporter's (headless; the screen, :mod:`gpumem_tui.ui.fleet_screen`, and ``fleet --once``,
+:mod:`gpumem_tui.remote.fleet_cli`, only print what it returns).
 
-Prometheus is read with :class:`gpumem_tui.fleet_prometheus.PrometheusClient`. A host is the
+Prometheus is read with :class:`gpumem_tui.remote.fleet_prometheus.PrometheusClient`. A host is the
 ``instance`` label of the scraped target. Per GPU, our exporter's figures
 (``gpumem_gpu_memory_used_bytes`` / ``_total_bytes``, ``gpumem_gpu_utilization_ratio``) are used
 where a host has them, else dcgm-exporter's (``DCGM_FI_DEV_FB_USED`` and ``DCGM_FI_DEV_FB_FREE``
@@ -21,7 +21,7 @@ down row with the time it was last up (``timestamp(up == 1)`` over that window, 
 ``last_over_time``, ``max_over_time``, ``timestamp``, subqueries and ``and on (...)``
 (https://prometheus.io/docs/prometheus/latest/querying/functions/ and ``.../operators/``).
 A target removed from Prometheus's configuration has no ``up`` series any more: ``--once``
-cannot see it; the screen keeps it as a down row (:class:`gpumem_tui.fleet_screen.FleetPoller`).
+cannot see it; the screen keeps it as a down row (:class:`gpumem_tui.ui.fleet_screen.FleetPoller`).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpumem_tui.fleet_prometheus import MAX_EPOCH, MAX_SERIES, Answer, PrometheusClient, PrometheusError
-from gpumem_tui.text import json_safe, printable
-from gpumem_tui.units import MiB, format_bytes, format_duration
+from gpumem_tui.remote.fleet_prometheus import MAX_EPOCH, MAX_SERIES, Answer, PrometheusClient, PrometheusError
+from gpumem_tui.support.text import json_safe, printable
+from gpumem_tui.support.units import MiB, format_bytes, format_duration
 
 __all__ = ["FleetReading", "GpuRow", "HostRow", "PrometheusClient", "PrometheusError", "ValueChecks", "down_notice",
            "format_age", "format_table", "read_fleet"]
@@ -325,13 +325,13 @@ def down_notice(down: Sequence[HostRow], now: float) -> str:
 
 
 def format_age(seconds: float) -> str:
-    """How long ago: :func:`gpumem_tui.units.format_duration` (``35 s``, ``12 min``, ``3.5 h``)."""
+    """How long ago: :func:`gpumem_tui.support.units.format_duration` (``35 s``, ``12 min``, ``3.5 h``)."""
     return format_duration(seconds)
 
 
 def format_table(rows: Sequence[HostRow], now: float) -> str:
     """The host table as text for a terminal (binary GiB, stated); labels are made printable
-    (control characters as visible escapes, :func:`gpumem_tui.text.printable`)."""
+    (control characters as visible escapes, :func:`gpumem_tui.support.text.printable`)."""
     lines = [f"{'HOST':<28} {'SRC':<6} {'GPUS':>4} {'USED / TOTAL (GiB = 2^30 B)':>30} {'UTIL':>5}  "
              f"{'STATE':<26} BIGGEST PROCESS"]
     for row in rows:

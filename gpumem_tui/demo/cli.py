@@ -1,6 +1,6 @@
 """``gpumem-tui demo``: run the built-in training job and watch it (or record it headless).
 
-The job (``gpumem_tui.demo_job``: a small GPT-2-style LM, AdamW, random tokens; CUDA when
+The job (``gpumem_tui.demo.job``: a small GPT-2-style LM, AdamW, random tokens; CUDA when
 there is one, else the CPU) runs as a child process with the probe attached, writing to its
 own probe directory, so the dashboard (or the recorder) shows exactly that job. This process
 never imports torch (only :func:`importlib.util.find_spec` checks it is installed).
@@ -21,10 +21,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpumem_tui.cli_support import InputError, OneLineParser, non_negative_int, positive_int, positive_seconds
+from gpumem_tui.support.cli_support import InputError, OneLineParser, non_negative_int, positive_int, positive_seconds
 
 
-from gpumem_tui.demo_process import DemoError, start_demo_job
+from gpumem_tui.demo.process import DemoError, start_demo_job
 
 
 # -- CLI -----------------------------------------------------------------------------------
@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _interactive(args: argparse.Namespace, job_args: list[str]) -> int:
-    from gpumem_tui.crash import DashboardCrashed
+    from gpumem_tui.support.crash import DashboardCrashed
 
     try:
         job = start_demo_job(steps=args.steps or 0, device=args.device, model=args.model, extra_args=job_args)
@@ -166,7 +166,7 @@ def _headless(args: argparse.Namespace, job_args: list[str]) -> int:
     if failed:
         print(f"gpumem-tui demo: the job exited with code {code}:\n{job.log_tail()}", file=sys.stderr)
     job.stop(remove_dir=True)
-    from gpumem_tui.units import format_bytes
+    from gpumem_tui.support.units import format_bytes
 
     print(f"demo job PID {job.pid}: {samples} probe samples, {marks} phase marks, peak {format_bytes(peak)} "
           f"({figure})")

@@ -4,7 +4,7 @@ Headless: pure Python over :mod:`gpumem_tui.telemetry.model` records (no Textual
 ``compare`` and the dashboard's comparison pane read a :class:`MeasuredRecord`, so neither
 keeps the samples themselves: a :class:`MeasuredFold` takes each probe sample, phase mark,
 phase high-water mark and NVML reading as it comes and keeps only what the comparison reads
-(:func:`gpumem_tui.comparison.compare_record`):
+(:func:`gpumem_tui.analysis.comparison.compare_record`):
 
 - the peaks: torch allocated (``max(allocated, peak_allocated)`` of each sample, and the
   highest phase high-water mark), torch reserved, NVML used;
@@ -14,7 +14,7 @@ phase high-water mark and NVML reading as it comes and keeps only what the compa
   sample changes);
 - the highest phase high-water mark that carries a split (ties: the later end, then the
   first seen);
-- per step, the highest mark of each phase (:class:`~gpumem_tui.step_peaks.StepPeak`), for
+- per step, the highest mark of each phase (:class:`~gpumem_tui.telemetry.step_peaks.StepPeak`), for
   the last :data:`MAX_STEPS` steps begun (older ones are counted, and their peaks still
   count in the peak).
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from gpumem_tui.step_peaks import StepPeak
+from gpumem_tui.telemetry.step_peaks import StepPeak
 from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak, ProbeSample
 
 #: Steps kept per process (the dashboard keeps the same number of phase marks per process).

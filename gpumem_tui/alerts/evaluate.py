@@ -1,7 +1,7 @@
-"""Alert evaluation: which rules (gpumem_tui.alert_rules) fire on this poll, and what each measured.
+"""Alert evaluation: which rules (gpumem_tui.alerts.rules) fire on this poll, and what each measured.
 
 Headless: plain inputs in, plain :class:`Alert` values out; the dashboard (gpumem_tui.ui.alerting)
-rings the bell and shows the notice, gpumem_tui.alert_actions runs the hooks.
+rings the bell and shows the notice, gpumem_tui.alerts.actions runs the hooks.
 
 Per poll the evaluator takes the :class:`~gpumem_tui.telemetry.model.Snapshot` (per-GPU NVML used /
 total, which GPUs exist, whether NVML answered) and one :class:`JobInput` per probed job. Times are
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpumem_tui.alert_rules import (
+from gpumem_tui.alerts.rules import (
     DRIFT,
     GPU_LOST,
     MEMORY_ABOVE,
@@ -29,8 +29,8 @@ from gpumem_tui.alert_rules import (
     AlertRule,
 )
 from gpumem_tui.telemetry.model import Snapshot
-from gpumem_tui.text import printable
-from gpumem_tui.units import format_bytes
+from gpumem_tui.support.text import printable
+from gpumem_tui.support.units import format_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ class JobInput:
     ``predicted_peak_bytes``: the job's own estimate's peak (``Estimate.peak_bytes``, NVML used on
     CUDA, CUDA context included). ``used_bytes``: NVML used by this PID on ``gpu`` now.
     ``seconds_to_oom``: a forecast of the seconds until its GPU runs out of memory.
-    ``drift_bytes_per_step``: the steady per-step rise (gpumem_tui.step_peaks.step_drift), None
+    ``drift_bytes_per_step``: the steady per-step rise (gpumem_tui.telemetry.step_peaks.step_drift), None
     when no drift is detected. ``label``: a short name (model), shown literally.
     """
 

@@ -2,7 +2,7 @@
 
 Run as a child process (torch is imported here, never in the dashboard)::
 
-    python -m gpumem_tui.demo_job --steps 20 --probe-dir DIR
+    python -m gpumem_tui.demo.job --steps 20 --probe-dir DIR
 
 It builds ``transformers.GPT2LMHeadModel`` from a small ``GPT2Config`` (random init, no
 downloads; ``--model builtin`` or a missing transformers uses an equivalent hand-written
@@ -27,13 +27,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from gpumem_tui.cli_support import InputError, OneLineParser, non_negative_seconds, positive_int, positive_seconds
+from gpumem_tui.support.cli_support import InputError, OneLineParser, non_negative_seconds, positive_int, positive_seconds
 
 DEFAULTS = {"vocab": 8192, "layers": 4, "hidden": 256, "heads": 4, "batch": 4, "seq": 128}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m gpumem_tui.demo_job", description="Built-in demo training job.")
+    parser = OneLineParser(prog="python -m gpumem_tui.demo.job", description="Built-in demo training job.")
     parser.add_argument("--steps", type=int, default=0, help="training steps (0: until stopped) [0]")
     parser.add_argument("--probe-dir", default=None, help="where the probe writes (default: the probe default)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")

@@ -9,7 +9,7 @@ once; an alert beyond that is logged and its hook not run (a hook that hangs on 
 must not pile up processes). :meth:`HookRunner.close` (the dashboard quits) kills those still
 running: no timeout would end them after that.
 
-The log is ``<user cache dir>/alerts.log`` (beside the crash reports, gpumem_tui.crash), mode
+The log is ``<user cache dir>/alerts.log`` (beside the crash reports, gpumem_tui.support.crash), mode
 0600, kept under :data:`LOG_LIMIT` bytes by moving it to ``alerts.log.1`` when full.
 """
 
@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from gpumem_tui.alerts import Alert
-from gpumem_tui.text import printable
+from gpumem_tui.alerts.evaluate import Alert
+from gpumem_tui.support.text import printable
 
 MAX_RUNNING = 4
 LOG_LIMIT = 1 << 20
@@ -74,7 +74,7 @@ def desktop_command(env: Mapping[str, str] | None = None) -> list[str] | None:
 
 def alert_log_path() -> Path:
     """``<user cache dir of gpumem-tui>/alerts.log``."""
-    from gpumem_tui.crash import crash_directory
+    from gpumem_tui.support.crash import crash_directory
 
     return crash_directory() / "alerts.log"
 

@@ -28,7 +28,7 @@ from functools import lru_cache
 from typing import Any
 
 from gpumem_tui.analysis.probed_job import ProbedJob, read_probed_job
-from gpumem_tui.comparison import (
+from gpumem_tui.analysis.comparison import (
     FIGURE_ALLOCATED,
     FIGURE_CPU_LIVE,
     ComparisonError,
@@ -37,11 +37,11 @@ from gpumem_tui.comparison import (
     compare_record,
     spec_from_probe_info,
 )
-from gpumem_tui.forecast import NO_LIMIT, forecast
-from gpumem_tui.measured_context import init_context
-from gpumem_tui.probed_state import ProbedProcesses, ProbedSummary
+from gpumem_tui.analysis.forecast import NO_LIMIT, forecast
+from gpumem_tui.telemetry.measured_context import init_context
+from gpumem_tui.telemetry.probed_state import ProbedProcesses, ProbedSummary
 from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeInfo, ProbeSample, ProcessSample, Snapshot
-from gpumem_tui.text import printable
+from gpumem_tui.support.text import printable
 
 __all__ = [
     "SOURCE_PROBE",
@@ -218,7 +218,7 @@ def model_label(info: ProbeInfo) -> str:
 def _forward_passes_no_cache(info: ProbeInfo) -> bool:
     """Whether the probed loop's training forward passes ``use_cache=False`` whatever the
     config says, by what the probe published: the setup's ``use_cache`` (false), or the
-    built-in demo job's ``demo_model`` key (gpumem_tui/demo_job.py calls its model with
+    built-in demo job's ``demo_model`` key (gpumem_tui/demo/job.py calls its model with
     ``use_cache=False``; traces recorded before it published ``use_cache`` carry only that).
     Without either, the config's ``use_cache`` and the recipe decide (estimator/components/kv_cache.py)."""
     setup = dict(info.setup)
@@ -236,9 +236,9 @@ def from_probe_info(info: ProbeInfo, device: str | None = None, measured_context
         device: where the probe measured (``"cpu"``, ``"cuda:0"``); it picks the kernel
             profile (and whether the CUDA context is counted), overriding the setup's device.
         measured_context: the process's CUDA context measured on this box (bytes, NVML used
-            minus torch reserved: :class:`gpumem_tui.measured_context.ContextMeter`), or
+            minus torch reserved: :class:`gpumem_tui.telemetry.measured_context.ContextMeter`), or
             None; on CUDA it replaces the profile's figure (through
-            :func:`~gpumem_tui.measured_context.init_context`).
+            :func:`~gpumem_tui.telemetry.measured_context.init_context`).
 
     The job facts the probe read (rank, parallel layout, checkpoint flavour, quantized
     Linears, fp32 casts: :func:`gpumem_tui.analysis.probed_job.read_probed_job`) configure the
@@ -248,7 +248,7 @@ def from_probe_info(info: ProbeInfo, device: str | None = None, measured_context
 
     Returns:
         A ``"probe"`` ProcessEstimate; ``estimate`` is None and ``problem`` says why when the
-        config or the setup cannot be used (see :func:`gpumem_tui.comparison.spec_from_probe_info`).
+        config or the setup cannot be used (see :func:`gpumem_tui.analysis.comparison.spec_from_probe_info`).
     """
     model = model_label(info)
     label = f"{model} (probe, pid {info.pid})"
@@ -359,8 +359,8 @@ class NoPrediction(ComparisonError):
 def compare_summary(process: ProcessEstimate, summary: ProbedSummary, limit_bytes: int | None = None,
                     no_limit: str = NO_LIMIT) -> ComparisonResult:
     """Predicted vs measured for one process from what was measured of it so far: what both
-    the pane and ``gpumem-tui compare`` show (:mod:`gpumem_tui.probed_state`).
-    ``limit_bytes``: the time-to-OOM's limit (:func:`gpumem_tui.forecast.forecast`), or None
+    the pane and ``gpumem-tui compare`` show (:mod:`gpumem_tui.telemetry.probed_state`).
+    ``limit_bytes``: the time-to-OOM's limit (:func:`gpumem_tui.analysis.forecast.forecast`), or None
     (``no_limit``: the reason then).
 
     Raises:
@@ -403,7 +403,7 @@ def compare_snapshots(snapshots: Iterable[Snapshot], pid: int | None = None,
                       limit_bytes: int | None = None) -> ComparisonResult:
     """Estimate from the probe's published setup and compare with its measured samples.
 
-    The snapshots are folded one at a time (:class:`~gpumem_tui.probed_state.ProbedProcesses`),
+    The snapshots are folded one at a time (:class:`~gpumem_tui.telemetry.probed_state.ProbedProcesses`),
     so an iterator over a long trace is read in bounded memory. The spec's ``device`` is taken
     from where the probe measured (cpu or cuda), so the prediction includes the CUDA context
     exactly when the measurement can.
@@ -457,7 +457,7 @@ def measured_only(summary: ProbedSummary, problem: str, limit_bytes: int | None 
     """What was measured of a process that has no prediction, in ``compare --json``'s keys:
     ``pid``, ``device``, ``measured_figure``, ``peak_measured_bytes`` (the samples' and the
     high-water marks' highest), ``samples``, ``steps``, the time-to-OOM's fields
-    (:meth:`gpumem_tui.forecast.Forecast.to_json`), ``notes``, and ``no_prediction`` (why:
+    (:meth:`gpumem_tui.analysis.forecast.Forecast.to_json`), ``notes``, and ``no_prediction`` (why:
     ``problem``); ``predicted`` / ``measured`` / ``error_percent`` are empty."""
     record = summary.record
     kinds = record.device_kinds

@@ -1,7 +1,7 @@
 """What names this machine: the loopback names, its host names and its interface addresses.
 
 Shared by the two servers that check a request's ``Host`` header against DNS rebinding: the
-exporter (:mod:`gpumem_tui.exporter_http`) and ``serve`` (:mod:`gpumem_tui.serve_access`).
+exporter (:mod:`gpumem_tui.remote.exporter_http`) and ``serve`` (:mod:`gpumem_tui.remote.serve_access`).
 """
 
 from __future__ import annotations

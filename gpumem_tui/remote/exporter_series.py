@@ -29,7 +29,7 @@ processes drop out and the label sets stay bounded.
 
 Per probed process whose per-step peak rises steadily: ``gpumem_probe_drift_bytes_per_step``
 (label ``pid``) and, with a time-to-OOM, ``gpumem_process_seconds_to_oom`` (labels ``gpu``,
-``uuid``, ``pid``) (:mod:`gpumem_tui.forecast`).
+``uuid``, ``pid``) (:mod:`gpumem_tui.analysis.forecast`).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gpumem_tui.forecast import forecast, snapshot_limit
+from gpumem_tui.analysis.forecast import forecast, snapshot_limit
 from gpumem_tui.telemetry.model import DeviceSample, PhaseMark, Snapshot
-from gpumem_tui.text import printable
+from gpumem_tui.support.text import printable
 
 COMMAND_LIMIT = 80  # label values are kept short: a long command line would bloat every scrape
 NAME_LIMIT = 64
@@ -159,7 +159,7 @@ def process_families(snap: Snapshot) -> Iterator[object]:
 
 def probe_families(probed: dict[int, tuple[int, PhaseMark | None, Any]]) -> Iterator[object]:
     """The probed jobs' families. ``probed``: pid -> (measured peak bytes, last phase mark,
-    :class:`~gpumem_tui.process_estimate.ProcessEstimate` or None)."""
+    :class:`~gpumem_tui.analysis.process_estimate.ProcessEstimate` or None)."""
     from prometheus_client.core import GaugeMetricFamily
 
     measured = GaugeMetricFamily("gpumem_probe_measured_peak_bytes",
@@ -186,9 +186,9 @@ def probe_families(probed: dict[int, tuple[int, PhaseMark | None, Any]]) -> Iter
 
 def forecasts(snap: Snapshot, measured: Any, pids: list[int]) -> list[tuple[int, str, str, Any]]:
     """``(pid, gpu, uuid, Forecast)`` of each of ``pids`` with per-step peaks:
-    :func:`gpumem_tui.forecast.forecast` of its steps in ``measured`` (a
-    :class:`~gpumem_tui.probed_state.ProbedProcesses`) against
-    :func:`~gpumem_tui.forecast.snapshot_limit` of ``snap`` (gpu and uuid "" when the process
+    :func:`gpumem_tui.analysis.forecast.forecast` of its steps in ``measured`` (a
+    :class:`~gpumem_tui.telemetry.probed_state.ProbedProcesses`) against
+    :func:`~gpumem_tui.analysis.forecast.snapshot_limit` of ``snap`` (gpu and uuid "" when the process
     has no single GPU row: then there is no limit)."""
     out = []
     gpu_of = {p.pid: p.device_index for p in snap.processes if p.device_index is not None}

@@ -31,8 +31,8 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-from gpumem_tui.text import printable
-from gpumem_tui.units import MiB
+from gpumem_tui.support.text import printable
+from gpumem_tui.support.units import MiB
 
 __all__ = ["Answer", "PrometheusClient", "PrometheusError", "MAX_RESPONSE_BYTES", "MAX_SERIES"]
 

@@ -3,7 +3,7 @@ connection deadline and a cap on concurrent connections (issue: DNS rebinding an
 connections).
 
 The exposition itself is the WSGI app it is given (the exporter's is
-:class:`gpumem_tui.exporter_text.MetricsApp`; prometheus_client's ``make_wsgi_app(registry)``
+:class:`gpumem_tui.remote.exporter_text.MetricsApp`; prometheus_client's ``make_wsgi_app(registry)``
 works the same), served by prometheus_client's ``ThreadingWSGIServer`` (one thread per
 connection, as ``start_http_server`` does); this module only adds the limits around it.
 
@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from gpumem_tui.own_host import LOOPBACK_NAMES, host_names, interface_addresses
+from gpumem_tui.remote.own_host import LOOPBACK_NAMES, host_names, interface_addresses
 
 #: Seconds one read from a client may wait (a client that sends nothing is dropped after it).
 READ_TIMEOUT = 5.0

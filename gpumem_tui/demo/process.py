@@ -1,9 +1,9 @@
 """The built-in demo training job as a child process: start it, watch its state, stop it.
 
-The job (``gpumem_tui.demo_job``: a small GPT-2-style LM, AdamW, random tokens; CUDA when
+The job (``gpumem_tui.demo.job``: a small GPT-2-style LM, AdamW, random tokens; CUDA when
 there is one, else the CPU) runs with the probe attached, writing to its own probe directory.
 This process never imports torch (only :func:`importlib.util.find_spec` checks it is
-installed). Used by ``gpumem-tui demo`` (:mod:`gpumem_tui.demo`) and by the dashboard's
+installed). Used by ``gpumem-tui demo`` (:mod:`gpumem_tui.demo.cli`) and by the dashboard's
 launcher when there is no GPU (:mod:`gpumem_tui.ui.launch`).
 """
 
@@ -102,7 +102,7 @@ def start_demo_job(
     extra_args: Sequence[str] = (),
     python: str | None = None,
 ) -> DemoJob:
-    """Start ``python -m gpumem_tui.demo_job`` as a child process and return at once.
+    """Start ``python -m gpumem_tui.demo.job`` as a child process and return at once.
 
     Args:
         steps: training steps (0: until :meth:`DemoJob.stop`).
@@ -133,7 +133,7 @@ def start_demo_job(
     package_root = str(Path(gpumem_tui.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     cmd = [
-        python or sys.executable, "-m", "gpumem_tui.demo_job",
+        python or sys.executable, "-m", "gpumem_tui.demo.job",
         "--steps", str(int(steps)), "--probe-dir", str(directory),
         "--device", device, "--model", model, "--pause", str(pause),
         "--nice", str(int(nice)), "--parent-pid", str(os.getpid()),

@@ -6,10 +6,10 @@
 The main loop polls the same telemetry source as the dashboard
 (:class:`gpumem_tui.telemetry.live.LiveSource`: NVML, host details, probe streams) every
 ``--interval`` seconds and keeps what it saw in an :class:`ExporterState`; a scrape only reads
-that state (the HTTP server of :mod:`gpumem_tui.exporter_http`: the text exposition of
-:mod:`gpumem_tui.exporter_text`, encoded once per poll, behind a Host check, timeouts and a
+that state (the HTTP server of :mod:`gpumem_tui.remote.exporter_http`: the text exposition of
+:mod:`gpumem_tui.remote.exporter_text`, encoded once per poll, behind a Host check, timeouts and a
 connection cap, answered in its own threads), so a slow NVML call never makes a scrape wait. Metrics (bytes, hertz, watts, degrees Celsius, ratios 0-1;
-the GPU and process series are listed in :mod:`gpumem_tui.exporter_series`, beside
+the GPU and process series are listed in :mod:`gpumem_tui.remote.exporter_series`, beside
 dcgm-exporter's names in ``docs/exporter.md``):
 
 - per GPU (labels ``gpu``, ``uuid``, ``name``): memory used / total / free, utilization,
@@ -23,13 +23,13 @@ dcgm-exporter's names in ``docs/exporter.md``):
 - for probed processes (labels ``pid``): ``gpumem_probe_measured_peak_bytes`` (the highest
   torch allocated / live-tensor figure the probe reported, high-water marks included),
   ``gpumem_probe_predicted_peak_bytes`` (the estimator's peak for the probe's own setup, the
-  same :class:`~gpumem_tui.process_estimate.ProcessEstimate` the dashboard draws: NVML-used
+  same :class:`~gpumem_tui.analysis.process_estimate.ProcessEstimate` the dashboard draws: NVML-used
   scope on CUDA), ``gpumem_probe_prediction_available`` (1 / 0: 0 when the probe published no
   model config or a setup the estimator cannot use), ``gpumem_probe_step``, and
   ``gpumem_probe_phase{phase="backward"} 1``; when its per-step peak rises steadily,
   ``gpumem_probe_drift_bytes_per_step`` and ``gpumem_process_seconds_to_oom`` (labels ``gpu``,
   ``uuid``, ``pid``): the seconds until it reaches the GPU's free memory + its own
-  (:mod:`gpumem_tui.forecast`; each left out when there is no such figure);
+  (:mod:`gpumem_tui.analysis.forecast`; each left out when there is no such figure);
 - ``gpumem_exporter_nvml_up`` (0 without a driver: the exporter still serves),
   ``gpumem_exporter_poll_duration_seconds`` (its own last good poll) and
   ``gpumem_exporter_poll_errors_total`` (polls that raised: the series above keep the last good
@@ -57,9 +57,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpumem_tui.cli_support import InputError, OneLineParser, positive_seconds
-from gpumem_tui.exporter_http import HostPolicy, host_name, serve_metrics
-from gpumem_tui.exporter_series import (
+from gpumem_tui.support.cli_support import InputError, OneLineParser, positive_seconds
+from gpumem_tui.remote.exporter_http import HostPolicy, host_name, serve_metrics
+from gpumem_tui.remote.exporter_series import (
     COMMAND_LIMIT,
     gpu_families,
     forecast_families,
@@ -67,9 +67,9 @@ from gpumem_tui.exporter_series import (
     probe_families,
     process_families,
 )
-from gpumem_tui.exporter_text import MetricsApp, TextEncoder
-from gpumem_tui.probed_state import ProbedProcesses
-from gpumem_tui.process_estimate import ProcessEstimates
+from gpumem_tui.remote.exporter_text import MetricsApp, TextEncoder
+from gpumem_tui.telemetry.probed_state import ProbedProcesses
+from gpumem_tui.analysis.process_estimate import ProcessEstimates
 from gpumem_tui.telemetry.model import PhaseMark, Snapshot
 
 PROG = "gpumem-tui exporter"
@@ -193,7 +193,7 @@ def metric_families(state: ExporterState) -> Iterator[object]:
 
 
 def exposition(state: ExporterState) -> bytes:
-    """The ``/metrics`` body for ``state`` now (text format 0.0.4, as :class:`~gpumem_tui.exporter_text.MetricsApp` serves it)."""
+    """The ``/metrics`` body for ``state`` now (text format 0.0.4, as :class:`~gpumem_tui.remote.exporter_text.MetricsApp` serves it)."""
     return TextEncoder().encode(metric_families(state))
 
 

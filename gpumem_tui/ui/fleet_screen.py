@@ -1,13 +1,13 @@
 """The interactive fleet screen (``gpumem-tui fleet --prometheus URL`` without ``--once``).
 
 :class:`FleetPoller` is the headless part: it refreshes the host rows of
-:func:`gpumem_tui.fleet.read_fleet`, keeps the last good rows when Prometheus is down, slow or
+:func:`gpumem_tui.remote.fleet.read_fleet`, keeps the last good rows when Prometheus is down, slow or
 answers an error (``notice`` says what happened) and backs off exponentially; a host seen
 before that is missing from a fresh read is kept as a down row with the time it was last seen.
 ``history`` reads one host's per-GPU memory with ``query_range``. :class:`FleetApp` only draws.
 
 Everything from Prometheus is drawn as ``rich.text.Text`` of
-:func:`gpumem_tui.text.printable` text: literal, never markup, never terminal control.
+:func:`gpumem_tui.support.text.printable` text: literal, never markup, never terminal control.
 
 Keys: ``s`` next sort column, ``/`` filter (substring of host or biggest command; ``esc``
 clears and hides it), ``enter`` a host's GPUs, probed jobs and memory history, ``r`` refresh
@@ -30,7 +30,7 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Input, Static
 
-from gpumem_tui.fleet import (
+from gpumem_tui.remote.fleet import (
     HostRow,
     PrometheusClient,
     PrometheusError,
@@ -38,10 +38,10 @@ from gpumem_tui.fleet import (
     down_notice,
     read_fleet,
 )
-from gpumem_tui.text import json_safe, printable
+from gpumem_tui.support.text import json_safe, printable
 from gpumem_tui.ui.app_common import ThemedAppMixin
 from gpumem_tui.ui.themes import DEFAULT_THEME, ThemeSet, load_themes
-from gpumem_tui.units import MiB, format_bytes
+from gpumem_tui.support.units import MiB, format_bytes
 
 
 @dataclass

@@ -10,7 +10,7 @@ Never from the working directory: a ``./gpumem-tui.toml`` planted by another use
 shared directory could turn read-only off and put a signal on ``q`` (issue 13, item 16);
 such a file is named in a notice and not read. A config file (or its directory) that
 another user owns or can write is not read either (a notice says which and why; for
-``--config`` it is an error), and a file over :data:`gpumem_tui.safe_files.TOML_LIMIT` or
+``--config`` it is an error), and a file over :data:`gpumem_tui.support.safe_files.TOML_LIMIT` or
 not a regular file is refused.
 
 File shape (every key optional)::
@@ -23,7 +23,7 @@ File shape (every key optional)::
                                 # working directory)
     [keys]                  # binding id -> key(s), e.g. sort_next = "s"
     quit = "q"
-    [[alerts]]              # alert rules: see gpumem_tui.alert_rules
+    [[alerts]]              # alert rules: see gpumem_tui.alerts.rules
     rule = "memory_above"
     percent = 90
 
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # read only when a config has [[alerts]]: the dashboard's start-up skips it
-    from gpumem_tui.alert_rules import AlertRule
+    from gpumem_tui.alerts.rules import AlertRule
 
 APP_NAME = "gpumem-tui"
 CONFIG_DIR_ENV = "GPUMEM_TUI_CONFIG_DIR"
@@ -61,7 +61,7 @@ class Config:
     chart_window: float = 300.0
     screenshot_dir: str | None = None  # None: the working directory
     keymap: tuple[tuple[str, str], ...] = ()
-    alerts: tuple[AlertRule, ...] = ()  # the [[alerts]] rules (gpumem_tui.alert_rules)
+    alerts: tuple[AlertRule, ...] = ()  # the [[alerts]] rules (gpumem_tui.alerts.rules)
     path: Path | None = None  # the file these settings came from, if any
     notices: tuple[str, ...] = field(default=())  # problems found, "path:line: message"
 
@@ -80,7 +80,7 @@ def unsafe_reason(path: Path, st: os.stat_result | None = None) -> str | None:
     """
     import stat
 
-    from gpumem_tui.safe_files import group_is_private
+    from gpumem_tui.support.safe_files import group_is_private
 
     me = os.geteuid()
     for what, target in (("file", path), ("directory", path.parent)):
@@ -109,7 +109,7 @@ def _read(path: Path) -> str:
         OSError (FileRefused): missing, unreadable, not a regular file, too large.
         UnicodeDecodeError: not UTF-8.
     """
-    from gpumem_tui.safe_files import TOML_LIMIT, FileRefused, format_limit, open_regular_binary
+    from gpumem_tui.support.safe_files import TOML_LIMIT, FileRefused, format_limit, open_regular_binary
 
     with open_regular_binary(path) as handle:
         reason = unsafe_reason(path, os.fstat(handle.fileno()))
@@ -258,7 +258,7 @@ def parse_config(text: str, path: Path | None = None) -> Config:
                     pairs.append((str(binding_id), keys.strip()))
             config = replace(config, keymap=tuple(pairs))
         elif key == "alerts":
-            from gpumem_tui.alert_rules import parse_alerts
+            from gpumem_tui.alerts.rules import parse_alerts
 
             rules, problems = parse_alerts(value, text, path)
             config = replace(config, alerts=rules)

@@ -1,7 +1,7 @@
 """Who may drive ``gpumem-tui serve``: the Host names it answers to, the same-origin rule, the
 start token, and the terminal sizes a browser may ask for.
 
-Pure functions and small value classes; :mod:`gpumem_tui.serve_server` applies them to aiohttp
+Pure functions and small value classes; :mod:`gpumem_tui.remote.serve_server` applies them to aiohttp
 requests. Everything here reads values that come from the browser (headers, query strings,
 websocket messages): they are parsed strictly and anything unexpected is refused, not repaired.
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from yarl import URL
 
-from gpumem_tui.own_host import LOOPBACK_NAMES, host_names, interface_addresses
+from gpumem_tui.remote.own_host import LOOPBACK_NAMES, host_names, interface_addresses
 
 #: Bytes of randomness in the start token (``secrets.token_urlsafe``: 43 URL-safe characters).
 TOKEN_BYTES = 32

@@ -1,12 +1,12 @@
 """Time to out-of-memory of a probed job, from its per-step peaks.
 
-Headless: pure Python over :class:`~gpumem_tui.step_peaks.StepPeak` values (no Textual, no
+Headless: pure Python over :class:`~gpumem_tui.telemetry.step_peaks.StepPeak` values (no Textual, no
 torch). ``compare`` (``--limit``), the dashboard's process row and comparison pane, and the
 exporter (``gpumem_process_seconds_to_oom``) all call :func:`forecast`, so they agree.
 
 The rule, bytes and seconds throughout:
 
-- **bytes per step**: the drift fit of :func:`gpumem_tui.step_peaks.step_drift_fit` (least
+- **bytes per step**: the drift fit of :func:`gpumem_tui.telemetry.step_peaks.step_drift_fit` (least
   squares over the last steps, R² >= 0.8, of the per-step peak, else of the memory left after
   each step); none when that fit finds no steady rise, with its reason;
 - **seconds per step**: ``(end of the last fitted step - end of the first) / (their step
@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpumem_tui import units
-from gpumem_tui.step_peaks import Drift, StepPeak, step_drift_fit
+from gpumem_tui.support import units
+from gpumem_tui.telemetry.step_peaks import Drift, StepPeak, step_drift_fit
 from gpumem_tui.telemetry.model import Snapshot
 
 #: Steps whose highest peak is the latest peak (the last step may be half done).
@@ -115,7 +115,7 @@ class Forecast:
 
 
 def format_duration(seconds: float) -> str:
-    """An approximate duration: ``~`` and :func:`gpumem_tui.units.format_duration`
+    """An approximate duration: ``~`` and :func:`gpumem_tui.support.units.format_duration`
     (``"~45 s"``, ``"~25 min"``, ``"~5.2 h"``, ``"~3.0 d"``)."""
     return "~" + units.format_duration(seconds)
 
@@ -161,7 +161,7 @@ def live_limit(free_bytes: int | None, own_used_bytes: int | None, own_context_b
     """What a live CUDA job's torch allocated may reach on its GPU: ``NVML free + its own NVML
     used - its CUDA context`` (NVML's device "free" and per-process "used",
     nvmlDeviceGetMemoryInfo / nvmlDeviceGetComputeRunningProcesses; the context as
-    :class:`~gpumem_tui.measured_context.ContextMeter` measured it, 0 when not measured). The
+    :class:`~gpumem_tui.telemetry.measured_context.ContextMeter` measured it, 0 when not measured). The
     allocator's cached free blocks count as room (they serve new tensors); fragmentation is
     not modelled, so this is an upper figure. None when a figure is missing or the result is
     not positive."""

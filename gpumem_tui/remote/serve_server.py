@@ -7,7 +7,7 @@ Two small subclasses of textual-serve 1.1 (https://github.com/Textualize/textual
   in the dashboard's input pipe, and ends the whole group within :data:`END_WITHIN_S` seconds
   of the socket closing (quit, then SIGTERM, then SIGKILL).
 * :class:`GuardedServer` (of ``server.Server``): checks Host, Origin and the start token on
-  every request (:mod:`gpumem_tui.serve_access`), caps concurrent sessions, points the page
+  every request (:mod:`gpumem_tui.remote.serve_access`), caps concurrent sessions, points the page
   at the address the browser used, and ends every dashboard when serve stops.
 
 What is overridden, and why, is listed at each method with the textual-serve function it
@@ -29,7 +29,7 @@ from aiohttp import WSCloseCode, web
 from textual_serve.app_service import AppService
 from textual_serve.server import Server
 
-from gpumem_tui.serve_access import HostRule, origin_matches, parse_host, terminal_size, token_matches
+from gpumem_tui.remote.serve_access import HostRule, origin_matches, parse_host, terminal_size, token_matches
 
 log = logging.getLogger("gpumem-tui.serve")
 
@@ -184,7 +184,7 @@ _PAGE_HEADERS = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-an
 class GuardedServer(Server):
     """A textual-serve ``Server`` for ``dashboard_argv`` that only its token holder can use.
 
-    ``hosts``: the Host values accepted (:class:`~gpumem_tui.serve_access.HostRule`);
+    ``hosts``: the Host values accepted (:class:`~gpumem_tui.remote.serve_access.HostRule`);
     ``token``: the start token; ``max_sessions``: dashboards running at once (>= 1).
     ``live_groups`` holds the process groups of dashboards not yet ended, for a last sweep
     (:meth:`kill_leftovers`) after the event loop has stopped.

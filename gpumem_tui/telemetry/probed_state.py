@@ -4,8 +4,8 @@ Headless (no Textual, no torch). DESIGN.md rule 4: ``gpumem-tui compare`` and th
 dashboard's comparison pane read the same per-process value, a :class:`ProbedSummary`, so
 they cannot disagree. A :class:`ProbedProcesses` takes the records of a trace (or the live
 polls) one at a time, in order, and keeps per probed PID: its last ProbeInfo, a
-:class:`~gpumem_tui.measured_record.MeasuredFold` of its samples, marks and high-water
-marks, its NVML peak, and its CUDA context (:class:`~gpumem_tui.measured_context.ContextMeter`).
+:class:`~gpumem_tui.telemetry.measured_record.MeasuredFold` of its samples, marks and high-water
+marks, its NVML peak, and its CUDA context (:class:`~gpumem_tui.telemetry.measured_context.ContextMeter`).
 
 It depends only on the records fed, never on when or how often they were looked at: fed the
 records of a trace up to a position, it equals ``compare`` of that trace cut there. A
@@ -22,8 +22,8 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from gpumem_tui.measured_context import ContextMeter
-from gpumem_tui.measured_record import MeasuredFold, MeasuredRecord
+from gpumem_tui.telemetry.measured_context import ContextMeter
+from gpumem_tui.telemetry.measured_record import MeasuredFold, MeasuredRecord
 from gpumem_tui.telemetry.model import ProbeInfo, Snapshot
 
 #: Probed processes kept (the dashboard keeps as many probed PIDs' marks).
