@@ -44,18 +44,6 @@ def _write(path, records) -> None:
     path.write_text(HEADER + "\n" + "".join(json.dumps(r) + "\n" for r in records))
 
 
-@pytest.fixture(autouse=True)
-def _only_this_tests_objects():
-    """Speed only: freeze what the suite built before this test (gc.freeze moves it to the
-    permanent generation), so _live_snapshots' gc.collect and gc.get_objects walk just the
-    objects this test made. The counts are of this test's Snapshots either way (each is taken
-    against a baseline inside the test); in a full run the heap walk took over a minute."""
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
-
-
 def _live_snapshots() -> int:
     gc.collect()
     return sum(1 for obj in gc.get_objects() if isinstance(obj, Snapshot))
