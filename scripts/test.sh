@@ -22,8 +22,8 @@ apt_install_missing promtool prometheus "the alert rules test needs it (Debian's
 apt_install_missing chromium chromium "the browser test of gpumem-tui serve needs it"
 # -n: the tests run on several worker processes. Much of the suite's time is child processes
 # starting and answering, so more workers than cores pays: 3 on 2 cores (full suite 518 s at
-# load ~4 vs 1677 s serial at load ~7; each worker also collects the whole suite, ~20 s of CPU,
-# so 4 did not pay here). GPUMEM_TEST_WORKERS=0 runs it in one process. --dist loadgroup: tests
+# load ~4 vs 1677 s serial at load ~7; -n 4 took 908 s but at load ~8, so no fair comparison;
+# each worker also collects the whole suite, ~20 s of CPU, which argues against many more). GPUMEM_TEST_WORKERS=0 runs it in one process. --dist loadgroup: tests
 # sharing a module-scoped fixture (a Prometheus server, a loaded model) stay on one worker, so it
 # is built once (tests/conftest.py marks them). -rs: every skip is listed with its reason.
 .venv/bin/python -m pytest -q -p no:cacheprovider -rs -n "${GPUMEM_TEST_WORKERS:-3}" --dist loadgroup "$@"
