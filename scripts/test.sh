@@ -20,7 +20,13 @@ apt_install_missing() {  # COMMAND PACKAGE WHY
 apt_install_missing prometheus prometheus "the fleet tests need it"
 apt_install_missing promtool prometheus "the alert rules test needs it (Debian's prometheus package ships it)"
 apt_install_missing chromium chromium "the browser test of gpumem-tui serve needs it"
-.venv/bin/python -m pytest -q -p no:cacheprovider -rs "$@"  # -rs: every skip is listed with its reason
+# -n: the tests run on several worker processes. Much of the suite's time is child processes
+# starting and answering, so more workers than cores pays: 3 on 2 cores (full suite 518 s at
+# load ~4 vs 1677 s serial at load ~7; -n 4 took 908 s but at load ~8, so no fair comparison;
+# each worker also collects the whole suite, ~20 s of CPU, which argues against many more). GPUMEM_TEST_WORKERS=0 runs it in one process. --dist loadgroup: tests
+# sharing a module-scoped fixture (a Prometheus server, a loaded model) stay on one worker, so it
+# is built once (tests/conftest.py marks them). -rs: every skip is listed with its reason.
+.venv/bin/python -m pytest -q -p no:cacheprovider -rs -n "${GPUMEM_TEST_WORKERS:-3}" --dist loadgroup "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi
 exit "$rc"

@@ -91,3 +91,23 @@ def shared_gpu_dir() -> Path:
 def h100_trace() -> Path:
     """``../shared/validation/gpu/trace_h100.jsonl``; the test fails if it is missing."""
     return require(H100_TRACE)
+
+
+# --- test-suite speed (w-tspeed): running under pytest-xdist -----------------------------------
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks (--dist loadgroup)
+def pytest_collection_modifyitems(config, items):
+    """Keep the tests of a module that share a module- or class-scoped fixture on one xdist
+    worker: under ``--dist loadgroup`` (scripts/test.sh) each group runs on a single worker, so
+    an expensive shared fixture (a Prometheus server with its exporters, a model measured once)
+    is built once, not once per worker that happens to get one of its tests. Tests without such a
+    fixture are spread one by one. Harmless without xdist (the mark is only read by it)."""
+    for item in items:
+        fixture_defs = getattr(item, "_fixtureinfo", None)
+        if fixture_defs is None:
+            continue
+        shared = any(defs[-1].scope in ("module", "class", "package")
+                     for defs in fixture_defs.name2fixturedefs.values() if defs)
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

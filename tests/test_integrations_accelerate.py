@@ -7,7 +7,6 @@ import time
 import types
 import warnings
 
-import peft
 import torch
 
 from integration_jobs import BATCH, SEQ, tiny_gpt2
@@ -64,6 +63,8 @@ def test_attach_with_an_object_it_cannot_read_warns_once(tmp_path):
 
 
 def test_lora_model_publishes_task_rank_and_targets():
+    import peft  # here, not at the top: importing it costs every xdist worker seconds at collection
+
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,

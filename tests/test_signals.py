@@ -43,7 +43,7 @@ def test_other_signals_refused(spawn):
     assert child.poll() is None
 
 
-@pytest.mark.parametrize("pid", [0, -1, 1, os.getpid()])
+@pytest.mark.parametrize("pid", [0, -1, 1, os.getpid()], ids=["zero", "negative", "init", "own-pid"])  # ids: xdist workers must collect the same names
 def test_bad_targets_refused(pid):
     expected = signals.BAD_TARGET.format(pid=pid)
     assert check_signal(pid, 0.0, signal.SIGTERM) == expected
