@@ -17,7 +17,9 @@ def _ct(pid: int) -> float:
     return psutil.Process(pid).create_time()
 
 
-def _wait_exit(proc, timeout=5.0) -> int:
+def _wait_exit(proc, timeout=60.0) -> int:
+    # a bound against a hang, not a speed check: under xdist on a loaded 2-core machine a Python
+    # child can take seconds to get through start-up and act on the signal
     return proc.wait(timeout=timeout)
 
 
