@@ -1,5 +1,7 @@
-"""One transformer layer's forward and backward as allocations, for the step replay of
-:mod:`.cuda_step_events` (its module doc gives the loop, the sources and what is not known).
+"""One transformer layer's forward and backward as allocations (:class:`LayerEvents`), with
+what they allocate through and from -- the run's allocator (:class:`Run`) and the spec's shapes
+(:class:`StepShapes`) -- for the step replay of :mod:`.cuda_step_events` (its module doc gives
+the loop, the sources and what is not known).
 
 The tensor-level order per op follows the ``transformers`` modules (Llama / GPT-2 / BERT
 layers) and autograd: a node runs backward when its output gradient is complete, allocates its
@@ -11,18 +13,88 @@ saved tensors and the output gradient are released (``torch/csrc/autograd/engine
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from gpumem_tui.estimator.architecture import ModelArchitecture
+from gpumem_tui.estimator.devices.cuda_allocator_sim import Block, CachingAllocator
+from gpumem_tui.estimator.spec import TrainingSpec
 
-from gpumem_tui.estimator.devices.cuda_allocator_sim import Block
 
-if TYPE_CHECKING:  # the run's allocator and the spec's shapes (cuda_step_events imports this module)
-    from gpumem_tui.estimator.devices.cuda_step_events import _Run, _Step
+class Run:
+    """The allocator of one simulated run: ``a(nbytes)`` allocates (an int; returns the block
+    as the tensor's handle), ``f(*handles)`` frees them in order (``None`` skipped). Handles of
+    freed tensors must not be used again: the allocator reuses the block objects."""
+
+    def __init__(self) -> None:
+        self.alloc = CachingAllocator()
+        self.a = self.alloc.take
+        self.f = self.alloc.release_all
+
+
+class StepShapes:
+    """Shapes and element sizes of one spec (bytes per element: e compute, p param, g grad,
+    st state)."""
+
+    def __init__(self, arch: ModelArchitecture, spec: TrainingSpec) -> None:
+        from gpumem_tui.estimator import components as C
+        from gpumem_tui.estimator.components import kernels, lora
+
+        self.C = C
+        self.arch, self.spec = arch, spec
+        prec = C.precision(spec)
+        self.prec = prec
+        self.e, self.p, self.g, self.st = prec.compute, prec.param, prec.grad, prec.state
+        self.b, self.s = spec.batch, spec.seq
+        self.bs = self.b * self.s
+        self.h, self.f = arch.hidden_size, arch.intermediate_size
+        self.q, self.kv = arch.q_dim, arch.kv_dim
+        self.a = arch.num_heads
+        self.V = arch.vocab_size
+        self.lora = spec.task == "lora"
+        self.train = spec.task != "inference"
+        self.targets = {lin.role for lin in lora.lora_targets(arch, spec)} if self.lora else set()
+        self.ab = lora.adapter_bytes(spec, self.p)
+        self.fused = kernels.fused_sdpa(arch, spec)
+        # the layer's saved bytes of the analytic estimate (the remainder tensor tops them up)
+        self.layer_saved = C.layer_activations(arch, spec, self.b, self.s).total if self.train else 0
+        self.linears = arch.layer_linears()
+        self.peft32 = lora.peft_fp32(spec)
+
+    def saves_input(self, role: str) -> bool:
+        """Whether the Linear of ``role`` saves its (compute-dtype) input: every trained one;
+        with LoRA only adapted ones, and none with peft's fp32 adapters (the adapter saves its
+        own fp32 copy; :func:`~gpumem_tui.estimator.components.layer_activations`)."""
+        return not self.lora or (role in self.targets and not self.peft32)
+
+    # ----- model tensors ----------------------------------------------------------------
+    def parameter_tensors(self) -> tuple[list[int], list[list[int]], list[int], list[int]]:
+        """(embedding tensors, per-layer tensors, final/head tensors, trainable sizes in
+        elements in autograd order of their gradients' first use)."""
+        arch, h = self.arch, self.h
+        norm = [h, h] if arch.norm == "layernorm" else [h]
+        emb = [self.V * arch.embed_width]
+        if arch.learned_positions:
+            emb.append(arch.learned_positions * h)
+        if arch.type_vocab_size:
+            emb.append(arch.type_vocab_size * h)
+        if arch.family.embedding_norm:
+            emb += norm
+        layer: list[int] = []
+        for lin in self.linears:
+            layer.append(lin.count * lin.d_in * lin.d_out)
+            if lin.bias:
+                layer.append(lin.count * lin.d_out)
+        layer += norm * arch.norms_per_layer
+        tail = list(norm) if arch.final_norm else []
+        if arch.head == "lm" and not arch.tie_word_embeddings:
+            tail.append(self.V * arch.embed_width)
+        elif arch.head == "mlm":
+            tail += [h * h, h, h, h, self.V]
+        return emb, [layer] * arch.num_layers, tail, layer
 
 
 class LayerEvents:
     """One transformer layer's forward and backward as allocations (see the module doc)."""
 
-    def __init__(self, run: _Run, st: _Step) -> None:
+    def __init__(self, run: Run, st: StepShapes) -> None:
         self.run, self.st = run, st
         # torch autocast's 16-bit casts of the fp32 Linear weights, made at their first use in
         # the forward (``cached_cast``, aten/src/ATen/autocast_mode.cpp: leaf weights that

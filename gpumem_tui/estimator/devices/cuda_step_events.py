@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from gpumem_tui.estimator.architecture import ModelArchitecture
-from gpumem_tui.estimator.devices.cuda_allocator_sim import Block, CachingAllocator
+from gpumem_tui.estimator.devices.cuda_allocator_sim import Block
 from gpumem_tui.estimator.devices.cuda_kernels import library_workspace_bytes
-from gpumem_tui.estimator.devices.cuda_layer_events import LayerEvents
+from gpumem_tui.estimator.devices.cuda_layer_events import LayerEvents, Run, StepShapes
 from gpumem_tui.estimator.recipes import rules as R
 from gpumem_tui.estimator.spec import TrainingSpec
 
@@ -76,80 +76,7 @@ def supported(arch: ModelArchitecture, spec: TrainingSpec) -> bool:
             and R.follows_measured_order(spec))
 
 
-class _Run:
-    """The allocator of one simulated run: ``a(nbytes)`` allocates (an int; returns the block
-    as the tensor's handle), ``f(*handles)`` frees them in order (``None`` skipped). Handles of
-    freed tensors must not be used again: the allocator reuses the block objects."""
-
-    def __init__(self) -> None:
-        self.alloc = CachingAllocator()
-        self.a = self.alloc.take
-        self.f = self.alloc.release_all
-
-
-class _Step:
-    """Shapes and element sizes of one spec (bytes per element: e compute, p param, g grad,
-    st state)."""
-
-    def __init__(self, arch: ModelArchitecture, spec: TrainingSpec) -> None:
-        from gpumem_tui.estimator import components as C
-        from gpumem_tui.estimator.components import kernels, lora
-
-        self.C = C
-        self.arch, self.spec = arch, spec
-        prec = C.precision(spec)
-        self.prec = prec
-        self.e, self.p, self.g, self.st = prec.compute, prec.param, prec.grad, prec.state
-        self.b, self.s = spec.batch, spec.seq
-        self.bs = self.b * self.s
-        self.h, self.f = arch.hidden_size, arch.intermediate_size
-        self.q, self.kv = arch.q_dim, arch.kv_dim
-        self.a = arch.num_heads
-        self.V = arch.vocab_size
-        self.lora = spec.task == "lora"
-        self.train = spec.task != "inference"
-        self.targets = {lin.role for lin in lora.lora_targets(arch, spec)} if self.lora else set()
-        self.ab = lora.adapter_bytes(spec, self.p)
-        self.fused = kernels.fused_sdpa(arch, spec)
-        # the layer's saved bytes of the analytic estimate (the remainder tensor tops them up)
-        self.layer_saved = C.layer_activations(arch, spec, self.b, self.s).total if self.train else 0
-        self.linears = arch.layer_linears()
-        self.peft32 = lora.peft_fp32(spec)
-
-    def saves_input(self, role: str) -> bool:
-        """Whether the Linear of ``role`` saves its (compute-dtype) input: every trained one;
-        with LoRA only adapted ones, and none with peft's fp32 adapters (the adapter saves its
-        own fp32 copy; :func:`~gpumem_tui.estimator.components.layer_activations`)."""
-        return not self.lora or (role in self.targets and not self.peft32)
-
-    # ----- model tensors ----------------------------------------------------------------
-    def parameter_tensors(self) -> tuple[list[int], list[list[int]], list[int], list[int]]:
-        """(embedding tensors, per-layer tensors, final/head tensors, trainable sizes in
-        elements in autograd order of their gradients' first use)."""
-        arch, h = self.arch, self.h
-        norm = [h, h] if arch.norm == "layernorm" else [h]
-        emb = [self.V * arch.embed_width]
-        if arch.learned_positions:
-            emb.append(arch.learned_positions * h)
-        if arch.type_vocab_size:
-            emb.append(arch.type_vocab_size * h)
-        if arch.family.embedding_norm:
-            emb += norm
-        layer: list[int] = []
-        for lin in self.linears:
-            layer.append(lin.count * lin.d_in * lin.d_out)
-            if lin.bias:
-                layer.append(lin.count * lin.d_out)
-        layer += norm * arch.norms_per_layer
-        tail = list(norm) if arch.final_norm else []
-        if arch.head == "lm" and not arch.tie_word_embeddings:
-            tail.append(self.V * arch.embed_width)
-        elif arch.head == "mlm":
-            tail += [h * h, h, h, h, self.V]
-        return emb, [layer] * arch.num_layers, tail, layer
-
-
-def _build_model(run: _Run, st: _Step) -> tuple[list[Block], list[tuple[int, int]]]:
+def _build_model(run: Run, st: StepShapes) -> tuple[list[Block], list[tuple[int, int]]]:
     """Allocate the parameters (and peft's adapters); returns the parameter handles and the
     trainable tensors as (elements, grad-order index)."""
     emb, layers, tail, _ = st.parameter_tensors()
@@ -160,7 +87,7 @@ def _build_model(run: _Run, st: _Step) -> tuple[list[Block], list[tuple[int, int
     return keys, []
 
 
-def _adapters(st: _Step) -> list[int]:
+def _adapters(st: StepShapes) -> list[int]:
     """Adapter tensors of one layer (elements): lora_A (r, d_in) and lora_B (d_out, r)."""
     r = st.spec.lora_rank or 0
     out = []
@@ -176,8 +103,8 @@ class _Training:
     across steps: the optimizer states (made in the first step) and the cuBLAS workspaces
     of the forward and the autograd threads (made at their first matmul)."""
 
-    def __init__(self, st: _Step) -> None:
-        self.run = run = _Run()
+    def __init__(self, st: StepShapes) -> None:
+        self.run = run = Run()
         self.st = st
         arch, spec = st.arch, st.spec
         _build_model(run, st)
@@ -351,7 +278,7 @@ class _Training:
         run.f(*grads)  # zero_grad(set_to_none=True)
 
 
-def _train(st: _Step) -> SimResult:
+def _train(st: StepShapes) -> SimResult:
     """Simulate the training run of ``st`` (:class:`_Training`: the model, then
     :data:`TRAIN_STEPS` steps); returns the peaks of allocated and reserved bytes."""
     training = _Training(st)
@@ -360,7 +287,7 @@ def _train(st: _Step) -> SimResult:
     return SimResult(training.run.alloc.peak_allocated, training.run.alloc.reserved)
 
 
-def _all_param_sizes(st: _Step) -> list[int]:
+def _all_param_sizes(st: StepShapes) -> list[int]:
     emb, layers, tail, _ = st.parameter_tensors()
     out = list(emb)
     for layer in layers:
@@ -368,8 +295,8 @@ def _all_param_sizes(st: _Step) -> list[int]:
     return out + tail
 
 
-def _infer(st: _Step) -> SimResult:
-    run = _Run()
+def _infer(st: StepShapes) -> SimResult:
+    run = Run()
     arch, spec = st.arch, st.spec
     _build_model(run, st)
     e, bs, h, V, b = st.e, st.bs, st.h, st.V, st.b
@@ -437,7 +364,7 @@ def simulate(arch: ModelArchitecture, spec: TrainingSpec) -> SimResult | None:
     """
     if not supported(arch, spec):
         return None
-    st = _Step(arch, spec)
+    st = StepShapes(arch, spec)
     return _infer(st) if spec.task == "inference" else _train(st)
 
 
