@@ -66,7 +66,7 @@ def test_simulated_allocated_peak_follows_the_analytic_one() -> None:
         assert abs(sim.peak_allocated - est.allocated_peak_bytes) <= 0.03 * est.allocated_peak_bytes, name
 
 
-@needs_shared
+@needs_gpu_dir
 @pytest.mark.parametrize("name", ["dev-pythia410m-fp32-b4-s512-sdpa", "dev-gpt2-fp32-b4-s512-sdpa",
                                   "dev-gpt2-nodrop-fp32-b4-s1024-sdpa"])
 def test_fused_qkv_layers_save_what_the_analytic_rule_saves(name: str) -> None:

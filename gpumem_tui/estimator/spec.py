@@ -156,7 +156,25 @@ class TrainingSpec:
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
+        """Validate the fields in the order the checks below run (the first failure raises
+        :class:`SpecError`); record the warnings, and PEFT's default rank for a LoRA task
+        given none."""
         warnings: list[str] = []
+        self._check_values()
+        self._check_inference_options()
+        self._check_flags_and_degrees()
+        self._check_precision_and_device(warnings)
+        self._check_lora(warnings)
+        self._check_quant()
+        self._check_task_fields()
+        if self.kv_dtype is not None:
+            _choice("kv_dtype", self.kv_dtype, KV_DTYPES)
+        if self.pp > 1 and self.zero >= 2:
+            warnings.append("ZeRO-2/3 with pipeline parallelism is unusual (DeepSpeed forbids it)")
+        object.__setattr__(self, "warnings", tuple(warnings))
+
+    def _check_values(self) -> None:
+        """Each field on its own: a known name, an integer in range."""
         _choice("task", self.task, TASKS)
         _positive("batch", self.batch, _MAX_BATCH)
         _positive("seq", self.seq, _MAX_SEQ)
@@ -177,12 +195,18 @@ class TrainingSpec:
                 isinstance(self.measured_context, bool) or not isinstance(self.measured_context, int)
                 or not 0 <= self.measured_context <= 1 << 36):
             raise SpecError("measured_context", f"measured CUDA context must be 0..64 GiB in bytes, got {self.measured_context!r}")
+
+    def _check_inference_options(self) -> None:
+        """``new_tokens`` and ``logits`` belong to inference, and exclude each other."""
         if self.task != "inference" and self.new_tokens:
             raise SpecError("new_tokens", f"--new-tokens applies to inference only (task is {self.task})")
         if self.task != "inference" and self.logits != "last":
             raise SpecError("logits", f"--logits all applies to inference only (task is {self.task}; training keeps every position's logits anyway)")
         if self.new_tokens and self.logits == "all":
             raise SpecError("logits", "--logits all is a plain forward; generate() (--new-tokens) keeps the last position's logits only")
+
+    def _check_flags_and_degrees(self) -> None:
+        """The true/false flags, the ZeRO stage and the dp / tp / pp degrees."""
         if not isinstance(self.keep_grads, bool):
             raise SpecError("keep_grads", "keep_grads must be true or false")
         if not isinstance(self.keep_outputs, bool):
@@ -193,6 +217,11 @@ class TrainingSpec:
             raise SpecError("zero", f"--zero must be 0, 1, 2 or 3, got {self.zero!r}")
         for name in ("dp", "tp", "pp"):
             _positive(name, getattr(self, name), 1 << 16)
+
+    def _check_precision_and_device(self, warnings: list[str]) -> None:
+        """Mixed precision needs a 16-bit compute dtype; ZeRO over one device; what the
+        non-CUDA devices cannot run (FlashAttention, tp / pp) or run unusually (fp16
+        training). Warnings are appended to ``warnings``."""
         if self.mixed_precision and self.dtype == "fp32":
             raise SpecError("mixed_precision", "--mixed-precision needs a 16-bit compute --dtype (bf16 or fp16)")
         if self.zero and self.dp == 1:
@@ -203,6 +232,10 @@ class TrainingSpec:
             raise SpecError("device", "--tp/--pp need --device cuda in this estimator")
         if self.device != "cuda" and self.dtype == "fp16" and self.task != "inference":
             warnings.append("fp16 training on CPU is unusual; the CPU profile is modelled as for bf16")
+
+    def _check_lora(self, warnings: list[str]) -> None:
+        """``lora_rank`` only with a LoRA task, which defaults it to PEFT's ``r = 8`` (a
+        warning appended to ``warnings``); ``lora_targets`` a non-empty tuple of roles."""
         lora_task = self.task in ("lora", "qlora")
         if self.lora_rank is not None:
             if not lora_task:
@@ -215,7 +248,10 @@ class TrainingSpec:
             t not in LORA_ROLES for t in self.lora_targets
         ):
             raise SpecError("lora_targets", f"lora_targets must be a non-empty tuple of {','.join(LORA_ROLES)}")
-        self._check_quant()
+
+    def _check_task_fields(self) -> None:
+        """Training-only fields refused for inference; inference-only ones (KV dtype,
+        quantization outside QLoRA or LoRA over int8) refused for training."""
         if self.task == "inference":
             if self.grad_ckpt != "none":
                 raise SpecError("grad_ckpt", "--grad-ckpt applies to training only (task is inference)")
@@ -232,11 +268,6 @@ class TrainingSpec:
                 raise SpecError("kv_dtype", f"--kv-dtype applies to inference only (task is {self.task})")
             if self.quant != "none" and self.task != "qlora" and not (self.task == "lora" and self.quant == "int8"):
                 raise SpecError("quant", f"--quant applies to inference, QLoRA or LoRA over int8, not task {self.task}")
-        if self.kv_dtype is not None:
-            _choice("kv_dtype", self.kv_dtype, KV_DTYPES)
-        if self.pp > 1 and self.zero >= 2:
-            warnings.append("ZeRO-2/3 with pipeline parallelism is unusual (DeepSpeed forbids it)")
-        object.__setattr__(self, "warnings", tuple(warnings))
 
     def _check_quant(self) -> None:
         """QLoRA's dtype and base format; a quantization format that matches ``quant``."""

@@ -13,15 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gpumem_tui.probe.distributed import local_optimizer, unwrap
-from gpumem_tui.probe.job_setup import detected_setup
-from gpumem_tui.probe.job_setup import hf_config as hf_config_of
+from gpumem_tui.probe.info_record import info_record
 from gpumem_tui.probe.peak_split import PeakSplit, output_and_loss_bytes, output_tensors
 from gpumem_tui.probe.recipe_state import use_cache_of_call
 from gpumem_tui.probe.writer import StreamWriter
-from gpumem_tui.telemetry.serialize import jsonable
 from gpumem_tui.telemetry.model import Phase
-from gpumem_tui.telemetry.probe_source import PROBE_FORMAT, PROBE_VERSION, default_probe_dir
+from gpumem_tui.telemetry.probe_source import default_probe_dir
 
 _PHASE_NAMES = {p.value for p in Phase}
 # Tracker tag -> category: storages made in forward are activations; any other storage that
@@ -43,14 +40,44 @@ class ProbeError(RuntimeError):
     """The probe cannot attach (no torch, a probe already attached, a bad argument)."""
 
 
-def _dtype_name(dtype: Any) -> str | None:
-    if dtype is None:
-        return None
-    return str(dtype).removeprefix("torch.")
-
-
 def _tensor_bytes(tensor: Any) -> int:
     return int(tensor.numel()) * int(tensor.element_size())
+
+
+def _checked_torch(model: Any, optimizer: Any, interval: float, min_step_interval: float,
+                   batch: int | None, seq: int | None) -> Any:
+    """The ``torch`` module, once :class:`Probe`'s arguments are checked.
+
+    Raises:
+        ProbeError: no torch; ``model`` not a ``torch.nn.Module``; ``optimizer`` neither
+            ``None`` nor a ``torch.optim.Optimizer``; ``interval`` <= 0 or
+            ``min_step_interval`` < 0; ``batch`` / ``seq`` neither ``None`` nor a positive int.
+    """
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - torch is present where a model is
+        raise ProbeError("gpumem_tui.probe needs torch (pip install 'gpumem-tui[torch]')") from exc
+    if not isinstance(model, torch.nn.Module):
+        raise ProbeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise ProbeError(f"optimizer must be a torch.optim.Optimizer, not {type(optimizer).__name__}")
+    if interval <= 0 or min_step_interval < 0:
+        raise ProbeError("interval must be > 0 and min_step_interval >= 0 (seconds)")
+    for name, value in (("batch", batch), ("seq", seq)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ProbeError(f"{name} must be a positive integer or None, got {value!r}")
+    return torch
+
+
+def _measured_device(torch: Any, params: list[Any], device: Any) -> Any:
+    """The ``torch.device`` measured: ``device`` if given, else the first parameter's (CPU
+    without parameters); a CUDA device without an index gets the current one."""
+    if device is None:
+        device = params[0].device if params else torch.device("cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 class Probe:
@@ -90,30 +117,40 @@ class Probe:
         reset_peak_stats: bool = True,
         step_start_hook: bool = True,
     ) -> None:
-        try:
-            import torch
-        except ImportError as exc:  # pragma: no cover - torch is present where a model is
-            raise ProbeError("gpumem_tui.probe needs torch (pip install 'gpumem-tui[torch]')") from exc
-        if not isinstance(model, torch.nn.Module):
-            raise ProbeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
-        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-            raise ProbeError(f"optimizer must be a torch.optim.Optimizer, not {type(optimizer).__name__}")
-        if interval <= 0 or min_step_interval < 0:
-            raise ProbeError("interval must be > 0 and min_step_interval >= 0 (seconds)")
-        for name, value in (("batch", batch), ("seq", seq)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ProbeError(f"{name} must be a positive integer or None, got {value!r}")
-
+        torch = _checked_torch(model, optimizer, interval, min_step_interval, batch, seq)
         self._torch = torch
         self.model = model
         self.optimizer = optimizer
         self.pid = os.getpid()
         params = list(model.parameters())
-        if device is None:
-            device = params[0].device if params else torch.device("cpu")
-        self.device = torch.device(device)
-        if self.device.type == "cuda" and self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.device = _measured_device(torch, params, device)
+        self._init_phase_state(interval, min_step_interval, reset_peak_stats)
+        self._tracker = self._new_tracker(track_tensors)
+        directory = Path(directory) if directory is not None else default_probe_dir()
+        self.path = directory / f"{self.pid}.jsonl"
+        info = info_record(torch, model, optimizer, device=self.device, pid=self.pid,
+                           tracked=self._tracker is not None, batch=batch, seq=seq, dtype=dtype,
+                           task=task, config=config, extra=extra, params=params)
+        self._info = info
+        # weak references to the last forward's output tensors (not its loss), checked when
+        # backward starts: alive then means the training loop keeps the output
+        self._output_refs: tuple[Any, ...] = ()
+        self._kept_output_published = False
+        self._open_stream(info, max_file_bytes)
+        self._track_model(params)
+        if hooks:
+            self._install_hooks(step_start_hook)
+        self.mark(Phase.INIT.value)
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sampler, name="gpumem-tui-probe", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def _init_phase_state(self, interval: float, min_step_interval: float, reset_peak_stats: bool) -> None:
+        """The step and phase bookkeeping before the first mark: sampling intervals (s),
+        the current phase (init) and step, the per-phase high-water marks (:meth:`_end_phase`)
+        and the CUDA peak split; no hooks yet."""
         self._interval = float(interval)
         self._min_step_interval = float(min_step_interval)
         self._lock = threading.RLock()
@@ -123,7 +160,7 @@ class Probe:
         self._record_step = True
         self._last_step_recorded = -1e18
         self._last_write = 0.0
-        self._saw_optimizer_phase = optimizer is not None
+        self._saw_optimizer_phase = self.optimizer is not None
         # Per-phase high-water marks (see _end_phase): when the current phase started, the
         # peaks of phases of steps that were not recorded (folded into the next recorded
         # one), and the process-wide CUDA peak last read when the stats are not reset.
@@ -138,22 +175,20 @@ class Probe:
         self._kwargs_handle: Any = None  # the forward pre-hook that reads use_cache, until it fired
         self._closed = False
 
+    def _new_tracker(self, track_tensors: bool | None) -> Any:
+        """The live-tensor tracker (probe/tracker.py) when asked, by default on CPU (where
+        torch has no allocator statistics); else ``None``."""
         if track_tensors is None:
             track_tensors = self.device.type == "cpu"
-        self._tracker = None
-        if track_tensors:
-            from gpumem_tui.probe.tracker import LiveTensorTracker
+        if not track_tensors:
+            return None
+        from gpumem_tui.probe.tracker import LiveTensorTracker
 
-            self._tracker = LiveTensorTracker(self.device.type)
+        return LiveTensorTracker(self.device.type)
 
-        directory = Path(directory) if directory is not None else default_probe_dir()
-        self.path = directory / f"{self.pid}.jsonl"
-        info = self._info_record(batch, seq, dtype, task, config, extra, params)
-        self._info = info
-        # weak references to the last forward's output tensors (not its loss), checked when
-        # backward starts: alive then means the training loop keeps the output
-        self._output_refs: tuple[Any, ...] = ()
-        self._kept_output_published = False
+    def _open_stream(self, info: dict[str, Any], max_file_bytes: int) -> None:
+        """The stream writer at :attr:`path`, ``info`` its first line; streams of dead jobs a
+        week old in its directory are removed."""
         # A directory that cannot be written or is refused (another user's) warns once and the
         # job runs on without a stream: the probe must never stop the training.
         self._writer = StreamWriter(self.path, info, max_bytes=max_file_bytes)
@@ -162,82 +197,19 @@ class Probe:
 
             self._writer.remove_stale(_STALE_FILE_SECONDS, _process_alive)
 
+    def _track_model(self, params: list[Any]) -> None:
+        """With a tracker: tag the tensors that exist before training (parameters, buffers,
+        gradients, optimizer states) and start tracking from a reset peak."""
         if self._tracker is not None:
             self._tracker.register(params, tag="parameters")
-            self._tracker.register(model.buffers(), tag="buffers")
+            self._tracker.register(self.model.buffers(), tag="buffers")
             self._tracker.register((p.grad for p in params if p.grad is not None), tag="gradients")
             self._tracker.register(self._state_tensors(), tag="optimizer_states")
             self._tracker.reset_peak()
             self._tracker.start()
-        if hooks:
-            self._install_hooks(step_start_hook)
-        self.mark(Phase.INIT.value)
 
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sampler, name="gpumem-tui-probe", daemon=True)
-        self._thread.start()
-        atexit.register(self.close)
 
     # -- published setup -------------------------------------------------------------------
-
-    def _info_record(self, batch, seq, dtype, task, config, extra, params) -> dict[str, Any]:
-        torch = self._torch
-        given_dtype = dtype is not None
-        if dtype is None:
-            floating = [p.dtype for p in params if p.is_floating_point()]
-            dtype = floating[0] if floating else None
-        setup: dict[str, Any] = {
-            "task": task,
-            "batch": batch,
-            "seq": seq,
-            "dtype": _dtype_name(dtype),
-            "device": str(self.device),
-            "model_class": type(self.model).__name__,
-            "total_params": sum(int(p.numel()) for p in params),
-            "trainable_params": sum(int(p.numel()) for p in params if p.requires_grad),
-            "torch_version": torch.__version__,
-            "memory_figure": "torch_allocated" if self.device.type == "cuda" else "cpu_live_tensors",
-            "tensor_tracker": self._tracker is not None,
-            "categories_note": (
-                "activations = live bytes of tensors made during forward, temporaries = the "
-                "rest of the live bytes that are not parameters, buffers, gradients or optimizer states"
-                if self._tracker is not None
-                else "activations = torch allocated minus parameters, buffers, gradients and "
-                "optimizer states (includes temporaries)"
-            ),
-        }
-        if self.device.type == "cuda":
-            with contextlib.suppress(Exception):
-                setup["device_name"] = torch.cuda.get_device_name(self.device)
-        if self.optimizer is not None:
-            opt = local_optimizer(self.optimizer)
-            setup["optimizer"] = type(opt).__name__
-            hparams = jsonable(dict(getattr(opt, "defaults", {}) or {}))
-            setup["optimizer_hparams"] = hparams
-            if isinstance(hparams, dict) and hparams.get("momentum") is not None:
-                setup["momentum"] = hparams["momentum"]
-        hf_config = config if config is not None else hf_config_of(unwrap(self.model))
-        # rank, parallel wrappers, checkpointing, quantization, dtypes (probe/job_setup.py);
-        # whatever it fails to read, the job runs on
-        with contextlib.suppress(Exception):
-            setup.update(detected_setup(self.model, self.optimizer, torch, params, hf_config, given_dtype))
-        if extra:
-            setup.update(jsonable(dict(extra)))
-        create_time = None
-        with contextlib.suppress(Exception):
-            import psutil
-
-            create_time = psutil.Process(self.pid).create_time()
-        return {
-            "kind": "info",
-            "format": PROBE_FORMAT,
-            "version": PROBE_VERSION,
-            "pid": self.pid,
-            "time": time.time(),
-            "create_time": create_time,
-            "model_config": jsonable(hf_config) if hf_config is not None else None,
-            "setup": jsonable(setup),
-        }
 
     # -- memory ----------------------------------------------------------------------------
 
