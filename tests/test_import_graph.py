@@ -111,4 +111,4 @@ def test_the_graph_sees_deferred_imports():
     graph = _imports()
     assert "gpumem_tui.ui.alerting" in graph["gpumem_tui.ui.app"]  # deferred in GpuMemApp.__init__
     assert "gpumem_tui.ui.screens" in graph["gpumem_tui.ui.app_screens"]  # deferred in screens_module
-    assert "gpumem_tui.demo.process" in graph["gpumem_tui.ui.launch"]  # deferred in run_dashboard
+    assert "gpumem_tui.demo.process" in graph["gpumem_tui.ui.launch"]  # deferred in _live_source
