@@ -275,6 +275,7 @@ class DashboardPoll:
         self.history.add(("probe", probe.pid, "allocated"), probe.time, probe.allocated_bytes)
         self.history.add(("probe", probe.pid, "reserved"), probe.time, probe.reserved_bytes)
 
+    # ---- filter: the chart and the pane follow what the table lists ---------------------
     @property
     def filter_hides_all(self) -> bool:
         """True when a filter is set and no row matches it."""

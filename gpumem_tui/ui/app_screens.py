@@ -59,6 +59,7 @@ class DashboardScreens:
         self._what_if_shown: int | None = None  # the PID whose what-if `p` drops, when shown
         self.size_class = ""
 
+    # ---- screens and the side pane opened --------------------------------------------------
     def _mount_side_pane(self) -> None:
         """Mount the estimator/comparison pane after the first frame.
 
@@ -142,6 +143,7 @@ class DashboardScreens:
             self.notify(f"{name} sent to PID {proc.pid} ({printable(proc.command or '', 80)})",
                         title="Signal", timeout=5, markup=False)
 
+    # ---- side pane (estimator / comparison) -------------------------------------------------
     def on_estimator_panel_estimate_changed(self, message: Any) -> None:
         """A change of the form is the estimate of the process the form belonged to (if any):
         it becomes that PID's estimate, drawn on its chart; on a probed PID it is a what-if,
