@@ -109,5 +109,6 @@ def test_the_layer_check_would_catch_an_upward_import():
 def test_the_graph_sees_deferred_imports():
     # the check must catch an import inside a function, as app.py's old lazy side_pane import was
     graph = _imports()
-    assert "gpumem_tui.ui.side_pane" in graph["gpumem_tui.ui.app"]
-    assert "gpumem_tui.demo.process" in graph["gpumem_tui.ui.launch"]  # deferred in run_dashboard
+    assert "gpumem_tui.ui.alerting" in graph["gpumem_tui.ui.app"]  # deferred in GpuMemApp.__init__
+    assert "gpumem_tui.ui.screens" in graph["gpumem_tui.ui.app_screens"]  # deferred in screens_module
+    assert "gpumem_tui.demo.process" in graph["gpumem_tui.ui.launch"]  # deferred in _live_source

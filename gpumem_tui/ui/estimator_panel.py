@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -43,11 +42,11 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Container, VerticalScroll
 from textual.message import Message
-from textual.widgets import Checkbox, Input, Label, Select, Static
+from textual.widgets import Checkbox, Input, Select, Static
 
 from gpumem_tui.support.background import DONE, PENDING, BackgroundLoads
 from gpumem_tui.support.text import printable
-from gpumem_tui.ui import estimate_text
+from gpumem_tui.ui import estimate_text, estimator_form
 from gpumem_tui.ui.memory_bar import MemoryBar, bands_from_estimate, estimate_peak, segment_bytes, theme_colour
 from gpumem_tui.support.units import parse_bytes
 
@@ -179,87 +178,9 @@ class EstimatorPanel(VerticalScroll):
     # ----- layout ----------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        from gpumem_tui.estimator.spec import ATTENTION, DEVICES, DTYPES, GRAD_CKPT, OPTIMIZERS, TASKS
-
-        def opts(values: Sequence[str]) -> list[tuple[str, str]]:
-            return [(v, v) for v in values]
-
-        def sel(name: str, values: Sequence[str], value: str, tip: str) -> Select[str]:
-            widget: Select[str] = Select(opts(values), value=value, allow_blank=False, compact=True, id=f"est-{name}")
-            widget.tooltip = tip
-            return widget
-
-        def num(name: str, value: str, tip: str, placeholder: str = "") -> Input:
-            widget = Input(value, placeholder=placeholder, restrict=r"-?[0-9]*", compact=True, id=f"est-{name}")
-            widget.tooltip = tip
-            return widget
-
-        def label(name: str, text: str | None = None) -> Label:
-            return Label(text or _FIELD_LABELS[name], id=f"est-{name}-label")
-
         with Container(id="est-form"):
-            yield label("model", "model")
-            model_options = [(name, name) for name in self._catalogue]
-            model_options += [(Text(label), path) for label, path in self._cached_models]
-            model: Select[str] = Select(
-                model_options,
-                value=self._initial_model if self._initial_model else Select.BLANK,
-                allow_blank=not model_options,
-                compact=True,
-                type_to_search=True,
-                id="est-model",
-                classes="-wide",
-            )
-            model.tooltip = "Bundled model configs: open and type to search"
-            yield model
-            yield label("config", "config")
-            config = Input(
-                placeholder="path/to/config.json or a count (7e9)",
-                compact=True,
-                id="est-config",
-                classes="-wide",
-            )
-            config.tooltip = "A Hugging Face config.json (file or folder), or a bare parameter count"
-            yield config
-            yield label("task", "task")
-            yield sel("task", TASKS, "train", "train: full training; lora/qlora: adapters; inference: KV cache")
-            yield label("device", "kernels")
-            yield sel("device", DEVICES, "cuda", "cuda adds the CUDA context and allocator reserve")
-            yield label("batch", "batch")
-            yield num("batch", "1", "Micro-batch size per device")
-            yield label("seq", "seq")
-            yield num("seq", "1024", "Sequence length in tokens (inference: prompt + generated)")
-            yield label("dtype", "dtype")
-            yield sel("dtype", DTYPES, "bf16", "Parameter / compute dtype")
-            yield label("mixed_precision", "mixed")
-            mixed = Checkbox("fp32 master", False, compact=True, id="est-mixed_precision")
-            mixed.tooltip = "Mixed precision: fp32 master weights and optimizer states, 16-bit compute"
-            yield mixed
-            yield label("optimizer", "optim")
-            yield sel("optimizer", OPTIMIZERS, "adamw", "Optimizer (states per parameter)")
-            yield label("grad_ckpt", "ckpt")
-            yield sel("grad_ckpt", GRAD_CKPT, "none", "Activation (gradient) checkpointing")
-            yield label("attention", "attn")
-            yield sel("attention", ATTENTION, "sdpa", "Attention kernel: eager stores the s x s probabilities")
-            yield label("zero", "ZeRO")
-            yield sel("zero", ("0", "1", "2", "3"), "0", "ZeRO stage: 1 shards optimizer states, 2 + gradients, 3 + parameters")
-            yield label("dp", "dp")
-            yield num("dp", "1", "Data-parallel degree (ZeRO shards over it)")
-            yield label("tp", "tp")
-            yield num("tp", "1", "Tensor-parallel degree")
-            yield label("pp", "pp")
-            yield num("pp", "1", "Pipeline-parallel degree")
-            yield label("lora_rank", "LoRA r")
-            yield num("lora_rank", "", "LoRA rank (tasks lora / qlora)", placeholder="8")
-            yield label("budget", "GPU mem")
-            budget = Input(
-                placeholder="selected GPU (or type e.g. 24GiB, 80GB)",
-                compact=True,
-                id="est-budget",
-                classes="-wide",
-            )
-            budget.tooltip = "Memory to fit in: binary GiB/MiB or decimal GB/MB; empty = selected GPU"
-            yield budget
+            yield from estimator_form.model_fields(self._catalogue, self._cached_models, self._initial_model)
+            yield from estimator_form.setup_fields()
         yield Static("", id="est-message", classes="-empty")
         yield Static("", id="est-whatif", classes="-empty")
         yield MemoryBar(id="est-bar")

@@ -91,6 +91,27 @@ def _with_notice(config: Config, notice: str) -> Config:
     return replace(config, notices=(*config.notices, notice))
 
 
+def _live_source(demo: bool, demo_job: Any, select_pid: int | None,
+                 banner: str | None) -> tuple[Any, Any, int | None, str | None]:
+    """A LiveSource (NVML + psutil + probes), and ``(source, demo_job, select_pid, banner)``:
+    with ``demo``, no ``demo_job`` given and no NVML, the built-in demo job is started (a
+    child process; the source reads its probe folder) and becomes the one selected."""
+    from gpumem_tui.telemetry.live import LiveSource
+
+    source = LiveSource()
+    if demo and demo_job is None and not getattr(source, "nvml_available", True):
+        from gpumem_tui.demo.process import start_demo_job  # a child process; torch loads there
+
+        demo_job = start_demo_job()
+        select_pid = demo_job.pid
+        banner = banner or f"built-in demo: CPU training job PID {demo_job.pid} (no GPU here)"
+        probe_dir = getattr(demo_job, "probe_dir", None)
+        if probe_dir is not None:
+            source.close()
+            source = LiveSource(probe_dir)
+    return source, demo_job, select_pid, banner
+
+
 def run_dashboard(
     source: Any = None,
     *,
@@ -130,22 +151,9 @@ def run_dashboard(
     from gpumem_tui.ui.app import GpuMemApp
     from gpumem_tui.ui.themes import load_themes
 
-    owned_job = None
     app = None
     if source is None:
-        from gpumem_tui.telemetry.live import LiveSource
-
-        source = LiveSource()
-        if demo and demo_job is None and not getattr(source, "nvml_available", True):
-            from gpumem_tui.demo.process import start_demo_job  # a child process; torch loads there
-
-            owned_job = demo_job = start_demo_job()
-            select_pid = owned_job.pid
-            banner = banner or f"built-in demo: CPU training job PID {owned_job.pid} (no GPU here)"
-            probe_dir = getattr(owned_job, "probe_dir", None)
-            if probe_dir is not None:
-                source.close()
-                source = LiveSource(probe_dir)
+        source, demo_job, select_pid, banner = _live_source(demo, demo_job, select_pid, banner)
     try:
         app = GpuMemApp(
             source,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rich.text import Text
@@ -301,9 +301,35 @@ def _centre(text: str, width: int) -> str:
     return " " * left + text + " " * (width - len(text) - left)
 
 
-def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int, base: Style) -> list[Strip]:
-    """The plot commands (see :class:`MemoryPlot`) as ``height`` strips of ``width`` cells."""
-    width, height = max(int(width), 1), max(int(height), 1)
+def _axis_ops(title: str, unit: str, x_lo: float, x_hi: float, top: float) -> list[tuple[str, tuple, dict]]:
+    """The plot commands for the title, the axis labels, limits and ticks (``top`` in ``unit``)."""
+    ops: list[tuple[str, tuple, dict]] = []
+    ops.append(("title", (title,), {}))
+    ops.append(("xlabel", ("time (s, 0 = latest sample)",), {}))
+    ops.append(("ylabel", (f"memory ({unit})",), {}))
+    ops.append(("xlim", (x_lo, x_hi), {}))
+    xticks = sorted(-t + 0.0 for t in nice_ticks(-x_lo))  # + 0.0 turns -0.0 into 0.0
+    ops.append(("xticks", (xticks, [f"{t:g}" for t in xticks]), {}))
+    ticks = nice_ticks(top)
+    ops.append(("ylim", (0, top), {}))
+    ops.append(("yticks", (ticks, [f"{t:g}" for t in ticks]), {}))
+    return ops
+
+
+def _plot_key(ops: Sequence[tuple[str, tuple, dict]], curve_keys: list[tuple], x_lo: float, x_dot: float,
+              y_dot: float) -> tuple:
+    """``curve_keys`` and everything ``ops`` draw, with positions in dots (x relative to the
+    left edge): equal keys draw the same plot."""
+    for name, args, kwargs in ops:
+        if name == "plot":
+            curve_keys.append((_dots(args[0], args[1], x_lo, x_dot, y_dot), tuple(sorted(kwargs.items()))))
+        elif name not in ("vline", "xlim", "ylim"):
+            curve_keys.append((name, repr(args)))
+    return tuple(curve_keys)
+
+
+def _read_ops(ops: Sequence[tuple[str, tuple, dict]]) -> tuple[dict[str, tuple], list, list]:
+    """The plot commands sorted out: (settings by name, curves, vertical lines)."""
     spec: dict[str, tuple] = {}
     curves: list[tuple[Sequence[float], Sequence[float], Style | None, str]] = []
     vlines: list[tuple[float, Style | None]] = []
@@ -314,6 +340,55 @@ def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int,
             vlines.append((args[0], _style(kwargs.get("color"))))
         else:
             spec[name] = args
+    return spec, curves, vlines
+
+
+def _draw_on_canvas(canvas: Canvas, curves: list, vlines: list, dot_x: Callable[[float, int], float],
+                    dot_y: Callable[[float, int], float], plot_w: int, plot_h: int) -> None:
+    """Draw the curves (braille dots, block quadrants or a character per cell) and the
+    vertical lines; ``dot_x`` / ``dot_y`` map a value to a position on a grid of that many cells."""
+    limit = 8 * (canvas.dot_width + canvas.dot_height)  # far-off points are clamped, not walked
+    for xs, ys, style, marker in curves:
+        if marker == "braille" or marker == "hd":
+            quads = marker == "hd"
+            wide, high = (2 * plot_w, 2 * plot_h) if quads else (canvas.dot_width, canvas.dot_height)
+            points = [
+                (min(max(dot_x(x, wide), -limit), limit), min(max(dot_y(y, high), -limit), limit))
+                for x, y in zip(xs, ys) if math.isfinite(x) and math.isfinite(y)
+            ]
+            canvas.polyline(points, style, quads=quads)
+        else:  # a character marker: horizontal lines (the total)
+            for x0, x1, y in zip(xs, xs[1:], ys):
+                if not (math.isfinite(x0) and math.isfinite(x1) and math.isfinite(y)):
+                    continue
+                row = round(dot_y(y, plot_h))
+                for col in range(max(round(dot_x(min(x0, x1), plot_w)), 0), min(round(dot_x(max(x0, x1), plot_w)), plot_w - 1) + 1):
+                    canvas.char(col, row, marker[:1] or "━", style)
+    for x, style in vlines:
+        if math.isfinite(x):
+            column = round(dot_x(x, canvas.dot_width))
+            canvas.line(column, 0, column, canvas.dot_height - 1, style)
+
+
+def _x_tick_labels(tick_cols: dict[int, str], plot_w: int) -> str:
+    """The line of x tick labels, each centred under its tick; one that would touch the
+    previous label is left out."""
+    labels = [" "] * (plot_w + 2)
+    last_end = -1
+    for col, label in sorted(tick_cols.items()):
+        start = col + 1 - len(label) // 2
+        start = min(max(start, 0), len(labels) - len(label))
+        if start <= last_end:  # would touch the previous label: leave it out
+            continue
+        labels[start:start + len(label)] = list(label)
+        last_end = start + len(label)
+    return "".join(labels)
+
+
+def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int, base: Style) -> list[Strip]:
+    """The plot commands (see :class:`MemoryPlot`) as ``height`` strips of ``width`` cells."""
+    width, height = max(int(width), 1), max(int(height), 1)
+    spec, curves, vlines = _read_ops(ops)
     title = str(spec.get("title", ("",))[0])
     rows: list[list[Segment]] = []
     compact = height < 7  # too short for a title and an axis-label line
@@ -341,27 +416,7 @@ def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int,
     def dot_y(y: float, cells: int) -> float:
         return bounded((1.0 - (y - ylo) / (yhi - ylo)) * (cells - 1))
 
-    limit = 8 * (canvas.dot_width + canvas.dot_height)  # far-off points are clamped, not walked
-    for xs, ys, style, marker in curves:
-        if marker == "braille" or marker == "hd":
-            quads = marker == "hd"
-            wide, high = (2 * plot_w, 2 * plot_h) if quads else (canvas.dot_width, canvas.dot_height)
-            points = [
-                (min(max(dot_x(x, wide), -limit), limit), min(max(dot_y(y, high), -limit), limit))
-                for x, y in zip(xs, ys) if math.isfinite(x) and math.isfinite(y)
-            ]
-            canvas.polyline(points, style, quads=quads)
-        else:  # a character marker: horizontal lines (the total)
-            for x0, x1, y in zip(xs, xs[1:], ys):
-                if not (math.isfinite(x0) and math.isfinite(x1) and math.isfinite(y)):
-                    continue
-                row = round(dot_y(y, plot_h))
-                for col in range(max(round(dot_x(min(x0, x1), plot_w)), 0), min(round(dot_x(max(x0, x1), plot_w)), plot_w - 1) + 1):
-                    canvas.char(col, row, marker[:1] or "━", style)
-    for x, style in vlines:
-        if math.isfinite(x):
-            column = round(dot_x(x, canvas.dot_width))
-            canvas.line(column, 0, column, canvas.dot_height - 1, style)
+    _draw_on_canvas(canvas, curves, vlines, dot_x, dot_y, plot_w, plot_h)
     tick_rows = {}
     for value, label in zip(yvals, ylabels):
         row = round(dot_y(value, plot_h))
@@ -381,16 +436,7 @@ def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int,
         rows.append([Segment(left, base), *canvas.row_segments(row, base), Segment("│", base)])
     bottom = "".join("┬" if col in tick_cols else "─" for col in range(plot_w))
     rows.append([Segment(pad + "└" + bottom + "┘", base)])
-    labels = [" "] * (plot_w + 2)
-    last_end = -1
-    for col, label in sorted(tick_cols.items()):
-        start = col + 1 - len(label) // 2
-        start = min(max(start, 0), len(labels) - len(label))
-        if start <= last_end:  # would touch the previous label: leave it out
-            continue
-        labels[start:start + len(label)] = list(label)
-        last_end = start + len(label)
-    rows.append([Segment(pad + "".join(labels), base)])
+    rows.append([Segment(pad + _x_tick_labels(tick_cols, plot_w), base)])
     if not compact:
         ylabel = str(spec.get("ylabel", ("",))[0])
         xlabel = str(spec.get("xlabel", ("",))[0])
@@ -551,6 +597,53 @@ class MemoryChart(Vertical):
             self._set_legend(legend, legend_text)
             return
         bands = self.bands if self.show_bands else []
+        span, runs, peak, total_on_scale = self._fit_scale(curves, bands, now, width)
+        total = self.total_bytes
+        unit, factor = choose_unit(peak)
+        marks = self.visible_phase_marks()
+        # Until the history fills the window, span only what there is (at least 30 s, or the
+        # window when it is shorter), so a fresh start does not squeeze the curve to the right.
+        x_lo = -span
+        x_hi = 0.0
+        top = peak / factor * 1.08
+        # Resolution of the key: finer than the canvas (2 dots per cell of the whole widget).
+        x_dot = -x_lo / max(2 * plot.size.width, 1)
+        y_dot = top / max(4 * plot.size.height, 1)
+        curve_keys: list[tuple] = []
+        theme = self.app.theme_variables
+        # Bands and the total first, so the measured curves are drawn over them. The legend is
+        # drawn under the plot, not in a box that would hide the data.
+        self._plot_guides(ops, curve_keys, bands=bands, total=total if total_on_scale else None, marks=marks,
+                          now=now, factor=factor, x_lo=x_lo, x_hi=x_hi, x_dot=x_dot, width=width)
+        for index, curve in enumerate(curves):
+            pts = thin(curve.points, width)
+            phased = index == 0 and bool(marks)
+            if phased:
+                self._plot_by_phase(ops, pts, now, factor)
+            else:
+                xs = [t - now for t, _ in pts]
+                ys = [v / factor for _, v in pts]
+                ops.append(("plot", (xs, ys), {"color": self._rgb(curve.color_var), "marker": "braille"}))
+            style = theme.get(curve.color_var, "") if not phased else theme.get("phase-forward", "")
+            legend_text.append("⣿⣿ ", style=style)
+            suffix = (" samples (coloured by phase)" if runs else " (coloured by phase)") if phased else ""
+            legend_text.append(curve.label + suffix + "  ")
+        for phase, points in runs:
+            var = PHASE_VARS.get(phase, "curve-measured")
+            ops.append(("plot", ([t - now for t, _ in points], [v / factor for _, v in points]),
+                        {"color": self._rgb(var), "marker": ENVELOPE_MARKER}))
+        self._legend_guides(legend_text, theme, bool(runs), total, total_on_scale, bands, bool(marks))
+        ops.extend(_axis_ops(self.title, unit, x_lo, x_hi, top))
+        # The key: everything drawn, with positions in dots (x relative to the left edge).
+        key = (_plot_key(ops, curve_keys, x_lo, x_dot, y_dot), round(x_lo / x_dot), round(top / y_dot), plot.size,
+               self.app.theme)
+        self._draw(plot, ops, key)
+        self._set_legend(legend, legend_text)
+
+    def _fit_scale(self, curves: list[CurveSpec], bands: Sequence[Band], now: float,
+                   width: int) -> tuple[float, list, float, bool]:
+        """(seconds spanned, envelope runs, the largest value to show, whether the total line is
+        on the scale); sets ``envelope_runs`` and ``total_on_scale``."""
         data_peak = max(max(v for _, v in c.points) for c in curves)
         oldest = min(c.points[0][0] for c in curves)
         span = min(self.window, max(now - oldest, min(self.window, 30.0)))
@@ -569,23 +662,17 @@ class MemoryChart(Vertical):
             total_on_scale = bool(total) and self.fit_total
         self.total_on_scale = total_on_scale
         peak = max(data_peak, total) if total_on_scale and total else data_peak
-        unit, factor = choose_unit(peak)
-        marks = self.visible_phase_marks()
-        # Until the history fills the window, span only what there is (at least 30 s, or the
-        # window when it is shorter), so a fresh start does not squeeze the curve to the right.
-        x_lo = -span
-        x_hi = 0.0
-        top = peak / factor * 1.08
-        # Resolution of the key: finer than the canvas (2 dots per cell of the whole widget).
-        x_dot = -x_lo / max(2 * plot.size.width, 1)
-        y_dot = top / max(4 * plot.size.height, 1)
-        curve_keys: list[tuple] = []
-        theme = self.app.theme_variables
-        # Bands and the total first, so the measured curves are drawn over them. The legend is
-        # drawn under the plot, not in a box that would hide the data.
+        return span, runs, peak, total_on_scale
+
+    def _plot_guides(self, ops: list, curve_keys: list, *, bands: Sequence[Band], total: int | None,
+                     marks: list[PhaseMark], now: float, factor: int, x_lo: float, x_hi: float, x_dot: float,
+                     width: int) -> None:
+        """The plot commands of the bands, the total (None: not on the scale) and, when few, a
+        vertical line per phase start (their keys go into ``curve_keys``); values are divided
+        by the unit's ``factor``, times are relative to ``now``, ``x_dot`` seconds per dot."""
         for label, value, var in bands:
             ops.append(("plot", ([x_lo, x_hi], [value / factor] * 2), {"color": self._rgb(var), "marker": "braille"}))
-        if total_on_scale and total:
+        if total:
             ops.append(("plot", ([x_lo, x_hi], [total / factor] * 2), {"color": self._rgb("line-total"), "marker": "━"}))
         if marks and len(marks) <= width // 8:
             for m in marks:
@@ -593,23 +680,10 @@ class MemoryChart(Vertical):
                 if var:
                     ops.append(("vline", (m.time - now,), {"color": self._rgb(var)}))
                     curve_keys.append(("vline", round((m.time - now) / x_dot)))
-        for index, curve in enumerate(curves):
-            pts = thin(curve.points, width)
-            phased = index == 0 and bool(marks)
-            if phased:
-                self._plot_by_phase(ops, pts, now, factor)
-            else:
-                xs = [t - now for t, _ in pts]
-                ys = [v / factor for _, v in pts]
-                ops.append(("plot", (xs, ys), {"color": self._rgb(curve.color_var), "marker": "braille"}))
-            style = theme.get(curve.color_var, "") if not phased else theme.get("phase-forward", "")
-            legend_text.append("⣿⣿ ", style=style)
-            suffix = (" samples (coloured by phase)" if runs else " (coloured by phase)") if phased else ""
-            legend_text.append(curve.label + suffix + "  ")
-        for phase, points in runs:
-            var = PHASE_VARS.get(phase, "curve-measured")
-            ops.append(("plot", ([t - now for t, _ in points], [v / factor for _, v in points]),
-                        {"color": self._rgb(var), "marker": ENVELOPE_MARKER}))
+
+    def _legend_guides(self, legend_text: Text, theme: dict[str, str], runs: bool, total: int | None,
+                       total_on_scale: bool, bands: Sequence[Band], marks: bool) -> None:
+        """The legend after the curves': the phase envelope, the total, the bands, the phases."""
         if runs:
             legend_text.append("▀▀ ", style=theme.get("phase-backward", ""))
             legend_text.append("peak of each phase (probe high-water mark)  ")
@@ -629,29 +703,11 @@ class MemoryChart(Vertical):
         for label, value, var in bands:
             legend_text.append("── ", style=theme.get(var, ""))
             legend_text.append(f"{label} {format_bytes(value)}  ")
-        ops.append(("title", (self.title,), {}))
-        ops.append(("xlabel", ("time (s, 0 = latest sample)",), {}))
-        ops.append(("ylabel", (f"memory ({unit})",), {}))
-        ops.append(("xlim", (x_lo, x_hi), {}))
-        xticks = sorted(-t + 0.0 for t in nice_ticks(-x_lo))  # + 0.0 turns -0.0 into 0.0
-        ops.append(("xticks", (xticks, [f"{t:g}" for t in xticks]), {}))
-        ticks = nice_ticks(top)
-        ops.append(("ylim", (0, top), {}))
-        ops.append(("yticks", (ticks, [f"{t:g}" for t in ticks]), {}))
         if marks:
             legend_text.append("\nphases: ")
             for phase, var in PHASE_VARS.items():
                 legend_text.append("━━ ", style=theme.get(var, ""))
                 legend_text.append(f"{PHASE_LABELS[phase]}  ")
-        # The key: everything drawn, with positions in dots (x relative to the left edge).
-        for name, args, kwargs in ops:
-            if name == "plot":
-                curve_keys.append((_dots(args[0], args[1], x_lo, x_dot, y_dot), tuple(sorted(kwargs.items()))))
-            elif name not in ("vline", "xlim", "ylim"):
-                curve_keys.append((name, repr(args)))
-        key = (tuple(curve_keys), round(x_lo / x_dot), round(top / y_dot), plot.size, self.app.theme)
-        self._draw(plot, ops, key)
-        self._set_legend(legend, legend_text)
 
     def _draw(self, plot: MemoryPlot, ops: list[tuple[str, tuple, dict]], key: tuple) -> None:
         """Hand the plot commands to the plot, unless ``key`` equals the last one drawn."""

@@ -1,0 +1,358 @@
+"""The poll-and-apply path of the dashboard (mixed into :class:`gpumem_tui.ui.app.GpuMemApp`).
+
+Each :class:`~gpumem_tui.telemetry.model.Snapshot` the poller posts goes through
+:meth:`DashboardPoll.apply_snapshot`: its figures go into the history (the chart's curves), the
+probes' samples, phase marks and high-water marks into their per-PID stores (bounded), the
+launches into jobs; then the GPU panel, the process table (with the filter), the status line,
+the chart (:mod:`gpumem_tui.ui.app_chart`), the side pane and the alerts are brought up to date.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from typing import Any
+
+from rich.text import Text
+
+from gpumem_tui.support.text import printable
+from gpumem_tui.telemetry.model import (
+    PhaseMark,
+    PhasePeak,
+    ProbeInfo,
+    ProbeSample,
+    Snapshot,
+    namespace_note,
+)
+from gpumem_tui.telemetry.probed_state import ProbedProcesses
+from gpumem_tui.ui.app_common import freeze_gc
+from gpumem_tui.ui.history import HistoryStore
+from gpumem_tui.ui.process_table import row_key
+
+MAX_MARKS_PER_PID = 4096
+MAX_MARK_PIDS = 64
+
+
+class DashboardPoll:
+    """Taking each snapshot into :class:`gpumem_tui.ui.app.GpuMemApp` (a mixin: it uses the
+    app's widgets, ``poller`` and the other mixins' methods)."""
+
+    def _init_poll_state(self) -> None:
+        """What the polls gave so far: none yet."""
+        self._selected_once = False
+        self.snapshot: Snapshot | None = None
+        self.poll_error: str | None = None
+        self.history = HistoryStore()
+        self.phase_marks: OrderedDict[int, deque[PhaseMark]] = OrderedDict()
+        self._mark_keys: dict[int, set[tuple[float, str, int]]] = {}
+        self.phase_peaks: OrderedDict[int, deque[PhasePeak]] = OrderedDict()  # high-water marks
+        self.outlooks: dict[int, Any] = {}  # PID -> gpumem_tui.analysis.forecast.Forecast of its phase peaks
+        self._position_notice: Any = None  # the replay's last "replay at ..." notification
+        self._target_before_filter: tuple[str, int] | None = None  # charted before a filter hid all
+        self._status_shown: Text | None = None
+        self._previous_snapshot_time: float | None = None  # of the snapshot before the current one
+        self._proc_start: dict[int, float] = {}
+        self._table_note = ""
+
+    def _init_probe_state(self, source: Any) -> None:
+        """What the probed processes (and the launches among them) gave so far: none yet."""
+        self.probe_infos: dict[int, ProbeInfo] = {}
+        self.probe_devices: dict[int, str] = {}
+        self.probe_samples: OrderedDict[int, deque[ProbeSample]] = OrderedDict()
+        self._process_estimates: Any = None  # built on first use: its import is the estimator's
+        self._job_tracker: Any = None  # the launches (torchrun ranks) among the processes, on first sight
+        self._job_notices: set[str] = set()  # the jobs' notices shown once already
+        # What each probed process measured so far (core state, the same compare folds): a
+        # replay feeds its own per record and rebuilds it on a seek; otherwise each poll feeds it.
+        replayed_state = getattr(source, "probed", None)
+        self._feeds_probed = not isinstance(replayed_state, ProbedProcesses)
+        self.probed: ProbedProcesses = replayed_state if not self._feeds_probed else ProbedProcesses()
+        self.contexts = self.probed  # CUDA context per probed PID, measured here (.context(pid))
+        self.gpu_contexts: dict[int, int] = {}  # GPU index -> context after init measured on it
+
+    def apply_snapshot(self, snap: Snapshot) -> None:
+        """Take one Snapshot: record history, update every widget."""
+        self._previous_snapshot_time = self.snapshot.time if self.snapshot is not None else None
+        self.snapshot = snap
+        self.poll_error = None
+        self._record(snap)
+        for notice in snap.notices:
+            self._show_notice(printable(notice, 1024))
+        devices = self.device_panel
+        devices.display = bool(snap.devices)
+        devices.show(snap.devices, fit_width=self._left_column.size.width or None)
+        table = self.table
+        keep = None
+        # Select the requested process once it appears; without one, the first probed process
+        # (a replayed or instrumented training job is what the user came to see).
+        wanted = self.select_pid
+        if wanted is None and not self._selected_once:
+            probed = [i.pid for i in snap.probe_infos] + [p.pid for p in snap.probes]
+            wanted = probed[0] if probed else None
+        if not self._selected_once and wanted is not None:
+            for p in snap.processes:
+                if p.pid == wanted:
+                    keep = row_key(p)
+                    self._selected_once = True
+                    self.chart_target = ("proc", p.pid)
+                    break
+        jobs = self._jobs(snap)
+        table.show(snap.processes, snap.time, keep=keep, jobs=tuple(jobs))
+        self._notify_job_problems(jobs)
+        target = self.chart_target
+        if target is not None and target[0] == "proc" and all(p.pid != target[1] for p in snap.processes):
+            # The charted process exited: its row is gone and the cursor lands on another one.
+            # That move is not the user's, so the ended job's curve stays until the cursor moves.
+            self._highlighted_key = table.selected_key
+        self._follow_filter()
+        if self.chart_target is None and not self.filter_hides_all:
+            selected = table.selected
+            if selected is not None:
+                self.chart_target = ("proc", selected.pid)
+            elif snap.devices:
+                self.chart_target = ("gpu", snap.devices[0].index)
+        self._update_status()
+        self._update_chart(throttle=True)
+        self._update_side()
+        if self.alerts is not None:
+            self.alerts.on_snapshot(snap)
+        if self.freeze_gc_after_start and not self._gc_frozen and (self.has_side_pane or not self.side_pane_enabled):
+            self._gc_frozen = True
+            self.call_after_refresh(freeze_gc)
+
+    def _jobs(self, snap: Snapshot) -> tuple[Any, ...]:
+        """The launches (torchrun / accelerate ranks) among ``snap``'s processes. The job code
+        (and the estimator behind it) is imported on the first launch or probe seen, which keeps
+        it off the dashboard's start-up path."""
+        if self._job_tracker is None:
+            if not self.probe_infos and not any(p.launch is not None for p in snap.processes):
+                return ()
+            from gpumem_tui.analysis.jobs import JobTracker
+
+            self._job_tracker = JobTracker()
+        from gpumem_tui.analysis.process_estimate import compare_summary
+
+        return tuple(self._job_tracker.jobs(snap.processes, self.probed, self.process_estimates.probe_estimate,
+                                            compare_summary))
+
+    def _notify_job_problems(self, jobs: Sequence[Any]) -> None:
+        """Say once what is wrong with a job's rank claims (its group row keeps a ⚠)."""
+        for job in jobs:
+            if job.notice is not None and job.notice not in self._job_notices:
+                if len(self._job_notices) > 256:  # churning bad jobs: forget, do not grow
+                    self._job_notices.clear()
+                self._job_notices.add(job.notice)
+                self.notify(job.notice, title="Job ranks", severity="warning", timeout=8, markup=False)
+
+    #: a replay's notices that say where it is now: each replaces the previous one (seeking
+    #: four times leaves one notice, the position, not four stacked over the pane)
+    POSITION_NOTICES = ("replay at ", "replay finished")
+
+    def _show_notice(self, text: str) -> None:
+        """Show a notice of the source; a replay's position notice replaces the last one."""
+        if not (self.replay and text.startswith(self.POSITION_NOTICES)):
+            self.notify(text, severity="information", timeout=8, markup=False)
+            return
+        from textual.notifications import Notification, Notify
+
+        if self._position_notice is not None:
+            self._unnotify(self._position_notice)  # gone already (timed out): nothing happens
+        self._position_notice = Notification(text, timeout=8, markup=False)
+        self.post_message(Notify(self._position_notice))
+
+    def _record(self, snap: Snapshot) -> None:
+        t = snap.time
+        for dev in snap.devices:
+            self.history.add(("gpu", dev.index), t, dev.memory_used_bytes)
+        per_pid: dict[int, int] = {}
+        processes = snap.processes
+        if len(processes) > self.history.max_series // 2:
+            # Thousands of processes: keep curves only for the rows the table shows (what can
+            # be selected) and the charted one, not a series created and evicted per process.
+            wanted = {p.pid for p in self.table.shown}
+            wanted.add(self.chart_pid())
+            processes = tuple(p for p in processes if p.pid in wanted)
+        for p in processes:
+            if p.used_memory_bytes is not None:
+                per_pid[p.pid] = per_pid.get(p.pid, 0) + p.used_memory_bytes
+            if p.start_time is not None:
+                previous = self._proc_start.get(p.pid)
+                if previous is not None and abs(previous - p.start_time) > 1.0:
+                    # the PID now names another process: its curve and estimate start afresh
+                    self.history.drop(("proc", p.pid))
+                    self.process_estimates.clear_user(p.pid)
+                self._proc_start[p.pid] = p.start_time
+        if len(self._proc_start) > 4096:  # churn: keep only the PIDs listed now
+            current = {p.pid for p in snap.processes}
+            self._proc_start = {pid: st for pid, st in self._proc_start.items() if pid in current}
+        for pid, used in per_pid.items():
+            self.history.add(("proc", pid), t, used)
+        for probe in snap.probes:
+            self._record_probe(probe)
+        if self._feeds_probed:
+            self.probed.add_snapshot(snap)
+        self.probe_infos = self.probed.infos()
+        self.process_estimates.keep_probes(self.probe_infos)  # after a seek back: those seen so far
+        gpu_of = {p.pid: p.device_index for p in snap.processes if p.device_index is not None}
+        for pid, info in self.probe_infos.items():  # the device may be known only after the info
+            self.process_estimates.update_probe(info, self.probed.device(pid), self.probed.context(pid))
+            probed = self.process_estimates.probe_estimate(pid)
+            measured = getattr(probed.spec, "measured_context", None) if probed is not None else None
+            if measured is not None and gpu_of.get(pid) is not None:
+                self.gpu_contexts[gpu_of[pid]] = measured
+        if snap.phase_peaks:
+            self._record_phase_peaks(snap.phase_peaks)
+        for mark in snap.phase_marks:
+            key = (mark.time, mark.phase.value, mark.step)
+            seen = self._mark_keys.setdefault(mark.pid, set())
+            if key in seen:
+                continue
+            marks = self.phase_marks.get(mark.pid)
+            if marks is None:
+                marks = self.phase_marks[mark.pid] = deque(maxlen=MAX_MARKS_PER_PID)
+                while len(self.phase_marks) > MAX_MARK_PIDS:
+                    old, _ = self.phase_marks.popitem(last=False)
+                    self._mark_keys.pop(old, None)
+            if len(marks) == marks.maxlen:
+                seen.discard((marks[0].time, marks[0].phase.value, marks[0].step))
+            marks.append(mark)
+            seen.add(key)
+
+    def _record_phase_peaks(self, peaks: Sequence[PhasePeak]) -> None:
+        """Keep the probe's high-water marks per PID, and flag a PID whose per-step peak rises
+        steadily (gpumem_tui.telemetry.step_peaks) in its table row. Its forecast is kept in
+        ``outlooks``: the alerts read it there (computed once per poll)."""
+        from gpumem_tui.analysis.forecast import forecast
+        from gpumem_tui.telemetry.step_peaks import step_peaks
+
+        touched = set()
+        for peak in peaks:
+            kept = self.phase_peaks.get(peak.pid)
+            if kept is None:
+                kept = self.phase_peaks[peak.pid] = deque(maxlen=MAX_MARKS_PER_PID)
+                while len(self.phase_peaks) > MAX_MARK_PIDS:
+                    old, _ = self.phase_peaks.popitem(last=False)
+                    self.table.flags.pop(old, None)
+                    self.outlooks.pop(old, None)
+            kept.append(peak)
+            touched.add(peak.pid)
+        flags = self.table.flags
+        for pid in touched:
+            # the GPU's free memory (+ the process's own) is the limit (gpumem_tui.analysis.forecast)
+            outlook = self.outlooks[pid] = forecast(step_peaks(self.phase_peaks[pid]), self.live_limit(pid))
+            if outlook.drift is None:
+                flags.pop(pid, None)
+            else:
+                when = outlook.short()
+                flags[pid] = "leak? " + outlook.drift.text().replace(" per step", "/step") + (
+                    f", {when}" if when else "")
+
+    def live_limit(self, pid: int | None) -> int | None:
+        """What ``pid``'s torch allocated may reach on its GPU now (bytes;
+        :func:`gpumem_tui.analysis.forecast.snapshot_limit` of the latest poll), or None."""
+        from gpumem_tui.analysis.forecast import snapshot_limit
+
+        return None if pid is None else snapshot_limit(self.snapshot, pid, self.probed.context(pid))
+
+    @property
+    def process_estimates(self) -> Any:
+        """The per-PID estimates (:class:`gpumem_tui.analysis.process_estimate.ProcessEstimates`)."""
+        if self._process_estimates is None:
+            from gpumem_tui.analysis.process_estimate import ProcessEstimates
+
+            self._process_estimates = ProcessEstimates()
+        return self._process_estimates
+
+    def _record_probe(self, probe: ProbeSample) -> None:
+        self.probe_devices[probe.pid] = probe.device
+        samples = self.probe_samples.get(probe.pid)
+        if samples is None:
+            samples = self.probe_samples[probe.pid] = deque(maxlen=MAX_MARKS_PER_PID)
+            while len(self.probe_samples) > MAX_MARK_PIDS:
+                self.probe_samples.popitem(last=False)
+        if not samples or probe.time > samples[-1].time:
+            samples.append(probe)
+        self.history.add(("probe", probe.pid, "allocated"), probe.time, probe.allocated_bytes)
+        self.history.add(("probe", probe.pid, "reserved"), probe.time, probe.reserved_bytes)
+
+    # ---- filter: the chart and the pane follow what the table lists ---------------------
+    @property
+    def filter_hides_all(self) -> bool:
+        """True when a filter is set and no row matches it."""
+        table = self.table
+        return table.filter.active and not table.shown and bool(self.snapshot and self.snapshot.processes)
+
+    def _follow_filter(self) -> bool:
+        """The chart and the pane show a row the table lists, never one the filter hid: the
+        selected row's process, or nothing (the table says no row matches). Also shows or
+        hides that line. True when the chart's target changed."""
+        table = self.table
+        empty = self.filter_hides_all
+        notes = []
+        if empty:
+            query = printable(self.filter_box.value.strip(), 60)
+            notes.append(f"no process matches {query!r} · esc clears")
+        namespace = namespace_note(table.shown)
+        if namespace:  # once for the table, not in every "?" cell
+            notes.append(namespace)
+        note = " · ".join(notes)
+        self.table_empty.display = bool(note)
+        if note != self._table_note:
+            self._table_note = note
+            self.table_empty.update(note)
+        target = self.chart_target
+        if target is None and not empty and table.selected is not None:  # the filter was eased
+            # back to the process charted before the filter hid every row, if it is listed
+            before, self._target_before_filter = self._target_before_filter, None
+            if before is not None and before[0] == "proc" and table.select_pid(before[1]):
+                self.chart_target = before
+            else:
+                self.chart_target = ("proc", table.selected.pid)
+            self._highlighted_key = table.selected_key
+            return True
+        if not table.filter.active or target is None or target[0] != "proc":
+            return False
+        if any(p.pid == target[1] for p in table.shown):
+            return False
+        selected = table.selected
+        if selected is None:
+            self._target_before_filter = target  # what Esc (or a wider filter) goes back to
+        self.chart_target = ("proc", selected.pid) if selected is not None else None
+        self._highlighted_key = table.selected_key
+        return True
+
+    # ---- status ---------------------------------------------------------------------------
+    def status_text(self) -> Text:
+        """The one-line status (:func:`gpumem_tui.ui.status_line.dashboard_status`)."""
+        from gpumem_tui.ui.status_line import dashboard_status
+
+        return dashboard_status(self)
+
+    def _watch_poll(self) -> None:
+        stuck = self.poller.in_flight_seconds()
+        if stuck > max(5.0, 3 * self.interval):
+            self.poll_error = f"the last poll has been running for {stuck:.0f} s (NVML or /proc not answering)"
+            self._update_status()
+
+    def _update_status(self) -> None:
+        # Static.update re-lays out the screen: skip it when nothing changed.
+        text = self.status_text()
+        if text != self._status_shown:
+            self._status_shown = text
+            self.status_bar.update(text, layout=False)
+        if self.replay:
+            self.replay_bar.update(self.replay_text(), layout=False)
+
+    def replay_text(self) -> Text:
+        """The replay line: playing / paused / ended, position, speed and (not narrow) the keys."""
+        from gpumem_tui.ui.status_line import replay_line
+
+        src = self.source
+        return replay_line(
+            paused=bool(getattr(src, "paused", False)),
+            ended=bool(getattr(src, "finished", False)),
+            position=getattr(src, "position", None),
+            duration=getattr(src, "duration", None),
+            speed=getattr(src, "speed", None),
+            keys=self.size_class != "narrow",  # narrow: the key line lists them
+        )
