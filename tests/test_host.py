@@ -256,7 +256,9 @@ def test_fast_and_psutil_paths_agree(spawn):
     (b,) = slow.enrich([_gpu(busy.pid)])
     assert a.command == b.command and a.user == b.user and a.start_time == b.start_time
     assert a.rss_bytes == pytest.approx(b.rss_bytes, rel=0.2)
-    assert a.cpu_percent > 20 and b.cpu_percent > 20  # a busy loop shows up in both
+    # a busy loop shows up in both (it gets less than a core when the 2-core machine is loaded:
+    # 16 % was seen under xdist at load 8, so the bound only rules out a reading of nothing)
+    assert a.cpu_percent > 5 and b.cpu_percent > 5
     assert abs(a.cpu_percent - b.cpu_percent) < 40
 
 

@@ -36,7 +36,8 @@ def make_app(source=None, **kwargs) -> GpuMemApp:
     return GpuMemApp(source or FakeSource(), **kwargs)
 
 
-async def wait_for(pilot, cond, timeout: float = 5.0) -> None:
+async def wait_for(pilot, cond, timeout: float = 30.0) -> None:
+    # the timeout guards against a hang; under xdist on a loaded machine 5 s was not enough
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while not cond():
@@ -253,9 +254,11 @@ async def test_signal_confirmation_names_process_and_refusal_is_notified(monkeyp
             return "PID 1001 belongs to alice; you can signal only your own processes"
 
     monkeypatch.setitem(sys.modules, "gpumem_tui.support.signals", FakeSignals)
-    import gpumem_tui
+    import gpumem_tui.support
 
-    monkeypatch.setattr(gpumem_tui, "signals", FakeSignals, raising=False)
+    # `from gpumem_tui.support import signals` reads the package attribute when the module was
+    # imported before (another test on this worker), else sys.modules: both are replaced
+    monkeypatch.setattr(gpumem_tui.support, "signals", FakeSignals, raising=False)
     app = make_app(FakeSource(steps=1))
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.snapshot is not None)
@@ -267,7 +270,7 @@ async def test_signal_confirmation_names_process_and_refusal_is_notified(monkeyp
         await pilot.press("n")
         assert not calls and not isinstance(app.screen, ConfirmSignalScreen)
         await pilot.press("K", "y")
-        await pilot.pause()
+        await wait_for(pilot, lambda: bool(calls))
         assert calls == [(1001, 1_700_000_000.0 - 3725, signal.SIGKILL)]
         notes = [str(n.message) for n in app._notifications]
         assert any("SIGKILL not sent to PID 1001" in n and "only your own" in n for n in notes)
