@@ -162,6 +162,7 @@ class LineTable(ScrollView, can_focus=True):
         self._looks: dict[str, tuple[Style, Style]] = {}
         self._looks_key: tuple[Any, ...] = ()
         self._looks_state: tuple[Any, ...] = ()
+        self._painting: tuple[int, int, int] | None = None  # (width, scroll x, y) of the paint under way
 
     # ---- state --------------------------------------------------------------------------
     @property
@@ -286,15 +287,20 @@ class LineTable(ScrollView, can_focus=True):
 
     def _measure(self, headers: list[Text], grow_only: bool) -> bool:
         """Set the headers and column widths; True if either changed. Each row's cell
-        widths are kept with its cells list, so only new or changed rows are measured."""
+        widths are kept with its cells list, so only new or changed cells are measured."""
         same_headers = [h.plain for h in headers] == [h.plain for h in self._headers]
         if same_headers:
             headers = self._headers  # the same list: the header line's cache stays valid
         row_widths: dict[str, tuple[list[Text], tuple[int, ...]]] = {}
         for key, cells in self._cells.items():
             known = self._row_widths.get(key)
-            row_widths[key] = known if known is not None and known[0] is cells else \
-                (cells, tuple(cell.cell_len for cell in cells))
+            if known is None or len(known[0]) != len(cells):
+                row_widths[key] = (cells, tuple(cell.cell_len for cell in cells))
+            elif known[0] is cells:
+                row_widths[key] = known
+            else:  # a changed row keeps the cells that did not change: only the new ones are measured
+                row_widths[key] = (cells, tuple(width if cell is old else cell.cell_len
+                                                for cell, old, width in zip(cells, known[0], known[1])))
         self._row_widths = row_widths
         widths = [h.cell_len for h in headers]
         for i, column in enumerate(zip(*(w for _, w in row_widths.values()))):
@@ -317,7 +323,13 @@ class LineTable(ScrollView, can_focus=True):
         if state != self._looks_state:
             self._looks_state = state
             self._set_looks()
-        return super().render_lines(crop)
+        # the size and scroll offset looked up once per paint, not once per line (each is a
+        # walk to the widget's region in the compositor)
+        self._painting = (self.size.width, *self.scroll_offset)
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._painting = None
 
     def _set_looks(self) -> None:
         base = self.rich_style
@@ -333,8 +345,11 @@ class LineTable(ScrollView, can_focus=True):
         self._styled_cells.clear()
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
-        scroll_x, scroll_y = self.scroll_offset
+        if self._painting is not None:
+            width, scroll_x, scroll_y = self._painting
+        else:
+            width = self.size.width
+            scroll_x, scroll_y = self.scroll_offset
         if y == 0:
             look = "header"
             cells, key = self._headers, None
