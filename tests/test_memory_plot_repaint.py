@@ -65,3 +65,27 @@ async def test_a_new_curve_repaints_only_its_rows_and_shows_the_new_drawing():
                                                         plot.base_style())]
         assert shown(plot) == expected
         assert plot.plain_lines() == expected
+
+
+def test_a_row_measured_as_one_string_equals_strips_own_measure():
+    """braille.strip measures the row once; it must cut and pad exactly as Strip does."""
+    from rich.segment import Segment
+    from rich.style import Style
+    from textual.strip import Strip
+
+    from gpumem_tui.ui.braille import strip
+
+    base = Style(bgcolor="black")
+    red = Style(color="red")
+    rows = [
+        [Segment("⣀⣤", red), Segment("   ", base), Segment("┤", base)],
+        [Segment("宽字符", red), Segment("abc", base)],  # wide characters: 9 cells in 6 characters
+        [Segment("x" * 50, base)],
+        [],
+    ]
+    for segments in rows:
+        for width in (0, 3, 6, 9, 12, 60):
+            got = strip(segments, width, base)
+            want = Strip(segments).adjust_cell_length(width, base)
+            assert got.cell_length == width
+            assert list(got) == list(want), (segments, width)

@@ -20,7 +20,6 @@ from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
-from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
@@ -29,6 +28,8 @@ from textual.strip import Strip
 #: Blank cells on each side of a cell (DataTable's default ``cell_padding``).
 CELL_PADDING = 1
 _PAD = Segment(" " * CELL_PADDING)
+#: Most styled cells a table keeps (each a few segments); past it the cache starts afresh.
+STYLED_CELLS_LIMIT = 4096
 
 
 def cell_segments(cell: Text, width: int, console: Console) -> tuple[Segment, ...]:
@@ -155,7 +156,9 @@ class LineTable(ScrollView, can_focus=True):
         self._hover_index: int | None = None
         # a cell's styled segments by content, width and look; a row's line by its cells,
         # widths and look
-        self._styled_cells: LRUCache[tuple[Any, ...], list[Segment]] = LRUCache(4096)
+        # (a plain dict, emptied when full: its lookups run in C, where an LRU's bookkeeping
+        # per cell and paint was a tenth of the table's drawing)
+        self._styled_cells: dict[tuple[Any, ...], list[Segment]] = {}
         self._lines: dict[str, tuple[Any, ...]] = {}
         self._header_line: tuple[Any, ...] | None = None
         self._layout_generation = 0  # bumped when the header or a column width changes
@@ -389,6 +392,8 @@ class LineTable(ScrollView, can_focus=True):
                 laid = cell_segments(cell, column_width, console)
                 styled = list(Segment.simplify(
                     Segment(text, pre + style + post if style else pre + post) for text, style, _ in laid))
+                if len(cache) >= STYLED_CELLS_LIMIT:
+                    cache.clear()
                 cache[key] = styled
             segments.extend(styled)
         total = sum(self._widths) + 2 * CELL_PADDING * len(self._widths)
