@@ -20,7 +20,6 @@ from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
-from textual.cache import LRUCache
 from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
@@ -29,6 +28,8 @@ from textual.strip import Strip
 #: Blank cells on each side of a cell (DataTable's default ``cell_padding``).
 CELL_PADDING = 1
 _PAD = Segment(" " * CELL_PADDING)
+#: Most styled cells a table keeps (each a few segments); past it the cache starts afresh.
+STYLED_CELLS_LIMIT = 4096
 
 
 def cell_segments(cell: Text, width: int, console: Console) -> tuple[Segment, ...]:
@@ -155,13 +156,16 @@ class LineTable(ScrollView, can_focus=True):
         self._hover_index: int | None = None
         # a cell's styled segments by content, width and look; a row's line by its cells,
         # widths and look
-        self._styled_cells: LRUCache[tuple[Any, ...], list[Segment]] = LRUCache(4096)
+        # (a plain dict, emptied when full: its lookups run in C, where an LRU's bookkeeping
+        # per cell and paint was a tenth of the table's drawing)
+        self._styled_cells: dict[tuple[Any, ...], list[Segment]] = {}
         self._lines: dict[str, tuple[Any, ...]] = {}
         self._header_line: tuple[Any, ...] | None = None
         self._layout_generation = 0  # bumped when the header or a column width changes
         self._looks: dict[str, tuple[Style, Style]] = {}
         self._looks_key: tuple[Any, ...] = ()
         self._looks_state: tuple[Any, ...] = ()
+        self._painting: tuple[int, int, int] | None = None  # (width, scroll x, y) of the paint under way
 
     # ---- state --------------------------------------------------------------------------
     @property
@@ -286,15 +290,20 @@ class LineTable(ScrollView, can_focus=True):
 
     def _measure(self, headers: list[Text], grow_only: bool) -> bool:
         """Set the headers and column widths; True if either changed. Each row's cell
-        widths are kept with its cells list, so only new or changed rows are measured."""
+        widths are kept with its cells list, so only new or changed cells are measured."""
         same_headers = [h.plain for h in headers] == [h.plain for h in self._headers]
         if same_headers:
             headers = self._headers  # the same list: the header line's cache stays valid
         row_widths: dict[str, tuple[list[Text], tuple[int, ...]]] = {}
         for key, cells in self._cells.items():
             known = self._row_widths.get(key)
-            row_widths[key] = known if known is not None and known[0] is cells else \
-                (cells, tuple(cell.cell_len for cell in cells))
+            if known is None or len(known[0]) != len(cells):
+                row_widths[key] = (cells, tuple(cell.cell_len for cell in cells))
+            elif known[0] is cells:
+                row_widths[key] = known
+            else:  # a changed row keeps the cells that did not change: only the new ones are measured
+                row_widths[key] = (cells, tuple(width if cell is old else cell.cell_len
+                                                for cell, old, width in zip(cells, known[0], known[1])))
         self._row_widths = row_widths
         widths = [h.cell_len for h in headers]
         for i, column in enumerate(zip(*(w for _, w in row_widths.values()))):
@@ -317,7 +326,13 @@ class LineTable(ScrollView, can_focus=True):
         if state != self._looks_state:
             self._looks_state = state
             self._set_looks()
-        return super().render_lines(crop)
+        # the size and scroll offset looked up once per paint, not once per line (each is a
+        # walk to the widget's region in the compositor)
+        self._painting = (self.size.width, *self.scroll_offset)
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._painting = None
 
     def _set_looks(self) -> None:
         base = self.rich_style
@@ -333,8 +348,11 @@ class LineTable(ScrollView, can_focus=True):
         self._styled_cells.clear()
 
     def render_line(self, y: int) -> Strip:
-        width = self.size.width
-        scroll_x, scroll_y = self.scroll_offset
+        if self._painting is not None:
+            width, scroll_x, scroll_y = self._painting
+        else:
+            width = self.size.width
+            scroll_x, scroll_y = self.scroll_offset
         if y == 0:
             look = "header"
             cells, key = self._headers, None
@@ -374,6 +392,8 @@ class LineTable(ScrollView, can_focus=True):
                 laid = cell_segments(cell, column_width, console)
                 styled = list(Segment.simplify(
                     Segment(text, pre + style + post if style else pre + post) for text, style, _ in laid))
+                if len(cache) >= STYLED_CELLS_LIMIT:
+                    cache.clear()
                 cache[key] = styled
             segments.extend(styled)
         total = sum(self._widths) + 2 * CELL_PADDING * len(self._widths)

@@ -36,6 +36,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.color import Color, ColorParseError
 from textual.containers import Vertical
+from textual.geometry import Region
 from textual.reactive import reactive
 from textual.widgets import Static
 from rich.color import Color as RichColor
@@ -253,6 +254,7 @@ class MemoryPlot(Widget):
         self._ops: list[tuple[str, tuple, dict]] = []
         self._lines: list[Strip] | None = None
         self._built_for: tuple | None = None
+        self._painting: list[Strip] | None = None  # the rows of the paint under way
 
     def _uses_terminal_colours(self) -> bool:
         variables = self.app.theme_variables
@@ -268,25 +270,56 @@ class MemoryPlot(Widget):
         return Style(color=RichColor.from_rgb(*text), bgcolor=RichColor.from_rgb(*canvas))
 
     def draw(self, ops: list[tuple[str, tuple, dict]]) -> None:
-        """Replace the plot commands and repaint."""
+        """Replace the plot commands and repaint the rows that changed.
+
+        Once the plot has been drawn at its current size, the new rows are drawn here and
+        compared with the shown ones: only the rows that differ are refreshed (a frame
+        re-renders and re-composites every dirty line; the title, frame and axis rows seldom
+        change when the curve moves). Before that, the whole plot is refreshed."""
         self._ops = list(ops)
+        old, built_for = self._lines, self._built_for
         self._lines = None
-        self.refresh()
+        width, height = self.size
+        if old is None or not width or not height or built_for != (width, height, self.app.theme):
+            self.refresh()
+            return
+        lines = self._build(width, height)
+        changed = [Region(0, y, width, 1) for y, (before, after) in enumerate(zip(old, lines)) if before != after]
+        if len(old) != len(lines):
+            self.refresh()
+        elif changed:
+            self.refresh(*changed)
+
+    def _build(self, width: int, height: int) -> list[Strip]:
+        """Draw the rows for a ``width`` x ``height`` plot (cells) and keep them."""
+        self._lines = render_plot(self._ops, width, height, self.base_style())
+        self._built_for = (width, height, self.app.theme)
+        return self._lines
+
+    def _current_lines(self) -> list[Strip]:
+        """The rows for the plot's size and theme now, drawn again if either changed."""
+        width, height = self.size
+        if self._lines is None or self._built_for != (width, height, self.app.theme):
+            return self._build(width, height)
+        return self._lines
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # The size is looked up once per paint here, not once per row in render_line.
+        self._painting = self._current_lines()
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._painting = None
 
     def render_line(self, y: int) -> Strip:
-        width, height = self.size.width, self.size.height
-        built_for = (width, height, self.app.theme)
-        if self._lines is None or self._built_for != built_for:
-            self._lines = render_plot(self._ops, width, height, self.base_style())
-            self._built_for = built_for
-        if 0 <= y < len(self._lines):
-            return self._lines[y]
-        return Strip.blank(width, self.base_style())
+        lines = self._painting if self._painting is not None else self._current_lines()
+        if 0 <= y < len(lines):
+            return lines[y]
+        return Strip.blank(self.size.width, self.base_style())
 
     def plain_lines(self) -> list[str]:
         """The plot as plain text lines (tests)."""
-        self.render_line(0)
-        return [line.text for line in self._lines or []]
+        return [line.text for line in self._current_lines()]
 
 
 def _style(color: object) -> Style | None:

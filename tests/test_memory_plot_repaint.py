@@ -1,0 +1,91 @@
+"""MemoryPlot repaints only the rows a new drawing changed (issue 23: the dashboard's CPU at
+1 Hz), and what it then shows is the new drawing whole."""
+
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+from textual.geometry import Region
+
+from gpumem_tui.ui.memory_chart import MemoryPlot, render_plot
+
+WIDTH, HEIGHT = 40, 12
+
+
+def ops(ys: list[float]) -> list[tuple[str, tuple, dict]]:
+    xs = [float(x) for x in range(-len(ys) + 1, 1)]
+    return [
+        ("plot", (xs, ys), {"color": (200, 100, 50), "marker": "braille"}),
+        ("title", ("PID 1 python train.py",), {}),
+        ("xlabel", ("time (s)",), {}),
+        ("ylabel", ("memory (GiB)",), {}),
+        ("xlim", (xs[0], 0.0), {}),
+        ("xticks", ([-8.0, -4.0, 0.0], ["-8", "-4", "0"]), {}),
+        ("ylim", (0.0, 10.0), {}),
+        ("yticks", ([0.0, 5.0, 10.0], ["0", "5", "10"]), {}),
+    ]
+
+
+class PlotApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield MemoryPlot(id="plot")
+
+
+def shown(plot: MemoryPlot) -> list[str]:
+    """The rows as the widget paints them (through Textual's line cache)."""
+    return [strip.text for strip in plot.render_lines(Region(0, 0, plot.size.width, plot.size.height))]
+
+
+async def test_a_new_curve_repaints_only_its_rows_and_shows_the_new_drawing():
+    app = PlotApp()
+    async with app.run_test(size=(WIDTH, HEIGHT)) as pilot:
+        plot = app.query_one(MemoryPlot)
+        flat = [2.0] * 9
+        plot.draw(ops(flat))
+        await pilot.pause()
+        assert shown(plot)  # painted once: its rows are known
+        refreshed: list[tuple[Region, ...]] = []
+        original = plot.refresh
+
+        def spy(*regions, **kwargs):  # noqa: ANN002, ANN003
+            refreshed.append(regions)
+            return original(*regions, **kwargs)
+
+        plot.refresh = spy  # type: ignore[method-assign]
+        plot.draw(ops(flat))  # the same drawing: nothing to repaint
+        assert refreshed == []
+        risen = flat[:-1] + [9.0]  # the newest sample jumps: only the rows it crosses change
+        plot.draw(ops(risen))
+        assert len(refreshed) == 1 and refreshed[0], "only regions, not the whole plot"
+        rows = sorted(region.y for region in refreshed[0])
+        assert all(region.height == 1 and region.width == plot.size.width for region in refreshed[0])
+        assert 0 not in rows  # the title row did not change
+        assert len(rows) < plot.size.height
+        await pilot.pause()
+        expected = [strip.text for strip in render_plot(ops(risen), plot.size.width, plot.size.height,
+                                                        plot.base_style())]
+        assert shown(plot) == expected
+        assert plot.plain_lines() == expected
+
+
+def test_a_row_measured_as_one_string_equals_strips_own_measure():
+    """braille.strip measures the row once; it must cut and pad exactly as Strip does."""
+    from rich.segment import Segment
+    from rich.style import Style
+    from textual.strip import Strip
+
+    from gpumem_tui.ui.braille import strip
+
+    base = Style(bgcolor="black")
+    red = Style(color="red")
+    rows = [
+        [Segment("⣀⣤", red), Segment("   ", base), Segment("┤", base)],
+        [Segment("宽字符", red), Segment("abc", base)],  # wide characters: 9 cells in 6 characters
+        [Segment("x" * 50, base)],
+        [],
+    ]
+    for segments in rows:
+        for width in (0, 3, 6, 9, 12, 60):
+            got = strip(segments, width, base)
+            want = Strip(segments).adjust_cell_length(width, base)
+            assert got.cell_length == width
+            assert list(got) == list(want), (segments, width)
