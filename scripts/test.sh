@@ -26,6 +26,10 @@ apt_install_missing chromium chromium "the browser test of gpumem-tui serve need
 # each worker also collects the whole suite, ~20 s of CPU, which argues against many more). GPUMEM_TEST_WORKERS=0 runs it in one process. --dist loadgroup: tests
 # sharing a module-scoped fixture (a Prometheus server, a loaded model) stay on one worker, so it
 # is built once (tests/conftest.py marks them). -rs: every skip is listed with its reason.
+# Bytecode cache on: a machine that sets PYTHONDONTWRITEBYTECODE (this sandbox and CI do) would
+# compile the package again in every worker and in every `python -m gpumem_tui` a test starts.
+unset PYTHONDONTWRITEBYTECODE
+.venv/bin/python -m compileall -q gpumem_tui tests >/dev/null
 .venv/bin/python -m pytest -q -p no:cacheprovider -rs -n "${GPUMEM_TEST_WORKERS:-3}" --dist loadgroup "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi
