@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpumem_tui.support.cli_support import InputError, OneLineParser, number_arg
+from gpumem_tui.support.cli_support import InputError, OneLineParser, number_arg, run_parsed
 from gpumem_tui.plots.options import PlotOptions, add_plot_arguments, plot_options
 
 _play_position = number_arg(float, strict=False, unit="seconds")
@@ -27,12 +27,7 @@ _play_position = number_arg(float, strict=False, unit="seconds")
 
 def main(argv: Sequence[str]) -> int:
     """``gpumem-tui compare ARGS``: returns the exit code (2 with one line on stderr for bad input)."""
-    try:
-        args = _parser().parse_args(list(argv))
-    except InputError as exc:
-        print(f"gpumem-tui compare: {exc}", file=sys.stderr)
-        return 2
-    return _compare(args)
+    return run_parsed("compare", _parser(), argv, _compare)
 
 
 def _parser() -> argparse.ArgumentParser:

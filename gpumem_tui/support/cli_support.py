@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 
 
 class InputError(ValueError):
@@ -21,6 +22,18 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise InputError(message)
+
+
+def run_parsed(name: str, parser: argparse.ArgumentParser, argv: Sequence[str],
+               run: Callable[[argparse.Namespace], int]) -> int:
+    """Parse ``argv`` with ``parser`` (a :class:`OneLineParser`) and return ``run(args)``; bad
+    input prints ``gpumem-tui NAME: <why>`` as one line on stderr and returns 2."""
+    try:
+        args = parser.parse_args(list(argv))
+    except InputError as exc:
+        print(f"gpumem-tui {name}: {exc}", file=sys.stderr)
+        return 2
+    return run(args)
 
 
 def number_arg(

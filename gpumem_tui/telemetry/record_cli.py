@@ -17,17 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gpumem_tui.support.cli_support import InputError, OneLineParser, positive_seconds
+from gpumem_tui.support.cli_support import OneLineParser, positive_seconds, run_parsed
 
 
 def main(argv: Sequence[str]) -> int:
     """``gpumem-tui record ARGS``: returns the exit code (2 with one line on stderr for bad input)."""
-    try:
-        args = _parser().parse_args(list(argv))
-    except InputError as exc:
-        print(f"gpumem-tui record: {exc}", file=sys.stderr)
-        return 2
-    return _record(args)
+    return run_parsed("record", _parser(), argv, _record)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -12,19 +12,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpumem_tui.support.cli_support import InputError, OneLineParser, number_arg, positive_seconds
+from gpumem_tui.support.cli_support import OneLineParser, number_arg, positive_seconds, run_parsed
 
 _speed_factor = number_arg(float)
 
 
 def main(argv: Sequence[str]) -> int:
     """``gpumem-tui replay ARGS``: returns the exit code (2 with one line on stderr for bad input)."""
-    try:
-        args = _parser().parse_args(list(argv))
-    except InputError as exc:
-        print(f"gpumem-tui replay: {exc}", file=sys.stderr)
-        return 2
-    return _replay(args)
+    return run_parsed("replay", _parser(), argv, _replay)
 
 
 def _parser() -> argparse.ArgumentParser:
