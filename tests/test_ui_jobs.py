@@ -42,14 +42,17 @@ def replay_app(path: Path, clock: Clock) -> GpuMemApp:
                      readonly=True, banner=f"replay of {path.name}")
 
 
-async def play_to(app: GpuMemApp, clock: Clock, position: float, last_time: float) -> None:
-    """Move the replay to ``position`` seconds and wait for the record at ``last_time``."""
+async def played_and_stopped(app: GpuMemApp, clock: Clock, pilot) -> None:
+    """Let the replay play (position 10 s) until the record at ``T0 + 3.6`` was applied, then
+    stop polling: the screen holds still for the assertions."""
     for _ in range(400):
         if app.snapshot is not None:
-            clock.now = position
-            if app.snapshot.time >= last_time:
+            clock.now = 10.0
+            if app.snapshot.time >= rank_traces.T0 + 3.6:
                 break
         await asyncio.sleep(0.02)
+    app.poller.stop()
+    await pilot.pause()
 
 
 def _rows(app: GpuMemApp) -> list[str]:
@@ -68,9 +71,7 @@ def test_a_replayed_job_is_one_group_row_that_opens_into_its_ranks(tmp_path):
 
     async def run() -> None:
         async with app.run_test(size=(200, 40)) as pilot:
-            await play_to(app, clock, 10.0, rank_traces.T0 + 3.6)
-            app.poller.stop()
-            await pilot.pause()
+            await played_and_stopped(app, clock, pilot)
             table = app.table
             assert _rows(app) == ["job ", "3001"]  # three ranks, one row; the other process as before
             [group] = [e for e in table.entries if isinstance(e, JobRow)]
@@ -121,9 +122,7 @@ def test_bad_rank_claims_show_the_group_with_a_one_line_notice(tmp_path):
 
     async def run() -> None:
         async with app.run_test(size=(160, 40)) as pilot:
-            await play_to(app, clock, 10.0, rank_traces.T0 + 3.6)
-            app.poller.stop()
-            await pilot.pause()
+            await played_and_stopped(app, clock, pilot)
             assert _rows(app) == ["job ", "3001"]
             assert _command_cell(app, 0).startswith("▸ ⚠ imbalance ")
             notices = [n.message for n in app._notifications if "claimed by" in n.message]
@@ -141,9 +140,7 @@ def test_without_jobs_the_table_and_its_keys_are_as_before(tmp_path):
 
     async def run() -> None:
         async with app.run_test(size=(160, 40)) as pilot:
-            await play_to(app, clock, 10.0, rank_traces.T0 + 3.6)
-            app.poller.stop()
-            await pilot.pause()
+            await played_and_stopped(app, clock, pilot)
             assert _rows(app) == ["2001", "3001"]
             assert not app.table.jobs_shown
             assert all(ident != "toggle_job" for *_, ident in app.help_rows())

@@ -76,8 +76,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _interactive(args: argparse.Namespace, job_args: list[str]) -> int:
-    from gpumem_tui.support.crash import DashboardCrashed
-
     try:
         job = start_demo_job(steps=args.steps or 0, device=args.device, model=args.model, extra_args=job_args)
     except DemoError as exc:
@@ -85,25 +83,21 @@ def _interactive(args: argparse.Namespace, job_args: list[str]) -> int:
         return 1
     try:
         from gpumem_tui.telemetry.live import LiveSource
-        from gpumem_tui.ui.launch import run_dashboard
+        from gpumem_tui.ui.launch import run_dashboard_command
 
-        source = LiveSource(job.probe_dir)
-        run_dashboard(
-            source=source,
+        return run_dashboard_command(
+            "gpumem-tui demo",
+            source=LiveSource(job.probe_dir),
             interval=args.interval or 1.0,
             theme=args.theme,
             select_pid=job.pid,
             demo_job=job,
             banner=f"built-in demo: training job PID {job.pid}",
         )
-    except KeyboardInterrupt:
-        pass
-    except DashboardCrashed as exc:
-        print(f"gpumem-tui demo: {exc}", file=sys.stderr)
-        return 1
+    except KeyboardInterrupt:  # while the live source opens (the dashboard's own is handled there)
+        return 0
     finally:
         job.stop()
-    return 0
 
 
 def _headless(args: argparse.Namespace, job_args: list[str]) -> int:

@@ -27,6 +27,12 @@ def _number(name: str, value: str, tip: str, placeholder: str = "") -> Input:
     return widget
 
 
+def _wide_input(name: str, placeholder: str, tip: str) -> Input:
+    field = Input(placeholder=placeholder, compact=True, id=f"est-{name}", classes="-wide")
+    field.tooltip = tip
+    return field
+
+
 def _label(name: str, text: str) -> Label:
     return Label(text, id=f"est-{name}-label")
 
@@ -54,14 +60,8 @@ def model_fields(catalogue: Sequence[str], cached_models: Sequence[tuple[str, st
     model.tooltip = "Bundled model configs: open and type to search"
     yield model
     yield _label("config", "config")
-    config = Input(
-        placeholder="path/to/config.json or a count (7e9)",
-        compact=True,
-        id="est-config",
-        classes="-wide",
-    )
-    config.tooltip = "A Hugging Face config.json (file or folder), or a bare parameter count"
-    yield config
+    yield _wide_input("config", "path/to/config.json or a count (7e9)",
+                      "A Hugging Face config.json (file or folder), or a bare parameter count")
 
 
 def setup_fields() -> Iterator[Widget]:
@@ -100,11 +100,5 @@ def setup_fields() -> Iterator[Widget]:
     yield _label("lora_rank", "LoRA r")
     yield _number("lora_rank", "", "LoRA rank (tasks lora / qlora)", placeholder="8")
     yield _label("budget", "GPU mem")
-    budget = Input(
-        placeholder="selected GPU (or type e.g. 24GiB, 80GB)",
-        compact=True,
-        id="est-budget",
-        classes="-wide",
-    )
-    budget.tooltip = "Memory to fit in: binary GiB/MiB or decimal GB/MB; empty = selected GPU"
-    yield budget
+    yield _wide_input("budget", "selected GPU (or type e.g. 24GiB, 80GB)",
+                      "Memory to fit in: binary GiB/MiB or decimal GB/MB; empty = selected GPU")

@@ -68,19 +68,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"gpumem-tui: unknown theme {theme!r}; available: {', '.join(names)}", file=sys.stderr)
             return 2
+    return run_dashboard_command(
+        "gpumem-tui",
+        interval=args.interval or config.interval,
+        theme=theme,
+        readonly=args.readonly or config.readonly,
+        demo=not args.no_demo,
+        config=config,
+        themes=themes,
+    )
+
+
+def run_dashboard_command(prog: str, **kwargs: Any) -> int:
+    """:func:`run_dashboard` (``kwargs`` as there) for a subcommand, as its exit code: 0 when the
+    user quits or presses Ctrl-C; 1 when the dashboard crashed, after ``PROG: <one line>`` (the
+    error and where its traceback was written) on stderr."""
     try:
-        run_dashboard(
-            interval=args.interval or config.interval,
-            theme=theme,
-            readonly=args.readonly or config.readonly,
-            demo=not args.no_demo,
-            config=config,
-            themes=themes,
-        )
+        run_dashboard(**kwargs)
     except KeyboardInterrupt:
         return 0
     except DashboardCrashed as exc:
-        print(f"gpumem-tui: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 1
     return 0
 

@@ -50,22 +50,15 @@ def _replay(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"gpumem-tui replay: cannot read {args.trace}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    from gpumem_tui.support.crash import DashboardCrashed
-    from gpumem_tui.ui.launch import run_dashboard
+    from gpumem_tui.ui.launch import run_dashboard_command
 
-    try:
-        run_dashboard(
-            source=source,
-            interval=args.interval,
-            theme=args.theme,
-            themes=themes,
-            readonly=True,  # a replayed PID is not a process to signal
-            # the replay line shows the position, length and current speed (which keys change)
-            banner=f"replay of {args.trace.name}",
-        )
-    except KeyboardInterrupt:
-        pass
-    except DashboardCrashed as exc:
-        print(f"gpumem-tui replay: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return run_dashboard_command(
+        "gpumem-tui replay",
+        source=source,
+        interval=args.interval,
+        theme=args.theme,
+        themes=themes,
+        readonly=True,  # a replayed PID is not a process to signal
+        # the replay line shows the position, length and current speed (which keys change)
+        banner=f"replay of {args.trace.name}",
+    )
