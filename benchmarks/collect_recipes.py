@@ -60,19 +60,26 @@ _ROLES = {"q_proj": "q", "v_proj": "v", "k_proj": "k", "o_proj": "o", "c_attn": 
 LORA_RANK = 8
 
 
-def _model(config: dict[str, Any], torch: Any) -> Any:
+def _model(config: dict[str, Any], torch: Any, attn: str = "sdpa", dtype: Any = None, head: str = "causal",
+           device: str = "cpu") -> Any:
+    """Random-weight model from ``config`` (a dict): causal LM (``head="causal"``) or masked LM
+    (``"mlm"``), built on ``device``; ``dtype`` None = fp32 (the CPU cases' ``.float()``)."""
     import transformers
 
     torch.manual_seed(0)
-    cfg = transformers.AutoConfig.for_model(**config)
-    cfg._attn_implementation = "sdpa"
-    return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").float()
+    raw = {k: v for k, v in config.items() if k not in ("torch_dtype", "dtype")}  # else built in the config's dtype
+    cfg = transformers.AutoConfig.for_model(**raw)
+    cfg._attn_implementation = attn
+    auto = transformers.AutoModelForMaskedLM if head == "mlm" else transformers.AutoModelForCausalLM
+    with torch.device(device):
+        model = auto.from_config(cfg, attn_implementation=attn, dtype=dtype or torch.float32)
+    return model if dtype is not None else model.float()
 
 
-def _peft(model: Any, targets: tuple[str, ...]) -> Any:
+def _peft(model: Any, targets: tuple[str, ...], rank: int = LORA_RANK) -> Any:
     from peft import LoraConfig, get_peft_model
 
-    return get_peft_model(model, LoraConfig(r=LORA_RANK, lora_alpha=16, target_modules=list(targets),
+    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=16, target_modules=list(targets),
                                             lora_dropout=0.0, task_type="CAUSAL_LM"))
 
 
@@ -84,39 +91,61 @@ def _dataset(batch: int, seq: int, vocab: int, torch: Any) -> list[dict[str, Any
     return [{"input_ids": row, "labels": list(row)} for row in ids]
 
 
+def _run_trainer(model: Any, rows: list[dict[str, Any]], batch: int, callback: Any, **extra_args: Any) -> None:
+    """``Trainer.train`` for ``STEPS`` steps of ``batch`` rows with ``callback`` (a
+    ``TrainerCallback``); ``extra_args`` go to ``TrainingArguments`` (use_cpu, bf16, fp16, ...)."""
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    scratch = tempfile.mkdtemp(prefix="gpumem-trainer-")  # the Trainer wants an output_dir; nothing is saved
+    args = TrainingArguments(output_dir=scratch, max_steps=STEPS, per_device_train_batch_size=batch,
+                             report_to=[], save_strategy="no", logging_strategy="no",
+                             dataloader_num_workers=0, disable_tqdm=True, **extra_args)
+    try:
+        Trainer(model=model, args=args, train_dataset=rows, data_collator=default_data_collator,
+                callbacks=[callback]).train()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def _trainer_step_peaks(model: Any, tracker: Any, rows: list[dict[str, Any]], batch: int, torch: Any) -> None:
-    from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
+    from transformers import TrainerCallback
 
     class StepPhases(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
             tracker.reset_mod_stats()  # MemTracker refuses a second root forward otherwise
             tracker.start_phase(f"step{state.global_step + 1}")
 
-    scratch = tempfile.mkdtemp(prefix="gpumem-trainer-")  # the Trainer wants an output_dir; nothing is saved
-    args = TrainingArguments(output_dir=scratch, use_cpu=True, max_steps=STEPS,
-                             per_device_train_batch_size=batch, report_to=[], save_strategy="no",
-                             logging_strategy="no", dataloader_num_workers=0, disable_tqdm=True)
-    try:
-        Trainer(model=model, args=args, train_dataset=rows, data_collator=default_data_collator,
-                callbacks=[StepPhases()]).train()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    _run_trainer(model, rows, batch, StepPhases(), use_cpu=True)
 
 
-def _torch_step_peaks(model: Any, tracker: Any, rows: list[dict[str, Any]], batch: int, torch: Any) -> None:
+def _torch_steps(model: Any, rows: list[dict[str, Any]], batch: int, torch: Any, mark: Any,
+                 device: str = "cpu") -> None:
+    """The plain loop, ``STEPS`` steps; ``mark(step, phase)`` is called as each of the phases
+    ``forward``, ``backward``, ``optimizer_step`` begins and at ``end`` (after ``zero_grad``)."""
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, foreach=False)
     for step in range(1, STEPS + 1):
         # the batch is built inside the step, as the collator does
-        ids = torch.tensor([row["input_ids"] for row in rows[(step - 1) * batch:step * batch]])
-        tracker.reset_mod_stats()
-        tracker.start_phase(f"step{step}")
+        ids = torch.tensor([row["input_ids"] for row in rows[(step - 1) * batch:step * batch]], device=device)
+        mark(step, "forward")
         out = model(input_ids=ids, labels=ids, use_cache=False)
         loss = out.loss
         del out
+        mark(step, "backward")
         loss.backward()
+        mark(step, "optimizer_step")
         opt.step()
         opt.zero_grad(set_to_none=True)
+        mark(step, "end")
         del loss, ids
+
+
+def _torch_step_peaks(model: Any, tracker: Any, rows: list[dict[str, Any]], batch: int, torch: Any) -> None:
+    def mark(step: int, phase: str) -> None:  # one tracker phase per whole step
+        if phase == "forward":
+            tracker.reset_mod_stats()
+            tracker.start_phase(f"step{step}")
+
+    _torch_steps(model, rows, batch, torch, mark)
 
 
 def run_case(case: tuple[str, str, str, str, int, int, tuple[str, ...]]) -> dict[str, Any]:
