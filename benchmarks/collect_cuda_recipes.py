@@ -259,6 +259,8 @@ def measure_case(case: dict[str, Any], device: str) -> dict[str, Any]:
             monitor.join()
     if device == "cuda":
         meter.begin("after")  # reads the reserved peak once more
+        stats = torch.cuda.memory_stats()  # retries: another process squeezed this one's allocator
+        meter.notes["allocator"] = {k: stats.get(k) for k in ("num_alloc_retries", "num_ooms", "num_device_alloc")}
     meter.notes["checkpoint"] = checkpoint_flavour(model)
     record = _record(case, device, config, meter, params, trainable, torch, transformers, peft)
     record.update(cuda_context=context, nvml_peak_used=monitor.peak if monitor else None,
@@ -319,19 +321,20 @@ def _record(case: dict[str, Any], device: str, config: dict[str, Any], meter: An
     return {"case": case["name"], "how": how, "model": config, "spec": spec,
             "measured": measured, "peak_bytes": steps[f"step{STEPS}"], "steps": steps,
             "phases_of_last_step": phases or None,
-            "max_reserved": meter.max_reserved, "checkpoint_seen": meter.notes.get("checkpoint"), "params": params, "trainable": trainable,
+            "max_reserved": meter.max_reserved, "checkpoint_seen": meter.notes.get("checkpoint"),
+            "allocator_stats": meter.notes.get("allocator"), "params": params, "trainable": trainable,
             "torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__}
 
 
 # --- the parent: scheduling, records, lines ---------------------------------------------------------
-def estimate_bytes(case: dict[str, Any]) -> int:
-    """The estimator's peak for ``case`` on CUDA (bytes, CUDA context included)."""
+def estimate_bytes(case: dict[str, Any], device: str = "cuda") -> int:
+    """The estimator's peak for ``case`` on ``device`` (bytes; on cuda the context included)."""
     from gpumem_tui.estimator.architecture import architecture_from_config
     from gpumem_tui.estimator.estimate import estimate
     from gpumem_tui.estimator.spec import TrainingSpec
 
     config_path = Path(case["config"]) if os.path.isabs(case["config"]) else CUDA_CONFIGS / case["config"]
-    fields = estimator_spec(case, "cuda")
+    fields = estimator_spec(case, device)
     fields["lora_targets"] = tuple(fields.get("lora_targets", ("q", "v")))
     arch = architecture_from_config(json.loads(config_path.read_text()), name=case["name"])
     return int(estimate(arch, TrainingSpec(**fields)).peak_bytes)
@@ -383,12 +386,13 @@ def child_main(case: dict[str, Any], device: str, record_path: Path) -> int:
 def run_all(cases: list[dict[str, Any]], device: str, jobs: int, gpu_bytes: int, timeout: float, out: Path) -> list[dict[str, Any]]:
     """Run ``cases`` up to ``jobs`` at a time while their budgets fit ``gpu_bytes``, biggest
     first; write ``recipes_cuda.jsonl`` (one record a line, in case order) and ``children.log``."""
-    estimates = {c["name"]: estimate_bytes(c) for c in cases}
+    estimates = {c["name"]: estimate_bytes(c, device) for c in cases}
     budgets = {name: _budget_bytes(est) for name, est in estimates.items()}
     pending = sorted(cases, key=lambda c: -budgets[c["name"]])
     running: dict[Future[dict[str, Any]], dict[str, Any]] = {}
     records: dict[str, dict[str, Any]] = {}
-    log = out / "children.log"
+    log, jsonl = out / "children.log", out / "recipes_cuda.jsonl"
+    jsonl.write_text("")
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         while pending or running:
             held = sum(budgets[c["name"]] for c in running.values())
@@ -405,8 +409,10 @@ def run_all(cases: list[dict[str, Any]], device: str, jobs: int, gpu_bytes: int,
                 record = records[case["name"]] = future.result()
                 record["estimate_bytes"] = estimates[case["name"]]
                 print(_line(record), flush=True)
+                with jsonl.open("a") as handle:  # as each ends: a run killed later keeps what it has
+                    handle.write(json.dumps(record) + "\n")
     ordered = [records[c["name"]] for c in cases]
-    (out / "recipes_cuda.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ordered))
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in ordered))
     return ordered
 
 
@@ -415,16 +421,17 @@ def _line(record: dict[str, Any]) -> str:
         return f"{record['case']:<50} ERROR {record['error']}  ({record['seconds']} s)"
     mib = 1 << 20
     est = record.get("estimate_bytes") or 0
-    err = f"{est / record['peak_bytes'] - 1:+.1%}" if est and record["spec"]["device"] == "cuda" else "n/a"
+    err = f"{est / record['peak_bytes'] - 1:+.1%}" if est else "n/a"
     reserved = "n/a" if record["max_reserved"] is None else f"{record['max_reserved'] / mib:,.0f}"
     nvml = "n/a" if record["nvml_peak_used"] is None else f"{record['nvml_peak_used'] / mib:,.0f}"
     ctx = "n/a" if record["cuda_context"] is None else f"{record['cuda_context'] / mib:,.0f}"
     return (f"{record['case']:<50} peak_alloc {record['peak_bytes'] / mib:>10,.1f} MiB  steps "
             f"{[round(v / mib, 1) for v in record['steps'].values()]}  reserved {reserved}  nvml {nvml}  "
-            f"ctx {ctx}  est(cuda) {err}  ({record['seconds']} s)")
+            f"ctx {ctx}  estimate {err}  ({record['seconds']} s)")
 
 
-COMMAND = ("PYTHONUNBUFFERED=1 PYTHONPATH=. timeout 280 python3 benchmarks/collect_cuda_recipes.py --device cuda "
+COMMAND = ("nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv; "
+           "PYTHONUNBUFFERED=1 PYTHONPATH=. timeout 290 python3 benchmarks/collect_cuda_recipes.py --device cuda "
            "--jobs 4 --case-timeout 200 --out \"$OUT\" 2>&1 | tee \"$OUT/run.log\"")
 
 
