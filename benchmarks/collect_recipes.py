@@ -20,7 +20,8 @@ of the last of 3 steps, live tensor storage bytes (torch "allocated" on the CPU)
   ``zero_grad(set_to_none=True)`` -- the loop of ``gpumem_tui/measure/runner.py``.
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/collect_recipes.py [--only SUBSTRING]``
-(about a minute of CPU). torch, transformers and peft only; no GPU.
+(about a minute of CPU). torch, transformers and peft only; no GPU. The same loops on a CUDA
+GPU, with bf16 / fp16 autocast and gradient checkpointing: ``benchmarks/collect_cuda_recipes.py``.
 """
 
 from __future__ import annotations
