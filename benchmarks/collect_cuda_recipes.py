@@ -37,6 +37,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -67,8 +68,16 @@ CASES: list[dict[str, Any]] = [
         ("llama1b-torch-peft-lora-bf16-b4-s1024", "llama-3.2-1b.json", "causal", "torch", "lora", "bf16", None, False, "sdpa", 4, 1024),
         ("gpt2-hf-trainer-bf16amp-b4-s512", "gpt2.json", "causal", "hf-trainer", "train", "fp32", "bf16", False, "sdpa", 4, 512),
         ("bert-base-mlm-hf-trainer-fp16amp-eager-b8-s512", "bert-base-uncased.json", "mlm", "hf-trainer", "train", "fp32", "fp16", False, "eager", 8, 512),
+        # QLoRA as users run it: nf4 base loaded by from_pretrained, prepare_model_for_kbit_training, Trainer
+        ("llama1b-qlora-nf4-dq-hf-trainer-bf16-gc-b4-s1024", "llama-3.2-1b.json", "causal", "peft-kbit", "qlora", "bf16", "bf16", True, "sdpa", 4, 1024),
+        ("llama1b-qlora-nf4-dq-hf-trainer-bf16-b2-s1024", "llama-3.2-1b.json", "causal", "peft-kbit", "qlora", "bf16", "bf16", False, "sdpa", 2, 1024),
     ]
 ]
+
+#: the QLoRA cases' transformers ``BitsAndBytesConfig`` (the QLoRA paper's recipe: NF4, double
+#: quantisation, bf16 compute), as a config.json's ``quantization_config`` holds it
+QLORA_QUANTIZATION_CONFIG = {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
+                             "bnb_4bit_use_double_quant": True, "bnb_4bit_compute_dtype": "bfloat16"}
 
 
 def estimator_spec(case: dict[str, Any], device: str) -> dict[str, Any]:
@@ -84,8 +93,10 @@ def estimator_spec(case: dict[str, Any], device: str) -> dict[str, Any]:
         "optimizer": "adamw", "recipe": case["recipe"]}
     if case["recipe"] == "torch":
         spec["optimizer_impl"] = "single"
-    if case["task"] == "lora":
+    if case["task"] in ("lora", "qlora"):
         spec.update(lora_rank=LORA_RANK, lora_targets=[_ROLES[t] for t in LORA_TARGETS])
+    if case["task"] == "qlora":
+        spec["quant"] = QLORA_QUANTIZATION_CONFIG["bnb_4bit_quant_type"]
     return spec
 
 
@@ -227,8 +238,11 @@ def measure_case(case: dict[str, Any], device: str) -> dict[str, Any]:
     pynvml = _load_nvml() if device == "cuda" else None
     context = _cuda_context(torch, pynvml) if pynvml else None
     weights = {"fp32": torch.float32, "bf16": torch.bfloat16}[case["weights"]]
-    model = _model(config, torch, attn=case["attn"], dtype=weights, head=case["head"], device=device)
-    if case["task"] == "lora":
+    if case["task"] == "qlora":
+        model = _qlora_model(config, case, torch, weights, device)
+    else:
+        model = _model(config, torch, attn=case["attn"], dtype=weights, head=case["head"], device=device)
+    if case["task"] in ("lora", "qlora"):
         model = _peft(model, LORA_TARGETS, rank=LORA_RANK)
     params = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -247,7 +261,7 @@ def measure_case(case: dict[str, Any], device: str) -> dict[str, Any]:
     try:
         if tracker:
             tracker.__enter__()
-        if case["recipe"] == "hf-trainer":
+        if uses_trainer(case):
             _trainer_run(case, model, rows, meter, device)
         else:
             _torch_run(case, model, rows, meter, device, torch)
@@ -268,6 +282,39 @@ def measure_case(case: dict[str, Any], device: str) -> dict[str, Any]:
                   nvml_used_after=nvml_used_of(pynvml, os.getpid()) if pynvml else None,
                   param_dtype=str(next(model.parameters()).dtype).removeprefix("torch."))
     return record
+
+
+def _qlora_model(config: dict[str, Any], case: dict[str, Any], torch: Any, weights: Any, device: str) -> Any:
+    """The QLoRA base as users load it: random ``weights``-dtype weights saved to a scratch
+    directory, then ``from_pretrained(..., quantization_config=BitsAndBytesConfig(...))`` (the
+    Linears become bitsandbytes ``Linear4bit``), then peft's ``prepare_model_for_kbit_training``
+    (``use_gradient_checkpointing`` = the case's; reentrant, its default)."""
+    import transformers
+    from peft import prepare_model_for_kbit_training
+
+    qc = {k: v for k, v in QLORA_QUANTIZATION_CONFIG.items() if k != "quant_method"}
+    qc["bnb_4bit_compute_dtype"] = getattr(torch, qc["bnb_4bit_compute_dtype"])
+    scratch = tempfile.mkdtemp(prefix="gpumem-qlora-")
+    try:
+        _model(config, torch, attn=case["attn"], dtype=weights, head=case["head"], device="cpu").save_pretrained(scratch)
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            scratch, quantization_config=transformers.BitsAndBytesConfig(**qc), dtype=weights,
+            attn_implementation=case["attn"], device_map={"": 0} if device == "cuda" else "cpu")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=case["gc"])
+
+
+def uses_trainer(case: dict[str, Any]) -> bool:
+    """Whether ``case`` runs under transformers' ``Trainer`` (its recipes ``hf-trainer`` and
+    ``peft-kbit``) rather than the plain torch loop."""
+    return case["recipe"] in ("hf-trainer", "peft-kbit")
+
+
+def _bnb_version() -> str:
+    import bitsandbytes
+
+    return bitsandbytes.__version__
 
 
 def checkpoint_flavour(model: Any) -> str | None:
@@ -296,19 +343,22 @@ def _gpu_line(torch: Any, device: str) -> str:
 
 def _record(case: dict[str, Any], device: str, config: dict[str, Any], meter: Any, params: int, trainable: int,
             torch: Any, transformers: Any, peft: Any) -> dict[str, Any]:
-    if case["recipe"] == "hf-trainer":
+    if uses_trainer(case):
         flags = ", ".join(f for f in (f"{case['amp']}=True" if case["amp"] else "",
                                       "gradient_checkpointing=True" if case["gc"] else "") if f)
         loop = f"transformers Trainer.train, TrainingArguments({flags}), optim {meter.notes.get('optim')} (default)"
     else:
         loop = "plain torch loop (benchmarks/collect_recipes.py's _torch_steps), AdamW(foreach=False)"
-    lora = f", PEFT LoRA r={LORA_RANK} on {'/'.join(LORA_TARGETS)}" if case["task"] == "lora" else ""
+    lora = f", PEFT LoRA r={LORA_RANK} on {'/'.join(LORA_TARGETS)}" if case["task"] in ("lora", "qlora") else ""
+    if case["task"] == "qlora":
+        lora = (f", bitsandbytes {_bnb_version()} BitsAndBytesConfig {QLORA_QUANTIZATION_CONFIG} via from_pretrained, "
+                f"peft prepare_model_for_kbit_training(use_gradient_checkpointing={case['gc']})" + lora)
     how = (f"benchmarks/collect_cuda_recipes.py: {loop}{lora}, {case['weights']} weights, {case['attn']} attention, "
            f"batch {case['batch']}, seq {case['seq']}, {STEPS} steps; {_gpu_line(torch, device)}; "
            f"torch {torch.__version__}, transformers {transformers.__version__}, peft {peft.__version__}, "
            f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
     if device == "cuda":
-        per = "per step (reset at on_step_begin, read at on_step_end)" if case["recipe"] == "hf-trainer" \
+        per = "per step (reset at on_step_begin, read at on_step_end)" if uses_trainer(case) \
             else "the largest of its forward / backward / optimizer-step phases, reset at each phase boundary"
         measured = f"torch.cuda.max_memory_allocated, peak of step {STEPS} of {STEPS}, {per}"
     else:
@@ -318,6 +368,8 @@ def _record(case: dict[str, Any], device: str, config: dict[str, Any], meter: An
     spec = estimator_spec(case, device)
     if meter.notes.get("checkpoint") in ("reentrant", "non-reentrant"):  # as the probe passes it
         spec["checkpoint_impl"] = meter.notes["checkpoint"]
+    if case["task"] == "qlora":  # as a quantized checkpoint's config.json holds it
+        config = {**config, "quantization_config": QLORA_QUANTIZATION_CONFIG}
     return {"case": case["name"], "how": how, "model": config, "spec": spec,
             "measured": measured, "peak_bytes": steps[f"step{STEPS}"], "steps": steps,
             "phases_of_last_step": phases or None,
@@ -336,6 +388,10 @@ def estimate_bytes(case: dict[str, Any], device: str = "cuda") -> int:
     config_path = Path(case["config"]) if os.path.isabs(case["config"]) else CUDA_CONFIGS / case["config"]
     fields = estimator_spec(case, device)
     fields["lora_targets"] = tuple(fields.get("lora_targets", ("q", "v")))
+    if case["task"] == "qlora":
+        from gpumem_tui.estimator.quantization import format_from_config
+
+        fields["quant_format"] = format_from_config(QLORA_QUANTIZATION_CONFIG)
     arch = architecture_from_config(json.loads(config_path.read_text()), name=case["name"])
     return int(estimate(arch, TrainingSpec(**fields)).peak_bytes)
 
