@@ -14,6 +14,11 @@ The ground truth (every figure torch "allocated": live tensor storage bytes from
   frameworks on the CPU);
 - the parallel strategies: ``tests/data/ranks/`` (``gpumem-tui measure --nproc N --on cpu``,
   ``benchmarks/collect_ranks.py``), the largest rank's peak against the largest rank role's.
+- on a CUDA GPU (one H100, ``tests/data/recipes_cuda/``, ``benchmarks/collect_cuda_recipes.py``):
+  per recipe torch allocated (``torch.cuda.max_memory_allocated`` against the estimate's
+  ``figures.allocated``), and over all its cases torch reserved (``max_memory_reserved``
+  against ``figures.reserved``) and NVML used (the process's, context included, against
+  ``figures.nvml_used``).
 
 Per row: cases, median |error| and the worst error (signed, the case with the largest |error|).
 ``tests/test_accuracy_table.py`` checks that README.md carries exactly :func:`markdown_table`.
@@ -40,6 +45,7 @@ from gpumem_tui.estimator.spec import TrainingSpec  # noqa: E402
 TORCH_DATA = ROOT / "benchmarks" / "data" / "measured_cpu.json"
 RECIPE_DATA = ROOT / "tests" / "data" / "recipes"
 RANK_DATA = ROOT / "tests" / "data" / "ranks"
+CUDA_DATA = ROOT / "tests" / "data" / "recipes_cuda" / "recipes_cuda.jsonl"
 #: README markers around the generated table
 START, END = "<!-- accuracy-table:start -->", "<!-- accuracy-table:end -->"
 
@@ -52,6 +58,7 @@ class Case:
     name: str
     measured: int
     estimated: int
+    figure: str = ""
 
     @property
     def error(self) -> float:
@@ -115,8 +122,59 @@ def rank_cases() -> list[Case]:
     return out
 
 
+_CUDA_ROWS = {("hf-trainer", "train"): "hf-trainer (Trainer, bf16/fp16 autocast)",
+              ("hf-trainer", "lora"): "hf-trainer + PEFT LoRA", ("torch", "lora"): "torch + PEFT LoRA",
+              ("peft-kbit", "qlora"): "peft-kbit (QLoRA nf4, Trainer)"}
+#: (row suffix, record field, estimate figure, figure column) of the whole-set CUDA rows
+_CUDA_FIGURES = (("allocated", "peak_bytes", "allocated", "torch allocated, H100"),
+                 ("reserved", "max_reserved", "reserved", "torch reserved, H100"),
+                 ("NVML used", "nvml_peak_used", "nvml_used", "NVML used (context included), H100"))
+
+
+def cuda_spec(record: dict) -> TrainingSpec:
+    """The ``TrainingSpec`` of one ``recipes_cuda.jsonl`` record, as
+    ``collect_cuda_recipes.estimate_bytes`` builds it: the record's ``spec`` (its
+    ``checkpoint_impl`` the one the run saw) plus, for QLoRA, the quantization format of the
+    model config's ``quantization_config``."""
+    from gpumem_tui.estimator.quantization import format_from_config
+
+    fields = dict(record["spec"])
+    if "lora_targets" in fields:
+        fields["lora_targets"] = tuple(fields["lora_targets"])
+    if fields["task"] == "qlora":
+        fields["quant_format"] = format_from_config(record["model"]["quantization_config"])
+    return TrainingSpec(**fields)
+
+
+def cuda_figures(record: dict) -> dict[str, int]:
+    """The estimate's ``figures`` (allocated, reserved, nvml_used; bytes) for one CUDA record."""
+    est = estimate(architecture_from_config(record["model"], name=record["case"]), cuda_spec(record))
+    return {k: v for k, v in est.to_json()["figures"].items() if isinstance(v, int)}
+
+
+def cuda_records() -> list[dict]:
+    """The CUDA ground truth, one record per case (``tests/data/recipes_cuda``)."""
+    return [json.loads(line) for line in CUDA_DATA.read_text().splitlines() if line.strip()]
+
+
+def cuda_cases() -> list[Case]:
+    """Per recipe torch allocated, then reserved and NVML used over all CUDA cases."""
+    per_recipe, whole = [], []
+    for record in cuda_records():
+        figures = cuda_figures(record)
+        row = _CUDA_ROWS[(record["spec"]["recipe"], record["spec"]["task"])]
+        per_recipe.append(Case(f"H100: recipe {row}", record["case"], record["peak_bytes"], figures["allocated"],
+                               "torch allocated, H100"))
+        for suffix, field, key, column in _CUDA_FIGURES[1:]:
+            whole.append(Case(f"H100: every recipe above, {suffix}", record["case"], record[field],
+                              figures[key], column))
+    per_recipe.sort(key=lambda c: list(_CUDA_ROWS.values()).index(c.row.removeprefix("H100: recipe ")))
+    order = [suffix for suffix, *_ in _CUDA_FIGURES]
+    return per_recipe + sorted(whole, key=lambda c: order.index(c.row.rsplit(", ", 1)[1]))
+
+
 def all_cases() -> list[Case]:
-    return torch_cases() + recipe_cases() + rank_cases()
+    return torch_cases() + recipe_cases() + rank_cases() + cuda_cases()
 
 
 def markdown_table(cases: list[Case] | None = None) -> str:
@@ -129,7 +187,7 @@ def markdown_table(cases: list[Case] | None = None) -> str:
              "|---|---:|---:|---:|---|"]
     for row, group in rows.items():
         worst = max(group, key=lambda c: abs(c.error))
-        figure = "torch allocated, meta device" if "meta device" in row else "torch allocated, CPU"
+        figure = group[0].figure or ("torch allocated, meta device" if "meta device" in row else "torch allocated, CPU")
         lines.append(f"| {row} | {len(group)} | {statistics.median(abs(c.error) for c in group):.2%} "
                      f"| {worst.error:+.2%} | {figure} |")
     return "\n".join(lines) + "\n"
@@ -142,7 +200,7 @@ def main() -> None:
     cases = all_cases()
     if args.cases:
         for case in cases:
-            print(f"{case.name:<48}{case.measured:>14,}{case.estimated:>14,}{case.error:>+9.2%}  {case.row}")
+            print(f"{case.name:<50}{case.measured:>16,}{case.estimated:>16,}{case.error:>+9.2%}  {case.row}")
         print()
     print(markdown_table(cases), end="")
 

@@ -138,8 +138,13 @@ def _autocast_casts(arch: ModelArchitecture, spec: TrainingSpec, prec: Precision
     layer's casts at a time (measured, MemTracker, CPU autocast with checkpointing)."""
     e, h = prec.compute, arch.hidden_size
     amp_casts = 0
+    head_lin = arch.vocab_size * arch.embed_width if arch.head == "lm" else (arch.vocab_size + h) * h if arch.head == "mlm" else 0
+    if R.kbit_head_autocast(spec):
+        # k-bit preparation: only the fp32 LM head is an autocast cast (the 4-bit Linears run
+        # bitsandbytes' own op, not on autocast's lists); freed at the LM head's backward
+        head = head_lin * e / (spec.tp * spec.pp)
+        return _Casts(forward=head, head=head, final=0, last_layer=0)
     if prec.amp:
-        head_lin = arch.vocab_size * arch.embed_width if arch.head == "lm" else (arch.vocab_size + h) * h if arch.head == "mlm" else 0
         amp_casts = (arch.linear_weight_params + head_lin) * e / (spec.tp * spec.pp)
     layer_casts = arch.linear_weight_params * e / (spec.tp * spec.pp) if prec.amp else 0
     if spec.grad_ckpt == "full":

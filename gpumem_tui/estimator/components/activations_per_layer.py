@@ -90,7 +90,7 @@ class _Layer:
         if not (self.lora and role in self.targets):
             return 0
         return peft_lora.saved_bytes_per_linear(self.bs, self.d_in_of[role], self.spec.lora_rank or 0, self.e,
-                                                not self.peft32)
+                                                not self.peft32, R.autocast_over_16bit_weights(self.spec))
 
 
 def _layer(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: int) -> _Layer:
@@ -124,7 +124,8 @@ def layer_activations(arch: ModelArchitecture, spec: TrainingSpec, b: int, s: in
       heads), output and the fp32 log-sum-exp ``b a s x 4`` instead of the ``s x s`` terms.
     - MLP: GELU (``gelu_new`` keeps 4 intermediates of its tanh formula + output; exact and
       tanh ``F.gelu`` keep input + output), gated SwiGLU/GeGLU keeps gate, act(gate), up and
-      their product (``4 bsf e``). Residual dropout keeps a mask per sub-block.
+      their product (``4 bsf e``; fp32 after k-bit preparation, whose 4-bit Linears return
+      their fp32 input's dtype). Residual dropout keeps a mask per sub-block.
     - LoRA / QLoRA: frozen Linears keep no input, adapted ones keep their input and
       ``x A^T`` (``bs r e``); frozen norm weights keep no normalized copy.
 
@@ -341,7 +342,11 @@ def _mlp_saved(c: _Layer) -> int:
     h = arch.hidden_size
     if arch.gated_mlp:
         n_tok_mult = arch.experts_per_token if arch.num_experts else 1
-        mlp = 3 * bs * f * e  # act input (gate), act output, up
+        # after k-bit preparation gate and up are Linear4bit outputs in the fp32 stream's
+        # dtype, so the activation and the product (not autocast ops) run in fp32 too
+        # (measured, H100, tests/data/recipes_cuda QLoRA b2: +1.5 GiB over 16 layers)
+        mlp_e = R.residual_stream_bytes(c.spec, e)
+        mlp = 3 * bs * f * mlp_e  # act input (gate), act output, up
         if c.saves_input("down"):
             mlp += bs * f * e
         mlp *= n_tok_mult

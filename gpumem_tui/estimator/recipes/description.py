@@ -49,6 +49,12 @@ class Recipe:
             the logits are fp32 too.
         input_requires_grad: the embedding output is made to require grad (for reentrant
             checkpointing over frozen embeddings).
+        autocast_16bit_weights: with 16-bit weights (``--dtype bf16|fp16`` without
+            ``--mixed-precision``) the loop still runs the forward under ``torch.autocast`` of
+            that dtype (transformers ``Trainer`` with ``bf16=True`` / ``fp16=True``: accelerate's
+            native AMP wraps ``model.forward`` whatever the weights' dtype). Ops on 16-bit
+            tensors barely change, but an fp32 tensor met in the forward (peft's fp32 LoRA
+            adapters, k-bit preparation's fp32 norms and head) is cast back to 16 bits.
         softmax_saves_input: the torch the recipe runs on keeps the input of ``softmax`` for
             backward as well as its output (torch <= 1.10: ``derivatives.yaml`` gave ``_softmax``
             the formula ``_softmax_backward_data(grad, result, dim, self)``, so autograd saved
@@ -72,6 +78,7 @@ class Recipe:
     zero_grad_set_to_none: bool = True
     kbit_fp32_non_quantized: bool = False
     input_requires_grad: bool = False
+    autocast_16bit_weights: bool = False
     softmax_saves_input: bool = False
     notes: tuple[str, ...] = ()
 

@@ -27,4 +27,5 @@ RECIPE = Recipe(
     training_cache="config",
     checkpoint_impl="reentrant",
     optimizer_impl="fused",
+    autocast_16bit_weights=True,
 )

@@ -27,6 +27,7 @@ RECIPE = Recipe(
     checkpoint_impl="reentrant",
     default_grad_ckpt="full",
     optimizer_impl="fused",
+    autocast_16bit_weights=True,
     kbit_fp32_non_quantized=True,
     input_requires_grad=True,
 )

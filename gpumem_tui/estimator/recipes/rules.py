@@ -63,15 +63,34 @@ def non_quantized_param_bytes(spec: TrainingSpec, default: int) -> int:
 
 def residual_stream_bytes(spec: TrainingSpec, default: int) -> int:
     """Bytes per element of the hidden states between layers (what a checkpointed layer
-    keeps): fp32 after k-bit preparation (fp32 embedding output, norms and Linear4bit return
-    their input's dtype), else ``default``."""
+    keeps) and of a quantized Linear's output: fp32 after k-bit preparation (fp32 embedding
+    output, norms with fp32 weights return fp32, and bitsandbytes ``Linear4bit.forward``
+    returns ``matmul_4bit(x.to(compute_dtype), ...).to(inp_dtype)``, its input's dtype:
+    ``bitsandbytes/nn/modules.py``, 0.50), else ``default``."""
     return 4 if kbit_fp32(spec) else default
 
 
 def logits_bytes(spec: TrainingSpec, default: int) -> int:
     """Bytes per logits element: fp32 from an fp32 LM head over an fp32 stream after k-bit
-    preparation, else ``default`` (the compute dtype)."""
-    return 4 if kbit_fp32(spec) else default
+    preparation, else ``default`` (the compute dtype). Under autocast
+    (:func:`autocast_over_16bit_weights`) the fp32 head is an autocast ``linear``
+    (``aten/src/ATen/autocast_mode.cpp``, ``lower_precision_fp``): 16-bit logits."""
+    return 4 if kbit_fp32(spec) and not autocast_over_16bit_weights(spec) else default
+
+
+def kbit_head_autocast(spec: TrainingSpec) -> bool:
+    """k-bit preparation left the LM head fp32 and the forward runs under autocast: autocast
+    casts the head weight to 16 bits (a cached cast of a leaf weight, ``cached_cast`` in
+    ``aten/src/ATen/autocast_mode.h``) which the head's ``linear`` saves until its backward."""
+    return kbit_fp32(spec) and autocast_over_16bit_weights(spec)
+
+
+def autocast_over_16bit_weights(spec: TrainingSpec) -> bool:
+    """The training forward runs under ``torch.autocast`` although the weights are already 16-bit
+    (``--dtype bf16|fp16`` without ``--mixed-precision``): the recipe's
+    ``autocast_16bit_weights`` (:class:`~.description.Recipe`)."""
+    return (recipe(spec).autocast_16bit_weights and spec.task != "inference" and not spec.mixed_precision
+            and spec.dtype in ("bf16", "fp16"))
 
 
 def loss_chunks(spec: TrainingSpec, seq: int) -> int:
