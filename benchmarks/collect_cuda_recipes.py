@@ -8,19 +8,24 @@ squeeze each other into OOM. Loops (``benchmarks/collect_recipes.py``'s, 3 steps
 
 - ``hf-trainer``: ``Trainer.train`` with ``TrainingArguments(bf16=True | fp16=True,
   gradient_checkpointing=..., max_steps=3, ...)``, default optimizer (``adamw_torch_fused``),
-  rows of ``{"input_ids", "labels"}`` through ``default_data_collator``; a ``TrainerCallback``
-  resets torch's peak statistics at ``on_step_begin`` and reads them at ``on_step_end``.
+  rows of ``{"input_ids", "labels"}`` through ``default_data_collator``; torch's peak
+  statistics are reset and read at each phase boundary: ``on_step_begin`` (forward), a forward
+  hook on the model (backward, gradient clipping included), ``on_pre_optimizer_step``
+  (optimizer step, scheduler, ``zero_grad``), ``on_step_end``. (The first GPU run, 2026-11-27
+  04:42, read one peak per step, ``on_step_begin`` to ``on_step_end``: the same maximum.)
 - ``torch`` with PEFT: ``out = model(input_ids=ids, labels=ids, use_cache=False)``, ``loss =
   out.loss``, ``del out``, ``loss.backward()``, ``AdamW(foreach=False).step()``,
   ``zero_grad(set_to_none=True)``; peak reset at each phase boundary (forward, backward,
   optimizer step), as ``/work/shared/validation/gpu/gpu_truth.py`` measured.
 
-Figures per case (bytes): ``peak_bytes`` = ``torch.cuda.max_memory_allocated`` of step 3 (of
-its phases for the torch loop), ``steps`` per step, ``max_reserved`` = the largest
+Figures per case (bytes): ``peak_bytes`` = ``torch.cuda.max_memory_allocated`` of step 3 (the
+largest of its phases, in ``phases_of_last_step``), ``steps`` per step, ``max_reserved`` = the largest
 ``torch.cuda.max_memory_reserved`` read before any peak reset and at the end, ``nvml_peak_used``
 = the process's NVML used memory (``nvmlDeviceGetComputeRunningProcesses``) sampled every 2 ms
 by a thread (a spike shorter than that can be missed), ``cuda_context`` = NVML used minus
-``torch.cuda.memory_reserved`` after CUDA initialisation and one 4-byte tensor.
+``torch.cuda.memory_reserved`` after CUDA initialisation and one 4-byte tensor,
+``before_training`` = torch allocated / reserved once the model is built and prepared (max
+since initialisation: what loading and quantizing left in the allocator).
 
 GPU: ``PYTHONPATH=. python3 benchmarks/collect_cuda_recipes.py --device cuda --out DIR``
 (torch with CUDA, transformers, peft, nvidia-ml-py; no gpumem_tui module but the estimator,
@@ -52,6 +57,13 @@ from collect_recipes import _ROLES, CONFIGS, ROOT, STEPS, _dataset, _model, _pef
 
 CUDA_CONFIGS = ROOT / "tests" / "data" / "recipes_cuda" / "configs"
 LORA_RANK = 16
+#: ``torch.cuda.memory_stats()`` entries kept per case (whole run): retries / OOMs (another
+#: process squeezed this one), segments cudaMalloc'ed, the peak of split-off free bytes
+#: (fragmentation) and the reserved peak of each pool
+ALLOCATOR_STATS = ("num_alloc_retries", "num_ooms", "num_device_alloc", "inactive_split_bytes.all.peak",
+                   "reserved_bytes.large_pool.peak", "reserved_bytes.small_pool.peak")
+#: the phases of a step, for both loops
+PHASES = ("forward", "backward", "optimizer_step")
 LORA_TARGETS = ("q_proj", "v_proj")
 #: full-size config -> the tiny config the CPU smoke test runs instead
 TINY = {"gpt2.json": CONFIGS / "gpt2-tiny.json", "llama-3.2-1b.json": CONFIGS / "llama-tiny.json",
@@ -173,26 +185,59 @@ class NvmlPeak(threading.Thread):
 
 
 def _trainer_run(case: dict[str, Any], model: Any, rows: list[dict[str, Any]], meter: Any, device: str) -> None:
+    """``Trainer.train`` with the step split into phases, as the torch loop's: ``forward`` from
+    ``on_step_begin`` to the end of the model's forward (a forward hook on the model the
+    Trainer calls; the loss is computed inside it), ``backward`` from there to
+    ``on_pre_optimizer_step`` (gradient clipping included), ``optimizer_step`` from there to
+    ``on_step_end`` (the step, the scheduler, ``zero_grad``). The step's peak is their largest."""
     from transformers import TrainerCallback
 
-    class StepPeaks(TrainerCallback):
+    phase = {"step": 0, "name": None}
+
+    def switch(name: str | None) -> None:
+        if phase["name"]:
+            meter.end(f"step{phase['step']}.{phase['name']}")
+        if name:
+            meter.begin(f"step{phase['step']}.{name}")
+        phase["name"] = name
+
+    def forward_end(module, args, output):  # type: ignore[no-untyped-def]
+        if phase["name"] == "forward" and module.training:
+            switch("backward")
+
+    class StepPhases(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
             meter.notes["optim"] = str(getattr(args.optim, "value", args.optim))
 
         def on_step_begin(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
-            meter.begin(f"step{state.global_step + 1}")
+            phase["step"] = state.global_step + 1
+            switch("forward")
+
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
+            switch("optimizer_step")
 
         def on_step_end(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
-            meter.end(f"step{state.global_step}")  # global_step is already incremented here
+            switch(None)
 
     extra = {"use_cpu": device == "cpu", "gradient_checkpointing": case["gc"]}
     if case["amp"]:
         extra[case["amp"]] = True
-    _run_trainer(model, rows, case["batch"], StepPeaks(), **extra)
+    handle = model.register_forward_hook(forward_end)
+    try:
+        _run_trainer(model, rows, case["batch"], StepPhases(), **extra)
+    finally:
+        handle.remove()
+    _step_peaks_from_phases(meter)
+
+
+def _step_peaks_from_phases(meter: Any) -> None:
+    """``step{n}`` = the largest of its phases' peaks (the phases cover the step end to end)."""
+    for step in range(1, STEPS + 1):
+        meter.peaks[f"step{step}"] = max(meter.peaks[f"step{step}.{p}"] for p in PHASES)
 
 
 def _torch_run(case: dict[str, Any], model: Any, rows: list[dict[str, Any]], meter: Any, device: str, torch: Any) -> None:
-    phases = ("forward", "backward", "optimizer_step")
+    phases = PHASES
 
     def mark(step: int, phase: str) -> None:
         index = phases.index(phase) if phase in phases else len(phases)
@@ -202,8 +247,7 @@ def _torch_run(case: dict[str, Any], model: Any, rows: list[dict[str, Any]], met
             meter.begin(f"step{step}.{phase}")
 
     _torch_steps(model, rows, case["batch"], torch, mark, device=device)
-    for step in range(1, STEPS + 1):
-        meter.peaks[f"step{step}"] = max(meter.peaks[f"step{step}.{p}"] for p in phases)
+    _step_peaks_from_phases(meter)
 
 
 def _cuda_context(torch: Any, pynvml: Any) -> int | None:
@@ -247,6 +291,7 @@ def measure_case(case: dict[str, Any], device: str) -> dict[str, Any]:
     params = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     rows = _dataset(case["batch"], case["seq"], int(config["vocab_size"]), torch)
+    setup = _before_training(torch) if device == "cuda" else None
     monitor = NvmlPeak(pynvml) if pynvml else None
     if device == "cuda":
         meter: Any = CudaMeter(torch)
@@ -274,14 +319,23 @@ def measure_case(case: dict[str, Any], device: str) -> dict[str, Any]:
     if device == "cuda":
         meter.begin("after")  # reads the reserved peak once more
         stats = torch.cuda.memory_stats()  # retries: another process squeezed this one's allocator
-        meter.notes["allocator"] = {k: stats.get(k) for k in ("num_alloc_retries", "num_ooms", "num_device_alloc")}
+        meter.notes["allocator"] = {k: stats.get(k) for k in ALLOCATOR_STATS}
     meter.notes["checkpoint"] = checkpoint_flavour(model)
     record = _record(case, device, config, meter, params, trainable, torch, transformers, peft)
-    record.update(cuda_context=context, nvml_peak_used=monitor.peak if monitor else None,
+    record.update(cuda_context=context, before_training=setup, nvml_peak_used=monitor.peak if monitor else None,
                   nvml_samples=monitor.samples if monitor else None,
                   nvml_used_after=nvml_used_of(pynvml, os.getpid()) if pynvml else None,
                   param_dtype=str(next(model.parameters()).dtype).removeprefix("torch."))
     return record
+
+
+def _before_training(torch: Any) -> dict[str, int]:
+    """torch's figures once the model is built (loaded, quantized, prepared, PEFT-wrapped) and
+    before training starts (bytes): ``allocated`` now, ``max_allocated`` and ``max_reserved``
+    since CUDA initialisation (what loading left in the caching allocator)."""
+    torch.cuda.synchronize()
+    return {"allocated": int(torch.cuda.memory_allocated()), "max_allocated": int(torch.cuda.max_memory_allocated()),
+            "reserved": int(torch.cuda.memory_reserved()), "max_reserved": int(torch.cuda.max_memory_reserved())}
 
 
 def _qlora_model(config: dict[str, Any], case: dict[str, Any], torch: Any, weights: Any, device: str) -> Any:
@@ -358,8 +412,10 @@ def _record(case: dict[str, Any], device: str, config: dict[str, Any], meter: An
            f"torch {torch.__version__}, transformers {transformers.__version__}, peft {peft.__version__}, "
            f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
     if device == "cuda":
-        per = "per step (reset at on_step_begin, read at on_step_end)" if uses_trainer(case) \
-            else "the largest of its forward / backward / optimizer-step phases, reset at each phase boundary"
+        per = ("the largest of its forward (on_step_begin to the model's forward hook) / backward (to "
+               "on_pre_optimizer_step) / optimizer-step (to on_step_end) phases, reset at each phase boundary"
+               if uses_trainer(case)
+               else "the largest of its forward / backward / optimizer-step phases, reset at each phase boundary")
         measured = f"torch.cuda.max_memory_allocated, peak of step {STEPS} of {STEPS}, {per}"
     else:
         measured = f"torch allocated (live tensor bytes) by PhaseMemTracker, peak of step {STEPS} of {STEPS}, CPU"

@@ -107,3 +107,16 @@ def test_checkpoint_flavour_is_read_from_the_model() -> None:
     assert ccr.checkpoint_flavour(model) == "non-reentrant"
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
     assert ccr.checkpoint_flavour(model) == "reentrant"
+
+
+def test_a_steps_peak_is_the_largest_of_its_phases() -> None:
+    """Both loops read one peak per phase (forward, backward, optimizer step); the step's peak
+    is their largest, whichever phase holds it."""
+    meter = type("Meter", (), {})()
+    meter.peaks = {}
+    for step in range(1, ccr.STEPS + 1):
+        for offset, phase in enumerate(ccr.PHASES):
+            meter.peaks[f"step{step}.{phase}"] = 100 * step + (offset + step) % 3
+    ccr._step_peaks_from_phases(meter)
+    for step in range(1, ccr.STEPS + 1):
+        assert meter.peaks[f"step{step}"] == 100 * step + 2

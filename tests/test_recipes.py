@@ -113,9 +113,17 @@ def test_peft_kbit_casts_unquantized_parameters_to_fp32(llama8b) -> None:
     # the residual stream is fp32 (fp32 embedding output; norms and Linear4bit return their input dtype)
     assert C.checkpoint_input_bytes(llama8b, kbit, b, s) == b * s * h * 4
     assert C.checkpoint_input_bytes(llama8b, base, b, s) == b * s * h * 2
-    # an fp32 LM head over an fp32 stream: fp32 logits, the loss's upcast is a no-op
+    # the fp32 LM head runs under the Trainer's bf16 autocast (accelerate wraps the forward):
+    # 16-bit logits, then the loss's fp32 copy and fp32 log-probs (measured, H100 QLoRA cases)
     n = b * s * llama8b.vocab_size
-    assert C.logits_loss_bytes(llama8b, kbit, b, s).forward_peak == 4 * n + 4 * n
+    assert C.logits_loss_bytes(llama8b, kbit, b, s).forward_peak == 4 * n + 2 * n + 4 * n
+    # the gated MLP's Linear4bit outputs keep the fp32 stream's dtype: gate, act, up in fp32;
+    # and under autocast each adapted Linear (q, v) saves a 16-bit, not an fp32, input copy
+    f, r = llama8b.intermediate_size, kbit.lora_rank
+    assert r and kbit.lora_targets == ("q", "v")
+    gap = (C.layer_activations(llama8b, kbit.replace(grad_ckpt="none"), b, s).total
+           - C.layer_activations(llama8b, base.replace(grad_ckpt="none"), b, s).total)
+    assert gap == 3 * b * s * f * (4 - 2) - 2 * b * s * (h + r) * (4 - 2)
 
 
 def test_peft_kbit_turns_checkpointing_on_unless_told() -> None:

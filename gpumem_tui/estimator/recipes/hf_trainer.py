@@ -14,6 +14,11 @@ Read from transformers 4.57 ``src/transformers/trainer.py`` and ``training_args.
 - ``TrainingArguments.optim`` defaults to ``adamw_torch_fused`` with torch >= 2.8
   (``adamw_torch`` before): ``torch.optim.AdamW(fused=True)``.
 - ``model.zero_grad()`` after each step: ``set_to_none=True`` (torch >= 2.0).
+- ``bf16=True`` / ``fp16=True`` is accelerate's native AMP whatever the weights' dtype
+  (accelerate 1.15 ``accelerator.py``, ``prepare_model``: ``model.forward =
+  convert_outputs_to_fp32(autocast_context(model_forward_func))``), so a 16-bit model trains
+  under autocast too (``autocast_16bit_weights``; assumed set with a 16-bit ``--dtype``):
+  peft's fp32 LoRA adapters then save 16-bit input casts (measured, H100, transformers 5.17).
 """
 
 from gpumem_tui.estimator.recipes.description import Recipe
