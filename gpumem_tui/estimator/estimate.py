@@ -430,6 +430,9 @@ def _assumptions(arch: ModelArchitecture, spec: TrainingSpec, peak_label: str) -
         out.append("steady-state step: optimizer states exist, gradients freed by zero_grad(set_to_none=True)")
         if prec.amp:
             out.append("mixed precision = torch autocast: fp32 weights/gradients/states, 16-bit compute")
+        elif R.autocast_over_16bit_weights(spec):
+            out.append(f"the recipe runs the forward under torch autocast ({spec.dtype}) over the {spec.dtype} weights "
+                       f"(Trainer {spec.dtype}=True): fp32 adapters and fp32 k-bit head are cast to {spec.dtype}")
         elif prec.master:
             out.append("mixed precision = DeepSpeed style: 16-bit weights/gradients, fp32 master + states")
         impl = {"single": "single-tensor loop", "foreach": "foreach (list-wide temporaries)",

@@ -66,7 +66,8 @@ def residual_stream_bytes(spec: TrainingSpec, default: int) -> int:
     keeps) and of a quantized Linear's output: fp32 after k-bit preparation (fp32 embedding
     output, norms with fp32 weights return fp32, and bitsandbytes ``Linear4bit.forward``
     returns ``matmul_4bit(x.to(compute_dtype), ...).to(inp_dtype)``, its input's dtype:
-    ``bitsandbytes/nn/modules.py``, 0.50), else ``default``."""
+    ``bitsandbytes/nn/modules.py``, 0.50; ``MatMul8bitLt`` likewise returns ``A.dtype``,
+    ``bitsandbytes/autograd/_functions.py``), else ``default``."""
     return 4 if kbit_fp32(spec) else default
 
 
