@@ -1,8 +1,10 @@
 """Run ``gpumem-tui ARGS`` in the test process: the same dispatcher (:func:`gpumem_tui.cli.main`),
 the same output, the same exit code, without a child interpreter.
 
-A child ``python -m gpumem_tui`` costs 0.5-1.5 s of CPU (interpreter start and imports) and the
-suite started dozens of them only to read a subcommand's output and exit code. Tests about the
+A child ``python -m gpumem_tui`` costs CPU for the interpreter and the imports (measured here,
+bytecode cached: ~0.2 s for estimate, compare, replay or fleet refusing input; ~4 s for a measure
+run that imports torch) and the suite started dozens of them only to read a subcommand's output
+and exit code. Tests about the
 real entry point (``python -m``, signals, a terminal, a crash's exit status) keep their child
 processes; tests/test_cli_entry.py covers ``--help``, ``--version``, an unknown subcommand, the
 dashboard and replay end to end.
