@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 from shared_data import GPU_DIR, needs_gpu_dir
 
 from gpumem_tui.estimator.architecture import ArchitectureError, architecture_from_config, load_architecture
@@ -27,8 +28,8 @@ LLAMA_LIKE = {
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpumem_tui", "estimate", *args], capture_output=True, text=True,
-                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
+    return run_cli("estimate", *args, cwd=ROOT,
+                   env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
 
 
 def test_each_model_type_has_one_description() -> None:

@@ -5,14 +5,13 @@ targets down or gone; through ``fleet --once``, ``--once --json`` and the screen
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 from fake_prometheus import GiB, FakePrometheus, series
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,7 +23,6 @@ from gpumem_tui.ui.fleet_screen import BLOCKS, FleetApp, FleetPoller, HostScreen
 from gpumem_tui.support.text import printable
 from gpumem_tui.ui.themes import load_themes
 
-ROOT = Path(__file__).resolve().parent.parent
 MARKUP_HOST = "[bold red]pwn[/]:9835"
 CONTROL_HOST = "\x1b]0;owned\x07\x1b[2Jevil:9835"
 MARKUP_COMMAND = "[link=http://x]train[/] [/]"
@@ -38,9 +36,8 @@ def prom():
 
 
 def _once(url: str, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "gpumem_tui", "fleet", "--prometheus", url, "--once", *extra],
-                          capture_output=True, text=True, timeout=60, env=env)
+    # in this process (tests/cli_inprocess.py): the same dispatcher, output and exit code
+    return run_cli("fleet", "--prometheus", url, "--once", *extra, timeout=60)
 
 
 def _hostile(prom: FakePrometheus) -> None:
@@ -328,8 +325,6 @@ async def test_a_bug_while_reading_is_a_notice_not_an_exit(prom):
 
 
 def test_cli_misuse_is_exit_2_with_one_line(prom):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for args, says in ((["--theme", "no-such-theme"], "unknown theme 'no-such-theme'"), (["--json"], "--json needs --once")):
-        proc = subprocess.run([sys.executable, "-m", "gpumem_tui", "fleet", "--prometheus", prom.url, *args],
-                              capture_output=True, text=True, timeout=60, env=env)
+        proc = run_cli("fleet", "--prometheus", prom.url, *args, timeout=60)
         assert proc.returncode == 2 and says in proc.stderr and proc.stderr.count("\n") == 1

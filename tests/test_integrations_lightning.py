@@ -11,13 +11,46 @@ from __future__ import annotations
 import types
 import warnings
 
-import lightning.pytorch as pl
+import pytest
 import torch
 
 from integration_jobs import BATCH, SEQ, tiny_gpt2
 from integration_record import compare_json, phase_order, record_job, setup_of
 
-from gpumem_tui.integrations.lightning import GpumemCallback, lightning_setup, probed_module
+
+@pytest.fixture(scope="module")
+def lit() -> types.SimpleNamespace:
+    """lightning.pytorch, our integration module and the test LightningModules, imported by the
+    tests that use them (not at collection: Lightning costs ~4 s of CPU to import, in every xdist
+    worker that collects this file; module scope keeps these tests on one worker)."""
+    import lightning.pytorch as pl
+
+    from gpumem_tui.integrations import lightning as integration
+
+    class Wrapper(pl.LightningModule):
+        def __init__(self, extra_param: bool = False):
+            super().__init__()
+            self.model = tiny_gpt2()
+            if extra_param:
+                self.head = torch.nn.Linear(4, 4)
+
+    class TwoOptimizers(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+            self.a, self.b = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            for opt, layer in zip(self.optimizers(), (self.a, self.b)):
+                loss = layer(batch).pow(2).mean()
+                opt.zero_grad()
+                self.manual_backward(loss)
+                opt.step()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.a.parameters(), lr=0.1), torch.optim.SGD(self.b.parameters(), lr=0.1)
+
+    return types.SimpleNamespace(pl=pl, integration=integration, Wrapper=Wrapper, TwoOptimizers=TwoOptimizers)
 
 
 def test_lightning_job_recorded_and_compared_within_one_percent(tmp_path):
@@ -34,56 +67,31 @@ def test_lightning_job_recorded_and_compared_within_one_percent(tmp_path):
     assert abs(result["peak_error_percent"]) <= 1.0, (result["peak_predicted_bytes"], result["peak_measured_bytes"])
 
 
-class _Wrapper(pl.LightningModule):
-    def __init__(self, extra_param: bool = False):
-        super().__init__()
-        self.model = tiny_gpt2()
-        if extra_param:
-            self.head = torch.nn.Linear(4, 4)
+def test_the_probe_follows_the_inner_model_only_when_it_holds_every_parameter(lit):
+    plain = lit.Wrapper()
+    assert lit.integration.probed_module(plain) is plain.model
+    extra = lit.Wrapper(extra_param=True)
+    assert lit.integration.probed_module(extra) is extra  # the extra parameters must be counted too
 
 
-def test_the_probe_follows_the_inner_model_only_when_it_holds_every_parameter():
-    plain = _Wrapper()
-    assert probed_module(plain) is plain.model
-    extra = _Wrapper(extra_param=True)
-    assert probed_module(extra) is extra  # the extra parameters must be counted too
-
-
-def test_lightning_setup_reads_the_trainer():
+def test_lightning_setup_reads_the_trainer(lit):
     trainer = types.SimpleNamespace(accumulate_grad_batches=4, precision="bf16-mixed", world_size=8,
                                     global_rank=3, local_rank=1, strategy=object())
     model = tiny_gpt2()
-    setup = lightning_setup(trainer, model, torch.optim.AdamW(model.parameters(), fused=False, foreach=True))
+    setup = lit.integration.lightning_setup(trainer, model, torch.optim.AdamW(model.parameters(), fused=False, foreach=True))
     assert (setup["grad_accum"], setup["dtype"], setup["mixed_precision"]) == (4, "bf16", True)
     assert (setup["world_size"], setup["dp"], setup["rank"], setup["local_rank"]) == (8, 8, 3, 1)
     assert setup["optimizer_impl"] == "foreach" and setup["strategy"] == "object"
 
 
-class _TwoOptimizers(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        self.automatic_optimization = False
-        self.a, self.b = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
-
-    def training_step(self, batch, batch_idx):
-        for opt, layer in zip(self.optimizers(), (self.a, self.b)):
-            loss = layer(batch).pow(2).mean()
-            opt.zero_grad()
-            self.manual_backward(loss)
-            opt.step()
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.a.parameters(), lr=0.1), torch.optim.SGD(self.b.parameters(), lr=0.1)
-
-
-def test_a_setup_it_cannot_follow_warns_once_and_training_goes_on(tmp_path, monkeypatch):
+def test_a_setup_it_cannot_follow_warns_once_and_training_goes_on(tmp_path, monkeypatch, lit):
     probes = tmp_path / "probes"
     probes.mkdir(mode=0o700)
     monkeypatch.setenv("GPUMEM_TUI_PROBE_DIR", str(probes))
-    module = _TwoOptimizers()
+    module = lit.TwoOptimizers()
     before = module.a.weight.detach().clone()
-    callback = GpumemCallback()
-    trainer = pl.Trainer(max_steps=3, accelerator="cpu", devices=1, callbacks=[callback], logger=False,
+    callback = lit.integration.GpumemCallback()
+    trainer = lit.pl.Trainer(max_steps=3, accelerator="cpu", devices=1, callbacks=[callback], logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          default_root_dir=tmp_path)
     loader = torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2)
@@ -96,10 +104,10 @@ def test_a_setup_it_cannot_follow_warns_once_and_training_goes_on(tmp_path, monk
     assert list(probes.iterdir()) == []
 
 
-def test_an_unknown_lightning_version_warns_once(monkeypatch):
-    monkeypatch.setattr(pl, "__version__", "3.0.0")
+def test_an_unknown_lightning_version_warns_once(monkeypatch, lit):
+    monkeypatch.setattr(lit.pl, "__version__", "3.0.0")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        GpumemCallback()
+        lit.integration.GpumemCallback()
     ours = [str(w.message) for w in caught if "GpumemCallback" in str(w.message)]
     assert len(ours) == 1 and "lightning 3.0.0 is not a version gpumem-tui knows" in ours[0]

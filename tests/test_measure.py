@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 
 import torch
 import transformers  # noqa: F401 -- installed by setup (README): missing is a failure
@@ -118,6 +119,8 @@ def test_bad_requests_raise_measure_error():
 
 
 def _cli(*args: str, extra: str = "") -> subprocess.CompletedProcess:
+    """In a fresh interpreter, for what needs one (``extra`` blocks an import); the other CLI
+    tests run it in this process (tests/cli_inprocess.py)."""
     code = f"import sys{extra}\nfrom gpumem_tui.cli import main\nsys.exit(main({list(args)!r}))"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
 
@@ -125,8 +128,8 @@ def _cli(*args: str, extra: str = "") -> subprocess.CompletedProcess:
 def test_cli_json_shape(tmp_path: Path):
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(TINY), encoding="utf-8")
-    proc = _cli("measure", str(cfg), "--batch", "2", "--seq", "64", "--dtype", "fp32", "--attention", "eager",
-                "--device", "cpu", "--json")
+    proc = run_cli("measure", str(cfg), "--batch", "2", "--seq", "64", "--dtype", "fp32", "--attention", "eager",
+                   "--device", "cpu", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["measured"] is True and data["on"] == "meta" and data["attention"] == "eager"
@@ -147,7 +150,7 @@ def test_cli_json_shape(tmp_path: Path):
     ],
 )
 def test_cli_bad_input_exits_2(args, text):
-    proc = _cli(*args)
+    proc = run_cli(*args)
     assert proc.returncode == 2
     assert text in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

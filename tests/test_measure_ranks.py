@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 
 import torch
 import transformers  # noqa: F401 -- installed by setup (README): missing is a failure
@@ -43,9 +44,16 @@ def _cases() -> dict[str, dict]:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
+    """``gpumem-tui measure ARGS`` in a fresh interpreter: for the runs that launch ranks."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "gpumem_tui", "measure", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, check=False)
+
+
+def _refused(*args: str) -> subprocess.CompletedProcess:
+    """``gpumem-tui measure ARGS`` in this process (tests/cli_inprocess.py), for input refused
+    before any rank starts: the same output and exit code without a child interpreter."""
+    return run_cli("measure", *args, cwd=ROOT)
 
 
 def _meta_params(config: dict) -> list[tuple[str, tuple[int, ...], int]]:
@@ -195,13 +203,13 @@ def test_fsdp1_no_shard_keeps_full_parameters_on_every_rank():
     (["--nproc", "2", "--strategy", "ddp", "--rank-timeout", "0"], "--rank-timeout must be 1..86400"),
 ])
 def test_cli_bad_rank_flags_exit_2_with_one_line(args, text):
-    done = _cli(str(LLAMA), "--on", "cpu", *args, *JOB)
+    done = _refused(str(LLAMA), "--on", "cpu", *args, *JOB)
     assert done.returncode == 2, done.stderr
     assert text in done.stderr and done.stderr.count("\n") == 1 and done.stdout == ""
 
 
 def test_cli_ranks_need_the_real_cpu():
-    done = _cli(str(LLAMA), "--on", "meta", "--nproc", "2", "--strategy", "ddp", *JOB)
+    done = _refused(str(LLAMA), "--on", "meta", "--nproc", "2", "--strategy", "ddp", *JOB)
     assert done.returncode == 2 and "use --on cpu" in done.stderr
 
 
@@ -210,7 +218,7 @@ def test_cli_busy_port_exits_2():
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        done = _cli(str(LLAMA), "--on", "cpu", "--nproc", "2", "--strategy", "ddp", "--port", str(port), *JOB)
+        done = _refused(str(LLAMA), "--on", "cpu", "--nproc", "2", "--strategy", "ddp", "--port", str(port), *JOB)
     assert done.returncode == 2
     assert f"127.0.0.1:{port} is busy" in done.stderr and done.stderr.count("\n") == 1
 

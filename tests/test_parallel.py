@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 
 from gpumem_tui.estimator import components as C
 from gpumem_tui.estimator.architecture import load_architecture
@@ -167,8 +167,7 @@ def test_context_parallel_splits_the_sequence(llama1b) -> None:
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpumem_tui", "estimate", "llama-3.2-1b", *argv],
-                          capture_output=True, text=True)
+    return run_cli("estimate", "llama-3.2-1b", *argv)
 
 
 def test_cli_json_reports_ranks_and_the_largest_peak() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 
 import pytest
+from cli_inprocess import run_cli
 
 from gpumem_tui.estimator import components as C
 from gpumem_tui.estimator.architecture import load_architecture
@@ -125,7 +125,7 @@ def _config(tmp_path, qc) -> str:
 
 
 def _estimate(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpumem_tui", "estimate", *argv], capture_output=True, text=True)
+    return run_cli("estimate", *argv)
 
 
 def test_cli_reads_quantization_config(tmp_path) -> None:

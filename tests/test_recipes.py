@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import subprocess
-import sys
 
 import pytest
+from cli_inprocess import run_cli
 
 from gpumem_tui.estimator import components as C
 from gpumem_tui.estimator.architecture import load_architecture
@@ -166,10 +165,11 @@ def test_torchtitan_op_sac_keeps_every_other_mm(llama8b) -> None:
 
 
 def test_cli_lists_recipes_and_rejects_an_unknown_one() -> None:
-    run = [sys.executable, "-m", "gpumem_tui", "estimate"]
-    out = subprocess.run(run + ["--list-recipes"], capture_output=True, text=True, check=True).stdout
+    listed = run_cli("estimate", "--list-recipes")
+    assert listed.returncode == 0, listed.stderr
+    out = listed.stdout
     for name in RECIPES:
         assert name in out
     assert "torchtitan/distributed/activation_checkpoint.py" in out
-    bad = subprocess.run(run + ["gpt2", "--recipe", "nope"], capture_output=True, text=True)
+    bad = run_cli("estimate", "gpt2", "--recipe", "nope")
     assert bad.returncode == 2 and "--recipe" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -7,20 +7,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 
 from gpumem_tui.estimator.architecture import CATALOGUE_DIR
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "gpumem_tui", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    # in this process (tests/cli_inprocess.py): a reader that blocks still fails after `timeout`
+    return run_cli(*args, timeout=timeout)
 
 
 def _configs(tmp_path: Path) -> dict[str, Path]:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+
+from cli_inprocess import run_cli
 
 from gpumem_tui.estimator.architecture import load_architecture
 from gpumem_tui.estimator.estimate import estimate
@@ -48,10 +48,10 @@ def test_candidates_are_ordered_by_cost() -> None:
 
 
 def test_cli_suggest_needs_a_budget_and_reports_json() -> None:
-    run = [sys.executable, "-m", "gpumem_tui", "estimate", "llama-3.2-1b", "--batch", "8", "--seq", "2048"]
-    bad = subprocess.run(run + ["--suggest"], capture_output=True, text=True)
+    run = ["estimate", "llama-3.2-1b", "--batch", "8", "--seq", "2048"]
+    bad = run_cli(*run, "--suggest")
     assert bad.returncode == 2 and "--fit" in bad.stderr
-    out = subprocess.run(run + ["--suggest", "--fit", "16GiB", "--json"], capture_output=True, text=True)
+    out = run_cli(*run, "--suggest", "--fit", "16GiB", "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert all(s["peak_bytes"] <= 16 << 30 for s in data["suggestions"])
