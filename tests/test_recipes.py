@@ -141,7 +141,7 @@ def test_peft_kbit_turns_checkpointing_on_unless_told() -> None:
 def test_reentrant_checkpointing_holds_the_rerun_block_output(llama1b) -> None:
     b, s = 2, 1024
     plain = checkpoint_terms(llama1b, TrainingSpec(batch=b, seq=s, grad_ckpt="full"), b, s)
-    reentrant = checkpoint_terms(llama1b, TrainingSpec(batch=b, seq=s, grad_ckpt="full", recipe="hf-trainer"), b, s)
+    reentrant = checkpoint_terms(llama1b, TrainingSpec(batch=b, seq=s, grad_ckpt="full", checkpoint_impl="reentrant"), b, s)
     assert reentrant.recompute - plain.recompute == b * s * llama1b.hidden_size * 2
     assert reentrant.activations == plain.activations
 
