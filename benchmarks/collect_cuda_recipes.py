@@ -219,12 +219,9 @@ def _trainer_run(case: dict[str, Any], model: Any, rows: list[dict[str, Any]], m
         def on_step_end(self, args, state, control, **kwargs):  # type: ignore[no-untyped-def]
             switch(None)
 
-    extra = {"use_cpu": device == "cpu", "gradient_checkpointing": case["gc"]}
-    if case["amp"]:
-        extra[case["amp"]] = True
     handle = model.register_forward_hook(forward_end)
     try:
-        _run_trainer(model, rows, case["batch"], StepPhases(), **extra)
+        _run_trainer(model, rows, case["batch"], StepPhases(), **trainer_arguments(case, device))
     finally:
         handle.remove()
     _step_peaks_from_phases(meter)
@@ -269,6 +266,34 @@ def _load_nvml() -> Any:
     return pynvml
 
 
+def trainer_arguments(case: dict[str, Any], device: str) -> dict[str, Any]:
+    """The case's ``TrainingArguments`` fields beyond the common ones of ``_run_trainer``:
+    ``use_cpu``, ``gradient_checkpointing``, and ``bf16`` / ``fp16`` for its autocast."""
+    extra = {"use_cpu": device == "cpu", "gradient_checkpointing": case["gc"]}
+    if case["amp"]:
+        extra[case["amp"]] = True
+    return extra
+
+
+def case_config(case: dict[str, Any]) -> dict[str, Any]:
+    """The model config (a dict) of ``case``: its file in ``CUDA_CONFIGS``, or an absolute path."""
+    config_path = Path(case["config"]) if os.path.isabs(case["config"]) else CUDA_CONFIGS / case["config"]
+    return json.loads(config_path.read_text())
+
+
+def build_model(case: dict[str, Any], config: dict[str, Any], torch: Any, device: str) -> Any:
+    """The model of ``case`` on ``device`` as the run trains it: random weights in the case's
+    dtype (QLoRA: quantized on load, k-bit prepared), PEFT LoRA on top for lora / qlora."""
+    weights = {"fp32": torch.float32, "bf16": torch.bfloat16}[case["weights"]]
+    if case["task"] == "qlora":
+        model = _qlora_model(config, case, torch, weights, device)
+    else:
+        model = _model(config, torch, attn=case["attn"], dtype=weights, head=case["head"], device=device)
+    if case["task"] in ("lora", "qlora"):
+        model = _peft(model, LORA_TARGETS, rank=LORA_RANK)
+    return model
+
+
 def measure_case(case: dict[str, Any], device: str) -> dict[str, Any]:
     """Run ``case`` in this process on ``device`` (cuda | cpu); return its record."""
     import peft
@@ -277,17 +302,10 @@ def measure_case(case: dict[str, Any], device: str) -> dict[str, Any]:
 
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"--device cuda but torch {torch.__version__} sees no CUDA device")
-    config_path = Path(case["config"]) if os.path.isabs(case["config"]) else CUDA_CONFIGS / case["config"]
-    config = json.loads(config_path.read_text())
+    config = case_config(case)
     pynvml = _load_nvml() if device == "cuda" else None
     context = _cuda_context(torch, pynvml) if pynvml else None
-    weights = {"fp32": torch.float32, "bf16": torch.bfloat16}[case["weights"]]
-    if case["task"] == "qlora":
-        model = _qlora_model(config, case, torch, weights, device)
-    else:
-        model = _model(config, torch, attn=case["attn"], dtype=weights, head=case["head"], device=device)
-    if case["task"] in ("lora", "qlora"):
-        model = _peft(model, LORA_TARGETS, rank=LORA_RANK)
+    model = build_model(case, config, torch, device)
     params = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     rows = _dataset(case["batch"], case["seq"], int(config["vocab_size"]), torch)

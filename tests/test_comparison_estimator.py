@@ -59,6 +59,17 @@ def test_spec_from_probe_info_normalises_what_the_probe_publishes():
     assert cpu.device == "cpu"
 
 
+def test_lora_targets_read_from_a_stream_as_a_json_array():
+    """The Trainer callback publishes ``lora_targets`` as a list, and a probe stream is JSON: a
+    LoRA job's setup read back from its stream (compare, the dashboard) must give a LoRA spec,
+    not "lora_targets must be a non-empty tuple" (found on a probed Trainer + PEFT LoRA job)."""
+    published = json.loads(json.dumps({"task": "lora", "lora_rank": 16, "lora_targets": ["q", "v"]}))
+    _, spec = spec_from_probe_info(_info(**published))
+    assert (spec.task, spec.lora_rank, spec.lora_targets) == ("lora", 16, ("q", "v"))
+    with pytest.raises(ComparisonError, match="lora_targets"):
+        spec_from_probe_info(_info(task="lora", lora_targets=["not-a-role"]))
+
+
 def test_spec_from_probe_info_errors_are_one_line_and_name_the_problem():
     with pytest.raises(ComparisonError, match="no model config"):
         spec_from_probe_info(ProbeInfo(pid=1, setup=(("batch", 1), ("seq", 8))))
