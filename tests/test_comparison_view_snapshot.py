@@ -7,6 +7,9 @@ Regenerate after an intended change with ``pytest tests/test_comparison_view_sna
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from textual.app import App, ComposeResult
 
 from gpumem_tui.ui.comparison_view import ComparisonView
@@ -57,7 +60,19 @@ def _fixed_estimate(arch, spec):
                     device=spec.device)
 
 
+def _import_the_estimator() -> None:
+    """Import every estimator module before ``estimate`` is patched: a module that binds it at
+    import (``from ...estimate import estimate``: solve, suggest, methods, parallel.per_rank)
+    and is first imported under the patch would keep the fake for the rest of the worker's
+    tests (test_probed_job failed so, after this test, in one process)."""
+    import gpumem_tui.estimator as package
+
+    for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        importlib.import_module(module.name)
+
+
 def test_estimator_panel_does_not_fit_snapshot(snap_compare, monkeypatch):
+    _import_the_estimator()
     monkeypatch.setattr("gpumem_tui.estimator.estimate.estimate", _fixed_estimate)
     monkeypatch.setattr("gpumem_tui.estimator.solve.max_batch", lambda arch, spec, budget: 1)
 

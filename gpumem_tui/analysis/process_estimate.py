@@ -376,16 +376,26 @@ def compare_summary(process: ProcessEstimate, summary: ProbedSummary, limit_byte
 
 def _with_process_notes(result: ComparisonResult, process: ProcessEstimate, published_params: object) -> ComparisonResult:
     """``result`` with the notes about the process's estimate: a parameter count that differs
-    from the probe's, and a CUDA context measured for this process."""
+    from the probe's, and a CUDA context measured for this process.
+
+    The probe counts ``numel`` of every parameter of the model that ran: with peft LoRA that
+    includes the adapters (the estimate's ``trainable_params``), and bitsandbytes / GPTQ / AWQ
+    weights are packed (a 4-bit ``Params4bit`` holds two values per byte), so a quantized
+    model's count says nothing about its architecture and is not compared."""
+    spec = process.spec
     counted = getattr(process.estimate, "total_params", None)
-    if isinstance(published_params, int) and published_params > 0 and isinstance(counted, int):
+    quantized = spec is not None and (getattr(spec, "task", None) == "qlora" or getattr(spec, "quant", "none") != "none")
+    if isinstance(published_params, int) and published_params > 0 and isinstance(counted, int) and not quantized:
+        what = "parameters"
+        if getattr(spec, "task", None) == "lora":  # get_peft_model adds the adapters to model.parameters()
+            counted += process.estimate.trainable_params
+            what = "parameters with the LoRA adapters"
         if abs(counted - published_params) > 0.001 * published_params:
             note = (
-                f"the estimator counts {counted:,} parameters, the probed model has {published_params:,}: "
+                f"the estimator counts {counted:,} {what}, the probed model has {published_params:,}: "
                 "the architecture read from its config differs from the model that ran"
             )
             result = replace(result, notes=(*result.notes, note))
-    spec = process.spec
     if spec is not None and getattr(spec, "measured_context", None) is not None and process.source == SOURCE_PROBE:
         context = process.estimate.components_bytes.get("cuda_context")
         if isinstance(context, int):
