@@ -7,10 +7,11 @@ it with its stored SVG through :func:`assert_svg_snapshot`, which is pytest-text
 ``snap_compare`` without the app run: the same stored file, the same SVG normalisation and the
 same HTML report of mismatches.
 
-The final frame drawn here is the frame ``snap_compare(app, run_before=until_the_end(app,
-source))`` draws (tests/test_size_snapshots.py, test_theme_snapshots.py: the same 26 stored
-SVGs match byte for byte): :func:`draw_final_frame` is the end of ``until_the_end`` and
-:func:`screenshot` the steps ``textual._doc.take_svg_screenshot`` takes after ``run_before``.
+The final frame drawn here is the frame these tests drew when each ran its own app through
+``snap_compare(app, run_before=...)`` (the same 26 stored SVGs match byte for byte, in any
+order of the themes): :func:`play_to_the_end` then :func:`draw_final_frame` were that
+``run_before``, and :func:`screenshot` takes the steps ``textual._doc.take_svg_screenshot``
+takes after it.
 """
 
 from __future__ import annotations
@@ -115,16 +116,6 @@ async def draw_final_frame(app: GpuMemApp, pilot) -> None:
     app.clear_notifications()  # "replay finished" and friends: toasts, not the layout
     await pilot.wait_for_scheduled_animations()  # none are left with animation_level "none"; kept for safety
     await pilot.pause(0.5)
-
-
-def until_the_end(app: GpuMemApp, source: ReplaySource):
-    """A ``run_before`` for ``snap_compare``: play the trace, then draw its final frame."""
-
-    async def run_before(pilot) -> None:
-        await play_to_the_end(app, source, pilot)
-        await draw_final_frame(app, pilot)
-
-    return run_before
 
 
 async def take_one_more_poll(app: GpuMemApp, source: ReplaySource, pilot) -> None:

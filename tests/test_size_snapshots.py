@@ -23,8 +23,6 @@ import pytest_textual_snapshot  # noqa: F401 -- installed by setup (README): mis
 
 from shared_data import needs_h100_trace  # noqa: E402
 from live_replay import LiveReplay, assert_svg_snapshot, draw_final_frame, screenshot  # noqa: E402
-# the names other modules imported from here before they moved to live_replay
-from live_replay import StepClock, replayed_app, until_the_end  # noqa: E402,F401
 
 pytestmark = needs_h100_trace  # every test here replays it
 
