@@ -50,9 +50,12 @@ def test_replayed_h100_trace_in_each_theme(wide_replay, snapshot, request, theme
     from gpumem_tui.ui.memory_chart import MemoryPlot
 
     async def in_theme(app, source, pilot):
-        app.theme = theme
-        await pilot.pause()  # the theme's variables are set after the app's own watcher
-        await take_one_more_poll(app, source, pilot)
+        # Not painted (batch_update) until the final frame: the screen in the new theme with
+        # the old data, then again after the poll, would be two frames of the whole screen.
+        with app.batch_update():
+            app.theme = theme
+            await pilot.pause()  # the theme's variables are set after the app's own watcher
+            await take_one_more_poll(app, source, pilot)
         await draw_final_frame(app, pilot)
         plot = app.query_one(MemoryPlot)
         legend = app.chart.query_one("#chart-legend")
