@@ -25,6 +25,8 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from gpumem_tui.ui.scrollbars import RememberingScrollBar
+
 #: Blank cells on each side of a cell (DataTable's default ``cell_padding``).
 CELL_PADDING = 1
 _PAD = Segment(" " * CELL_PADDING)
@@ -166,6 +168,17 @@ class LineTable(ScrollView, can_focus=True):
         self._looks_key: tuple[Any, ...] = ()
         self._looks_state: tuple[Any, ...] = ()
         self._painting: tuple[int, int, int] | None = None  # (width, scroll x, y) of the paint under way
+
+    @property
+    def vertical_scrollbar(self) -> RememberingScrollBar:
+        """The vertical scrollbar, created on first use (as Textual's ``Widget.vertical_scrollbar``,
+        widget.py), one that keeps what it drew: the view moves back and forth as rows re-sort."""
+        if self._vertical_scrollbar is None:
+            self._vertical_scrollbar = RememberingScrollBar(
+                vertical=True, name="vertical", thickness=self.scrollbar_size_vertical)
+            self._vertical_scrollbar.display = False
+            self.app._start_widget(self, self._vertical_scrollbar)
+        return self._vertical_scrollbar  # type: ignore[return-value]
 
     # ---- state --------------------------------------------------------------------------
     @property
