@@ -29,7 +29,7 @@ class RememberingScrollBar(ScrollBar):
     The state is everything Textual's drawing reads: the renderable :meth:`ScrollBar.render`
     returns (virtual size, window size, position, thickness, direction and the style made of
     the parent's scrollbar colours, hover and grab -- textual/scrollbar.py), the bar's size and
-    the crop asked for, its background colours, the app's theme and ANSI mode and the line
+    the crop asked for, the app's theme and ANSI mode and the line
     filters (textual/_styles_cache.py ``render_widget``). Any other renderable (a custom
     ``renderer`` that is not a :class:`ScrollBarRender`) is drawn every time.
     """
@@ -44,7 +44,7 @@ class RememberingScrollBar(ScrollBar):
             return super().render_lines(crop)
         app = self.app
         key = (crop, self.size, bar.virtual_size, bar.window_size, bar.position, bar.thickness, bar.vertical,
-               bar.style, self.background_colors, app.theme, app.ansi_color,
+               bar.style, app.theme, app.ansi_color,
                tuple(map(id, self.get_line_filters())))
         strips = self._drawn.get(key)
         if strips is None:
