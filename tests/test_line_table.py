@@ -113,6 +113,22 @@ async def test_an_update_repaints_only_the_rows_that_changed():
         assert screen_text(table)[2] == " bravo    7"
 
 
+async def test_a_new_cell_is_drawn_with_its_own_text_even_where_an_old_one_was():
+    """Cells are kept drawn by their object (LineTable._draw): a cell that is replaced, even by
+    one that reuses the freed object's id, shows its own text; a kept cell shows its text."""
+    app = TableApp()
+    async with app.run_test(size=(40, 8)) as pilot:
+        await pilot.pause()
+        table = app.query_one(LineTable)
+        kept = table._cells["a"][0]
+        for n in range(30):  # each round frees the last N cell; CPython often reuses its id
+            table.set_rows(HEADERS, {"a": [kept, Text(str(n), justify="right")],
+                                     "b": [Text(f"b{n}"), Text("2", justify="right")]})
+            await pilot.pause()
+            lines = screen_text(table)
+            assert lines[1].split() == ["alpha", str(n)] and lines[2].split() == [f"b{n}", "2"], n
+
+
 async def test_grow_only_keeps_a_column_wide_while_the_same_rows_stay():
     app = TableApp()
     async with app.run_test(size=(40, 8)) as pilot:

@@ -161,6 +161,10 @@ class LineTable(ScrollView, can_focus=True):
         # (a plain dict, emptied when full: its lookups run in C, where an LRU's bookkeeping
         # per cell and paint was a tenth of the table's drawing)
         self._styled_cells: dict[tuple[Any, ...], list[Segment]] = {}
+        #: the same, by the cell object itself: a row that changed keeps most of its cells (the
+        #: same Text objects), found here without reading their text and spans. The cell is
+        #: kept in the value, so its id cannot be reused while the entry lives.
+        self._styled_by_cell: dict[tuple[int, int, str], tuple[Text, list[Segment]]] = {}
         self._lines: dict[str, tuple[Any, ...]] = {}
         self._header_line: tuple[Any, ...] | None = None
         self._layout_generation = 0  # bumped when the header or a column width changes
@@ -359,6 +363,7 @@ class LineTable(ScrollView, can_focus=True):
         self._looks = looks
         self._looks_key = tuple(looks.values())
         self._styled_cells.clear()
+        self._styled_by_cell.clear()
 
     def render_line(self, y: int) -> Strip:
         if self._painting is not None:
@@ -396,9 +401,13 @@ class LineTable(ScrollView, can_focus=True):
         what it shows, its width and the row's look ("55%" is drawn once, not per row)."""
         pre, post = self._looks[look]
         console = self.app.console
-        cache = self._styled_cells
+        cache, by_cell = self._styled_cells, self._styled_by_cell
         segments: list[Segment] = []
         for cell, column_width in zip(cells, self._widths):
+            known = by_cell.get((id(cell), column_width, look))
+            if known is not None and known[0] is cell:
+                segments.extend(known[1])
+                continue
             key = (cell.plain, cell.style, tuple(cell.spans), cell.justify, cell.overflow, column_width, look)
             styled = cache.get(key)
             if styled is None:
@@ -408,6 +417,9 @@ class LineTable(ScrollView, can_focus=True):
                 if len(cache) >= STYLED_CELLS_LIMIT:
                     cache.clear()
                 cache[key] = styled
+            if len(by_cell) >= STYLED_CELLS_LIMIT:
+                by_cell.clear()
+            by_cell[(id(cell), column_width, look)] = (cell, styled)
             segments.extend(styled)
         total = sum(self._widths) + 2 * CELL_PADDING * len(self._widths)
         if total < width + scroll_x:
