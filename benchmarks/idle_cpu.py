@@ -5,7 +5,12 @@ synthetic 8 GPU x 64 process source whose values change every poll, waits for it
 then measures the child's CPU time (user + system, from psutil) over the window. In the same
 run, and measured the same way, a minimal Textual app (one Static whose text changes every
 second) gives the floor any Textual app pays on this machine at this moment; the ratio of the
-two is what stays comparable on a shared, noisy machine.
+two is what stays comparable on a shared, noisy machine. The minimal app updates its Static the
+usual way (``Static.update``, which by default also re-lays out the screen each second); the
+dashboard's polls change no layout. Its figure varies with the machine's load (0.37-0.43 % of
+a core measured on the 2-core helper machine, load 5-12), so compare ratios from runs made
+alternately, and note the mode: without ``--steady`` the chart's time axis still grows and the
+whole plot is drawn again every poll (the costlier case).
 
     .venv/bin/python benchmarks/idle_cpu.py [--seconds 30] [--interval 1.0] [--gpus 8 --per-gpu 8]
         [--static] [--steady] [--live] [--no-baseline] [--profile FILE]

@@ -113,6 +113,22 @@ async def test_an_update_repaints_only_the_rows_that_changed():
         assert screen_text(table)[2] == " bravo    7"
 
 
+async def test_a_new_cell_is_drawn_with_its_own_text_even_where_an_old_one_was():
+    """Cells are kept drawn by their object (LineTable._draw): a cell that is replaced, even by
+    one that reuses the freed object's id, shows its own text; a kept cell shows its text."""
+    app = TableApp()
+    async with app.run_test(size=(40, 8)) as pilot:
+        await pilot.pause()
+        table = app.query_one(LineTable)
+        kept = table._cells["a"][0]
+        for n in range(30):  # each round frees the last N cell; CPython often reuses its id
+            table.set_rows(HEADERS, {"a": [kept, Text(str(n), justify="right")],
+                                     "b": [Text(f"b{n}"), Text("2", justify="right")]})
+            await pilot.pause()
+            lines = screen_text(table)
+            assert lines[1].split() == ["alpha", str(n)] and lines[2].split() == [f"b{n}", "2"], n
+
+
 async def test_grow_only_keeps_a_column_wide_while_the_same_rows_stay():
     app = TableApp()
     async with app.run_test(size=(40, 8)) as pilot:
@@ -156,3 +172,46 @@ async def test_a_reorder_moves_the_cursor_with_its_row_but_not_the_view():
         table.set_rows(HEADERS, reordered, keep="r2")  # asked for: scrolled into view
         await pilot.pause()
         assert table.scroll_y > 0 and table.scroll_y <= 27 < table.scroll_y + table.size.height - 1
+
+
+async def test_the_scrollbar_hands_back_what_textual_draws_for_each_state():
+    """The table's vertical scrollbar keeps its lines by state (gpumem_tui.ui.scrollbars):
+    moved back and forth, hovered, and under another theme, each frame is what Textual's
+    ScrollBar draws for that state, and a position seen before is served from the kept lines."""
+    from textual.scrollbar import ScrollBar
+    from textual.widget import Widget
+
+    from gpumem_tui.ui.scrollbars import RememberingScrollBar
+
+    app = TableApp()
+    async with app.run_test(size=(40, 12)) as pilot:
+        table = app.query_one(LineTable)
+        table.set_rows(HEADERS, rows(*((f"k{i}", f"row {i}", str(i)) for i in range(100))))
+        await pilot.pause()
+        bar = table.vertical_scrollbar
+        assert isinstance(bar, RememberingScrollBar) and bar.display
+
+        def textual_lines() -> list[list[Segment]]:
+            bar.refresh()  # Textual draws the bar again, from its renderable
+            return [list(strip) for strip in Widget.render_lines(bar, bar.size.region)]
+
+        drawn: dict[tuple[int, bool, str], list[list[Segment]]] = {}
+        for y, hover, theme in [(0, False, "textual-dark"), (40, False, "textual-dark"), (88, False, "textual-dark"),
+                                (40, False, "textual-dark"), (40, True, "textual-dark"), (0, False, "textual-light"),
+                                (0, False, "textual-dark")]:
+            app.theme = theme
+            table.scroll_to(y=y, animate=False)
+            bar.mouse_over = hover
+            await pilot.pause()
+            before = len(bar._drawn)
+            kept = [list(strip) for strip in bar.render_lines(bar.size.region)]
+            assert kept == textual_lines()
+            state = (y, hover, theme)
+            if state in drawn:  # seen before: the same lines, none drawn again
+                assert kept == drawn[state] and len(bar._drawn) == before
+            drawn[state] = kept
+        assert drawn[(0, False, "textual-dark")] != drawn[(40, False, "textual-dark")] != drawn[
+            (88, False, "textual-dark")]
+        assert drawn[(40, False, "textual-dark")] != drawn[(40, True, "textual-dark")]
+        assert drawn[(0, False, "textual-dark")] != drawn[(0, False, "textual-light")]
+        assert type(bar).render_lines is not ScrollBar.render_lines

@@ -76,18 +76,29 @@ class Canvas:
             self._styles[index] = style
 
     def line(self, x0: float, y0: float, x1: float, y1: float, style: Style | None, quads: bool = False) -> None:
-        """A straight line between two points in dot (or quadrant) coordinates."""
-        put = self.quad if quads else self.dot
+        """A straight line between two points in dot (or quadrant) coordinates: the dots
+        ``round(a + (b - a) * i / steps)`` for i = 0..steps, set as :meth:`dot` (or
+        :meth:`quad`) sets them; the walk is inlined (a call per dot was most of its cost)."""
         xa, ya, xb, yb = round(x0), round(y0), round(x1), round(y1)
         steps = max(abs(xb - xa), abs(yb - ya))
         if steps == 0:
-            put(xa, ya, style)
+            (self.quad if quads else self.dot)(xa, ya, style)
             return
         limit = 4 * (self.dot_width + self.dot_height)  # a line far off the canvas: clip the walk
         if steps > limit:
             steps = limit
+        width, height = self.width, self.height
+        cells, styles = (self._quads, self._styles) if quads else (self._braille, self._styles)
+        row_shift = 1 if quads else 2
+        dx, dy = xb - xa, yb - ya
         for i in range(steps + 1):
-            put(round(xa + (xb - xa) * i / steps), round(ya + (yb - ya) * i / steps), style)
+            x = round(xa + dx * i / steps)
+            y = round(ya + dy * i / steps)
+            col, row = x >> 1, y >> row_shift
+            if 0 <= col < width and 0 <= row < height:
+                index = row * width + col
+                cells[index] |= (1 << ((y & 1) * 2 + (x & 1))) if quads else _BRAILLE_BITS[y & 3][x & 1]
+                styles[index] = style
 
     def polyline(self, points: Sequence[tuple[float, float]], style: Style | None, quads: bool = False) -> None:
         """Lines through consecutive points (dot or quadrant coordinates)."""
@@ -112,9 +123,10 @@ class Canvas:
         current: Style | None = base
         position = start  # the first cell not yet in ``text`` or ``out``
         end = start + width  # a last stop: only the blank run before it is drawn
+        on_base: dict[int, Style] = {}  # id(a cell's style) -> base + it: a curve has one style
         for index in [*sorted(marked), end]:
             if index > position:  # a blank run
-                if current != base and text:
+                if current is not base and current != base and text:
                     out.append(Segment("".join(text), current))
                     text = []
                 current = base
@@ -127,8 +139,11 @@ class Canvas:
                 char = _QUADRANTS[quads] if quads else chr(0x2800 + self._braille[index])
             style = self._styles[index] if char != " " else base
             if base is not None and style is not base and style is not None:
-                style = base + style
-            if style != current and text:
+                combined = on_base.get(id(style))
+                if combined is None:
+                    combined = on_base[id(style)] = base + style
+                style = combined
+            if style is not current and style != current and text:
                 out.append(Segment("".join(text), current))
                 text = []
             current = style

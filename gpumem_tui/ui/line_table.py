@@ -25,6 +25,8 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from gpumem_tui.ui.scrollbars import RememberingScrollBar
+
 #: Blank cells on each side of a cell (DataTable's default ``cell_padding``).
 CELL_PADDING = 1
 _PAD = Segment(" " * CELL_PADDING)
@@ -159,6 +161,10 @@ class LineTable(ScrollView, can_focus=True):
         # (a plain dict, emptied when full: its lookups run in C, where an LRU's bookkeeping
         # per cell and paint was a tenth of the table's drawing)
         self._styled_cells: dict[tuple[Any, ...], list[Segment]] = {}
+        #: the same, by the cell object itself: a row that changed keeps most of its cells (the
+        #: same Text objects), found here without reading their text and spans. The cell is
+        #: kept in the value, so its id cannot be reused while the entry lives.
+        self._styled_by_cell: dict[tuple[int, int, str], tuple[Text, list[Segment]]] = {}
         self._lines: dict[str, tuple[Any, ...]] = {}
         self._header_line: tuple[Any, ...] | None = None
         self._layout_generation = 0  # bumped when the header or a column width changes
@@ -166,6 +172,17 @@ class LineTable(ScrollView, can_focus=True):
         self._looks_key: tuple[Any, ...] = ()
         self._looks_state: tuple[Any, ...] = ()
         self._painting: tuple[int, int, int] | None = None  # (width, scroll x, y) of the paint under way
+
+    @property
+    def vertical_scrollbar(self) -> RememberingScrollBar:
+        """The vertical scrollbar, created on first use (as Textual's ``Widget.vertical_scrollbar``,
+        widget.py), one that keeps what it drew: the view moves back and forth as rows re-sort."""
+        if self._vertical_scrollbar is None:
+            self._vertical_scrollbar = RememberingScrollBar(
+                vertical=True, name="vertical", thickness=self.scrollbar_size_vertical)
+            self._vertical_scrollbar.display = False
+            self.app._start_widget(self, self._vertical_scrollbar)
+        return self._vertical_scrollbar  # type: ignore[return-value]
 
     # ---- state --------------------------------------------------------------------------
     @property
@@ -346,6 +363,7 @@ class LineTable(ScrollView, can_focus=True):
         self._looks = looks
         self._looks_key = tuple(looks.values())
         self._styled_cells.clear()
+        self._styled_by_cell.clear()
 
     def render_line(self, y: int) -> Strip:
         if self._painting is not None:
@@ -383,9 +401,13 @@ class LineTable(ScrollView, can_focus=True):
         what it shows, its width and the row's look ("55%" is drawn once, not per row)."""
         pre, post = self._looks[look]
         console = self.app.console
-        cache = self._styled_cells
+        cache, by_cell = self._styled_cells, self._styled_by_cell
         segments: list[Segment] = []
         for cell, column_width in zip(cells, self._widths):
+            known = by_cell.get((id(cell), column_width, look))
+            if known is not None and known[0] is cell:
+                segments.extend(known[1])
+                continue
             key = (cell.plain, cell.style, tuple(cell.spans), cell.justify, cell.overflow, column_width, look)
             styled = cache.get(key)
             if styled is None:
@@ -395,6 +417,9 @@ class LineTable(ScrollView, can_focus=True):
                 if len(cache) >= STYLED_CELLS_LIMIT:
                     cache.clear()
                 cache[key] = styled
+            if len(by_cell) >= STYLED_CELLS_LIMIT:
+                by_cell.clear()
+            by_cell[(id(cell), column_width, look)] = (cell, styled)
             segments.extend(styled)
         total = sum(self._widths) + 2 * CELL_PADDING * len(self._widths)
         if total < width + scroll_x:

@@ -7,11 +7,13 @@ finished and was handled, so a slow NVML call or a busy UI never stacks polls up
 interval is measured start to start: a poll that took 0.3 s of a 1 s interval is followed by a
 0.7 s pause.
 
-Quitting never waits on a poll (issue 13, item 19): each poll runs in its own daemon
-thread, not in Textual's worker pool (whose executor threads are joined when the event loop
-and the interpreter shut down, so one NVML call that never returns kept ``q`` and Ctrl-C
-from exiting). A poll still running at quit is abandoned; :meth:`Poller.close_source`
-closes the source only once no poll is using it.
+Quitting never waits on a poll (issue 13, item 19): the polls run in one long-lived daemon
+thread of the poller's own, not in Textual's worker pool (whose executor threads are joined
+when the event loop and the interpreter shut down, so one NVML call that never returns kept
+``q`` and Ctrl-C from exiting). A poll still running at quit is abandoned; :meth:`Poller.close_source`
+closes the source only once no poll is using it. The thread is started by the first poll and
+then waits for the next one on an event (issue 23: a thread started per poll cost more CPU
+than handing a poll to a waiting one).
 """
 
 from __future__ import annotations
@@ -70,7 +72,9 @@ class Poller:
         self._close_pending = False
         self._stopped = False
         self._in_flight = False
+        self._polling = False  # the worker is inside poll() (read under _lock)
         self._started_at: float | None = None
+        self._wake = threading.Event()  # set: the worker runs one poll
 
     def start(self) -> None:
         """Start polling now; after :meth:`stop` it does nothing (the app may start it after
@@ -83,12 +87,15 @@ class Poller:
         if self._timer is not None:
             self._timer.stop()
             self._timer = None
+        with self._lock:
+            if self._thread is not None:
+                self._wake.set()  # the idle worker ends (a running poll finishes first)
 
     def close_source(self) -> None:
         """Close the source now, or -- when a poll is still running in it (a hung NVML
         call) -- by the poll thread once that poll returns, so the caller never waits."""
         with self._lock:
-            if self._thread is not None and self._thread.is_alive():
+            if self._thread is not None and (self._polling or self._wake.is_set()):  # the worker is busy
                 self._close_pending = True
                 return
         self.source.close()
@@ -134,21 +141,36 @@ class Poller:
         self._in_flight = True
         self._started_at = time.monotonic()
         with self._lock:
-            self._thread = threading.Thread(target=self._poll_once, name="gpumem-tui-poll", daemon=True)
-            self._thread.start()
+            self._wake.set()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="gpumem-tui-poll", daemon=True)
+                self._thread.start()
 
-    def _poll_once(self) -> None:
-        try:
-            self._poll_and_post()
-        finally:
+    def _work(self) -> None:
+        """The poll thread: one poll each time :meth:`_launch` wakes it, until :meth:`stop`
+        (a daemon thread: an exit never joins it, even while a poll hangs). A close asked
+        for while it was busy is done here, once the source is no longer in use."""
+        while True:
+            self._wake.wait()
             with self._lock:
-                close = self._close_pending
-                self._close_pending = False
-            if close:
-                try:
-                    self.source.close()
-                except Exception:  # noqa: BLE001 - the app is gone; nothing to report to
-                    pass
+                self._wake.clear()
+                stopping = self._stopped
+                self._polling = not stopping
+            try:
+                if not stopping:
+                    self._poll_and_post()
+            finally:
+                with self._lock:
+                    self._polling = False
+                    close = self._close_pending
+                    self._close_pending = False
+                if close:
+                    try:
+                        self.source.close()
+                    except Exception:  # noqa: BLE001 - the app is gone; nothing to report to
+                        pass
+            if stopping:
+                return
 
     def _poll_and_post(self) -> None:
         started = time.perf_counter()
