@@ -29,6 +29,11 @@ NOT_AT_START_UP = (
     "gpumem_tui.alerts.rules",  # only a config with [[alerts]]
     "gpumem_tui.ui.screens",  # modal screens: opened by a key
     "textual.widgets._text_area",  # the side pane's form brings it
+    "gpumem_tui.ui.side_pane",  # the pane mounts after the first frame; the bands come with a poll
+    "gpumem_tui.analysis.jobs",  # the jobs are grouped at the first poll (JobTracker)
+    "gpumem_tui.telemetry.launch",  # via analysis.jobs; telemetry.model names it in annotations only
+    "gpumem_tui.telemetry.measured_record",  # a probed PID's record: made at its first sample
+    "gpumem_tui.telemetry.step_peaks",  # via measured_record
 )
 
 
@@ -123,3 +128,73 @@ def test_alerts_use_the_forecast_the_dashboard_computed_for_the_poll(tmp_path, m
                                       AlertActions(AlertLog(tmp_path / "a.log"), env={}))
     (entry,) = alerts.job_inputs(Snapshot(time=1.0, phase_peaks=tuple(peaks)))
     assert entry.drift_bytes_per_step == computed.drift.bytes_per_step
+
+
+@pytest.mark.asyncio
+async def test_the_start_up_theme_is_in_the_first_css_pass_without_a_second_parse(monkeypatch):
+    """The theme set in __init__ does not queue Textual's refresh_css (a second parse of every
+    CSS source and a restyle of every widget); its colours, classes and variables are in
+    effect all the same."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from textual.app import App
+    from ui_fakes import FakeSource
+
+    from gpumem_tui.ui.app import GpuMemApp
+    from gpumem_tui.ui.themes import load_themes
+
+    refreshes = []
+    original = App.refresh_css
+    monkeypatch.setattr(App, "refresh_css", lambda self, animate=True: (refreshes.append(self), original(self, animate)))
+    app = GpuMemApp(FakeSource(steps=1), interval=0.05, side_pane=False, themes=load_themes(), theme="dark")
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        assert refreshes == []
+        assert app.theme == "dark" and "-theme-dark" in app.classes and "-dark-mode" in app.classes
+        assert app.stylesheet._variables == app.get_css_variables()
+        background = app.current_theme.background
+        assert background is not None and app.screen.styles.background.hex.lower() == background.lower()
+
+
+@pytest.mark.asyncio
+async def test_a_start_up_theme_of_the_other_darkness_goes_through_textuals_watcher():
+    """A light theme also swaps the ANSI colour filter, which only Textual's watcher does."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from ui_fakes import FakeSource
+
+    from gpumem_tui.ui.app import GpuMemApp
+    from gpumem_tui.ui.themes import load_themes
+
+    app = GpuMemApp(FakeSource(steps=1), interval=0.05, side_pane=False, themes=load_themes(), theme="light")
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        assert app.theme == "light" and not app.current_theme.dark
+        assert "-light-mode" in app.classes and "-dark-mode" not in app.classes and "-theme-light" in app.classes
+        assert app.stylesheet._variables == app.get_css_variables()
+
+
+@pytest.mark.asyncio
+async def test_the_empty_chart_is_drawn_once_from_its_no_samples_commands(monkeypatch):
+    """The first frame's plot is the 'no samples yet' plot, built once (not a blank-titled
+    plot built, then rebuilt on the first resize)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from ui_fakes import FakeSource
+
+    from gpumem_tui.ui.app import GpuMemApp
+    from gpumem_tui.ui.memory_chart import MemoryPlot
+
+    builds = []
+    original = MemoryPlot._build
+
+    def counting_build(plot, width, height):
+        builds.append((width, height))
+        return original(plot, width, height)
+
+    monkeypatch.setattr(MemoryPlot, "_build", counting_build)
+    app = GpuMemApp(FakeSource(steps=1), interval=0.05, side_pane=False)
+    app._after_first_frame = app._gc_pause.resume  # no first poll: the chart stays empty
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        plot = app.chart.query_one(MemoryPlot)
+        assert "memory: no samples yet" in plot.plain_lines()[0]
+        assert len(builds) == 1
