@@ -137,6 +137,7 @@ async def test_the_start_up_theme_is_in_the_first_css_pass_without_a_second_pars
     effect all the same."""
     sys.path.insert(0, str(Path(__file__).parent))
     from textual.app import App
+    from textual.filter import ANSIToTruecolor
     from ui_fakes import FakeSource
 
     from gpumem_tui.ui.app import GpuMemApp
@@ -153,23 +154,33 @@ async def test_the_start_up_theme_is_in_the_first_css_pass_without_a_second_pars
         assert app.stylesheet._variables == app.get_css_variables()
         background = app.current_theme.background
         assert background is not None and app.screen.styles.background.hex.lower() == background.lower()
+        (truecolor,) = [f for f in app._filters if isinstance(f, ANSIToTruecolor)]
+        assert truecolor.enabled == (not app.native_ansi_color) and truecolor._terminal_theme is app.ansi_theme_dark
 
 
 @pytest.mark.asyncio
-async def test_a_start_up_theme_of_the_other_darkness_goes_through_textuals_watcher():
-    """A light theme also swaps the ANSI colour filter, which only Textual's watcher does."""
+@pytest.mark.parametrize("theme", ["light", "ansi-dark"])
+async def test_a_start_up_theme_of_another_darkness_or_ansi_flag_goes_through_textuals_watcher(theme):
+    """A light theme, or an ANSI one, also rebuilds the ANSI colour filter, which only
+    Textual's watcher does: the filter is then the one a theme switch would give."""
     sys.path.insert(0, str(Path(__file__).parent))
+    from textual.filter import ANSIToTruecolor
     from ui_fakes import FakeSource
 
     from gpumem_tui.ui.app import GpuMemApp
     from gpumem_tui.ui.themes import load_themes
 
-    app = GpuMemApp(FakeSource(steps=1), interval=0.05, side_pane=False, themes=load_themes(), theme="light")
+    app = GpuMemApp(FakeSource(steps=1), interval=0.05, side_pane=False, themes=load_themes(), theme=theme)
     async with app.run_test() as pilot:
         await pilot.pause()
-        assert app.theme == "light" and not app.current_theme.dark
-        assert "-light-mode" in app.classes and "-dark-mode" not in app.classes and "-theme-light" in app.classes
+        current = app.current_theme
+        assert app.theme == theme
+        assert f"-theme-{theme}" in app.classes
+        assert ("-dark-mode" in app.classes) == current.dark and ("-light-mode" in app.classes) == (not current.dark)
         assert app.stylesheet._variables == app.get_css_variables()
+        (truecolor,) = [f for f in app._filters if isinstance(f, ANSIToTruecolor)]
+        assert truecolor.enabled == (not app.native_ansi_color)
+        assert truecolor._terminal_theme is (app.ansi_theme_dark if current.dark else app.ansi_theme_light)
 
 
 @pytest.mark.asyncio

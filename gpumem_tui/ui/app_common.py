@@ -101,11 +101,13 @@ class ThemedAppMixin:
         parse cache) and a restyle of every widget, after the first parse -- ~8 % of the
         dashboard's start-up instructions (callgrind). Before the first parse the same effect
         is the theme's variables in the stylesheet and the watcher's classes. Only a theme of
-        the start-up theme's darkness goes this way: a change of darkness also swaps the ANSI
-        colour filter (the watcher's ``_refresh_truecolor_filter``), so it takes the watcher.
+        the start-up theme's darkness and ANSI flag goes this way: a change of either also
+        rebuilds the ANSI colour filter (the watcher's ``_refresh_truecolor_filter``: which
+        palette, and whether it converts at all), so it takes the watcher.
         """
         theme = self.available_themes[name]  # type: ignore[attr-defined]
-        if theme.dark != self.current_theme.dark:  # type: ignore[attr-defined]
+        now = self.current_theme  # type: ignore[attr-defined]
+        if (theme.dark, theme.ansi) != (now.dark, now.ansi):
             self.theme = name
             return
         self.set_reactive(App.theme, name)  # type: ignore[attr-defined]  # no watcher
