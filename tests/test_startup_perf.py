@@ -209,3 +209,26 @@ async def test_the_empty_chart_is_drawn_once_from_its_no_samples_commands(monkey
         plot = app.chart.query_one(MemoryPlot)
         assert "memory: no samples yet" in plot.plain_lines()[0]
         assert len(builds) == 1
+
+
+@pytest.mark.asyncio
+async def test_the_filter_box_mounts_on_first_use_in_its_place():
+    """Hidden in the first frame, the filter box is not mounted then; `/` mounts it between
+    the table's note and the chart and gives it the focus."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from textual.widgets import Input
+    from test_ui import wait_for
+    from ui_fakes import FakeSource
+
+    from gpumem_tui.ui.app import GpuMemApp
+
+    app = GpuMemApp(FakeSource(steps=1), interval=0.05, side_pane=False)
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        assert list(app.query(Input)) == []
+        await pilot.press("slash")
+        await wait_for(pilot, lambda: app.filter_box.has_focus)
+        ids = [child.id for child in app.query_one("#left").children]
+        assert ids == ["processes", "table-empty", "filter", "chart"]
+        await pilot.press(*"user1", "escape")
+        assert app.filter_box.value == "" and not app.filter_box.display
