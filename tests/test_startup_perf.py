@@ -29,6 +29,11 @@ NOT_AT_START_UP = (
     "gpumem_tui.alerts.rules",  # only a config with [[alerts]]
     "gpumem_tui.ui.screens",  # modal screens: opened by a key
     "textual.widgets._text_area",  # the side pane's form brings it
+    "gpumem_tui.ui.side_pane",  # the pane mounts after the first frame; the bands come with a poll
+    "gpumem_tui.analysis.jobs",  # the jobs are grouped at the first poll (JobTracker)
+    "gpumem_tui.telemetry.launch",  # via analysis.jobs; telemetry.model names it in annotations only
+    "gpumem_tui.telemetry.measured_record",  # a probed PID's record: made at its first sample
+    "gpumem_tui.telemetry.step_peaks",  # via measured_record
 )
 
 
@@ -123,3 +128,107 @@ def test_alerts_use_the_forecast_the_dashboard_computed_for_the_poll(tmp_path, m
                                       AlertActions(AlertLog(tmp_path / "a.log"), env={}))
     (entry,) = alerts.job_inputs(Snapshot(time=1.0, phase_peaks=tuple(peaks)))
     assert entry.drift_bytes_per_step == computed.drift.bytes_per_step
+
+
+@pytest.mark.asyncio
+async def test_the_start_up_theme_is_in_the_first_css_pass_without_a_second_parse(monkeypatch):
+    """The theme set in __init__ does not queue Textual's refresh_css (a second parse of every
+    CSS source and a restyle of every widget); its colours, classes and variables are in
+    effect all the same."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from textual.app import App
+    from textual.filter import ANSIToTruecolor
+    from ui_fakes import FakeSource
+
+    from gpumem_tui.ui.app import GpuMemApp
+    from gpumem_tui.ui.themes import load_themes
+
+    refreshes = []
+    original = App.refresh_css
+    monkeypatch.setattr(App, "refresh_css", lambda self, animate=True: (refreshes.append(self), original(self, animate)))
+    app = GpuMemApp(FakeSource(steps=1), interval=0.05, side_pane=False, themes=load_themes(), theme="dark")
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        assert refreshes == []
+        assert app.theme == "dark" and "-theme-dark" in app.classes and "-dark-mode" in app.classes
+        assert app.stylesheet._variables == app.get_css_variables()
+        background = app.current_theme.background
+        assert background is not None and app.screen.styles.background.hex.lower() == background.lower()
+        (truecolor,) = [f for f in app._filters if isinstance(f, ANSIToTruecolor)]
+        assert truecolor.enabled == (not app.native_ansi_color) and truecolor._terminal_theme is app.ansi_theme_dark
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("theme", ["light", "ansi-dark"])
+async def test_a_start_up_theme_of_another_darkness_or_ansi_flag_goes_through_textuals_watcher(theme):
+    """A light theme, or an ANSI one, also rebuilds the ANSI colour filter, which only
+    Textual's watcher does: the filter is then the one a theme switch would give."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from textual.filter import ANSIToTruecolor
+    from ui_fakes import FakeSource
+
+    from gpumem_tui.ui.app import GpuMemApp
+    from gpumem_tui.ui.themes import load_themes
+
+    app = GpuMemApp(FakeSource(steps=1), interval=0.05, side_pane=False, themes=load_themes(), theme=theme)
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        current = app.current_theme
+        assert app.theme == theme
+        assert f"-theme-{theme}" in app.classes
+        assert ("-dark-mode" in app.classes) == current.dark and ("-light-mode" in app.classes) == (not current.dark)
+        assert app.stylesheet._variables == app.get_css_variables()
+        (truecolor,) = [f for f in app._filters if isinstance(f, ANSIToTruecolor)]
+        assert truecolor.enabled == (not app.native_ansi_color)
+        assert truecolor._terminal_theme is (app.ansi_theme_dark if current.dark else app.ansi_theme_light)
+
+
+@pytest.mark.asyncio
+async def test_the_empty_chart_is_drawn_once_from_its_no_samples_commands(monkeypatch):
+    """The first frame's plot is the 'no samples yet' plot, built once (not a blank-titled
+    plot built, then rebuilt on the first resize)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from ui_fakes import FakeSource
+
+    from gpumem_tui.ui.app import GpuMemApp
+    from gpumem_tui.ui.memory_chart import MemoryPlot
+
+    builds = []
+    original = MemoryPlot._build
+
+    def counting_build(plot, width, height):
+        builds.append((width, height))
+        return original(plot, width, height)
+
+    monkeypatch.setattr(MemoryPlot, "_build", counting_build)
+    app = GpuMemApp(FakeSource(steps=1), interval=0.05, side_pane=False)
+    app._after_first_frame = app._gc_pause.resume  # no first poll: the chart stays empty
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        plot = app.chart.query_one(MemoryPlot)
+        assert "memory: no samples yet" in plot.plain_lines()[0]
+        assert len(builds) == 1
+
+
+@pytest.mark.asyncio
+async def test_the_filter_box_mounts_on_first_use_in_its_place():
+    """Hidden in the first frame, the filter box is not mounted then; `/` mounts it between
+    the table's note and the chart and gives it the focus."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from textual.widgets import Input
+    from test_ui import wait_for
+    from ui_fakes import FakeSource
+
+    from gpumem_tui.ui.app import GpuMemApp
+
+    app = GpuMemApp(FakeSource(steps=1), interval=0.05, side_pane=False)
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        assert list(app.query(Input)) == []
+        await pilot.press("slash")
+        await wait_for(pilot, lambda: app.filter_box.has_focus)
+        ids = [child.id for child in app.query_one("#left").children]
+        assert ids == ["processes", "table-empty", "filter", "chart"]
+        await pilot.press(*"user1", "escape")
+        assert app.filter_box.value == "" and not app.filter_box.display

@@ -14,9 +14,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from collections.abc import Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from gpumem_tui.telemetry.launch import RankLaunch
+if TYPE_CHECKING:  # an annotation only: a sample's launch is read by the live source, not here
+    from gpumem_tui.telemetry.launch import RankLaunch
 
 
 class ProcessType(str, enum.Enum):

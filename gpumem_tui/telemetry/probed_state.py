@@ -21,10 +21,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gpumem_tui.telemetry.measured_context import ContextMeter
-from gpumem_tui.telemetry.measured_record import MeasuredFold, MeasuredRecord
 from gpumem_tui.telemetry.model import ProbeInfo, Snapshot
+
+if TYPE_CHECKING:  # the records are made at the first probed PID (_fold): off the dashboard's start-up
+    from gpumem_tui.telemetry.measured_record import MeasuredFold, MeasuredRecord
 
 #: Probed processes kept (the dashboard keeps as many probed PIDs' marks).
 MAX_PROBED_PIDS = 64
@@ -63,6 +66,8 @@ class ProbedProcesses:
     def _fold(self, pid: int) -> MeasuredFold:
         fold = self._folds.get(pid)
         if fold is None:
+            from gpumem_tui.telemetry.measured_record import MeasuredFold
+
             fold = self._folds[pid] = MeasuredFold(pid)
             nvml = self._nvml.get(pid)
             if nvml is not None:

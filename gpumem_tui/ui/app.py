@@ -136,6 +136,7 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
         self._left_column = Vertical(id="left")
         self.table = ProcessTable(id="processes")
         self.filter_box = Input(placeholder="filter: user:NAME gpu:N words (Enter keeps, Esc clears)", id="filter")
+        self._filter_mounted = False  # it mounts on first use (action_filter)
         self.chart = MemoryChart(id="chart")
         self.table_empty = Static(id="table-empty")  # says why the table has no rows, or "?"
 
@@ -159,7 +160,7 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
             with self._left_column:
                 yield self.table
                 yield self.table_empty
-                yield self.filter_box
+                # the filter box (hidden until `/`) mounts there on first use: DashboardActions.action_filter
                 yield self.chart
         yield Footer(compact=self.size_class != "wide")  # the size class was set above
 

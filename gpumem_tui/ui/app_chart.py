@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from gpumem_tui.support.text import printable
 from gpumem_tui.telemetry.model import PhaseMark, Snapshot
-from gpumem_tui.ui import side_pane as pane
 from gpumem_tui.ui.memory_chart import Band, CurveSpec
 
 
@@ -120,7 +119,9 @@ class DashboardChart:
         chart.set_phase_marks(marks)
         chart.set_phase_peaks(self.phase_peaks.get(ident, ()) if kind == "proc" else ())
         process = self.process_estimates.get(ident) if kind == "proc" else None
-        self.bands, note = pane.predicted_bands(kind, ident, process)
+        from gpumem_tui.ui.side_pane import predicted_bands  # on first use: not in the first frame
+
+        self.bands, note = predicted_bands(kind, ident, process)
         chart.set_bands(self.bands, note)  # replots
 
     @staticmethod

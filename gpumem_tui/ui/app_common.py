@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from textual.app import App
 from textual.widgets import Input
 
 from gpumem_tui.support.text import printable
@@ -90,7 +91,30 @@ class ThemedAppMixin:
             fallback = DEFAULT_THEME if DEFAULT_THEME in self.available_themes else FALLBACK_THEME  # type: ignore[attr-defined]
             self._theme_notices.append((f"theme {wanted!r} could not be loaded; using {fallback!r}", "Theme"))
             wanted = fallback
-        self.theme = wanted
+        self._start_with_theme(wanted)
+
+    def _start_with_theme(self, name: str) -> None:
+        """Make ``name`` the theme before the stylesheet is first parsed.
+
+        Assigning ``App.theme`` runs Textual's watcher (textual/app.py ``_watch_theme``), which
+        queues ``refresh_css``: a second parse of every CSS source (a fresh Stylesheet, no
+        parse cache) and a restyle of every widget, after the first parse -- ~8 % of the
+        dashboard's start-up instructions (callgrind). Before the first parse the same effect
+        is the theme's variables in the stylesheet and the watcher's classes. Only a theme of
+        the start-up theme's darkness and ANSI flag goes this way: a change of either also
+        rebuilds the ANSI colour filter (the watcher's ``_refresh_truecolor_filter``: which
+        palette, and whether it converts at all), so it takes the watcher.
+        """
+        theme = self.available_themes[name]  # type: ignore[attr-defined]
+        now = self.current_theme  # type: ignore[attr-defined]
+        if (theme.dark, theme.ansi) != (now.dark, now.ansi):
+            self.theme = name
+            return
+        self.set_reactive(App.theme, name)  # type: ignore[attr-defined]  # no watcher
+        for old in [c for c in self.classes if c.startswith("-theme-")]:  # type: ignore[attr-defined]
+            self.remove_class(old, update=False)  # type: ignore[attr-defined]
+        self.add_class(f"-theme-{name}", update=False)  # type: ignore[attr-defined]
+        self.stylesheet.set_variables(self.get_css_variables())  # type: ignore[attr-defined]
 
     def _show_theme_notices(self) -> None:
         for message, title in self._theme_notices:

@@ -17,7 +17,6 @@ from textual.widgets import Footer
 
 from gpumem_tui.support.text import printable
 from gpumem_tui.telemetry.model import ProcessSample
-from gpumem_tui.ui import side_pane as pane
 from gpumem_tui.ui.app_actions import REPLAY_ACTIONS
 from gpumem_tui.ui.process_table import ProcessTable
 
@@ -38,6 +37,14 @@ def size_class(width: int) -> str:
     return "medium" if width >= MEDIUM_MIN_WIDTH else "narrow"
 
 
+def side_pane_module() -> Any:
+    """gpumem_tui.ui.side_pane, imported on first use: the pane mounts after the first frame
+    and the chart's bands come with the first poll."""
+    from gpumem_tui.ui import side_pane
+
+    return side_pane
+
+
 def screens_module() -> Any:
     """gpumem_tui.ui.screens, imported on first use: no modal screen is in the first frame."""
     from gpumem_tui.ui import screens
@@ -55,7 +62,7 @@ class DashboardScreens:
         self.has_side_pane = False
         self._side_toggled = False
         self._side_widget: Any = None  # the mounted pane: the status line asks at every poll
-        self._pane_state = pane.PaneState()
+        self._pane_state: Any = None  # what was last pushed to the pane (side_pane.PaneState)
         self._what_if_shown: int | None = None  # the PID whose what-if `p` drops, when shown
         self.size_class = ""
 
@@ -68,7 +75,7 @@ class DashboardScreens:
         """
         if self.has_side_pane:
             return
-        side = pane.build()
+        side = side_pane_module().build()
         if side is None:
             self.side_pane_enabled = False  # its widgets are not installed: there will be none
             return
@@ -201,6 +208,7 @@ class DashboardScreens:
         pid = self.chart_pid()
         if self.chart_target is not None and self.chart_target[0] == "gpu":
             pid = None  # the GPU chart: the form is a what-if, not a process's estimate
+        pane = side_pane_module()
         selection = pane.PaneSelection(
             gpu=gpu,
             gpu_total=self.device_total(gpu),
@@ -216,6 +224,8 @@ class DashboardScreens:
         if what_if != self._what_if_shown:  # `p` (back to the job's estimate) comes or goes
             self._what_if_shown = what_if
             self.refresh_bindings()
+        if self._pane_state is None:
+            self._pane_state = pane.PaneState()
         error = pane.push(self.screen_stack[0], self._pane_state, selection)
         if error:
             self.notify(error, title="Estimator", severity="error", markup=False)

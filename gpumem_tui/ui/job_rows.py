@@ -14,10 +14,12 @@ Text from the job (its id comes from another process) is shown literally (``prin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from gpumem_tui.analysis.jobs import Job, RankPeak
+if TYPE_CHECKING:  # annotations only: the jobs come from the poll (JobTracker, loaded on use)
+    from gpumem_tui.analysis.jobs import Job, RankPeak
 from gpumem_tui.analysis.memory_figures import FIGURE_NVML_USED
 from gpumem_tui.telemetry.model import ProcessSample
 from gpumem_tui.support.text import printable

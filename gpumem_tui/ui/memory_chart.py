@@ -249,9 +249,9 @@ class MemoryPlot(Widget):
     MemoryPlot { height: 1fr; width: 1fr; }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:  # noqa: A002
+    def __init__(self, *, id: str | None = None, ops: Sequence[tuple[str, tuple, dict]] = ()) -> None:  # noqa: A002
         super().__init__(id=id)
-        self._ops: list[tuple[str, tuple, dict]] = []
+        self._ops: list[tuple[str, tuple, dict]] = list(ops)  # the commands to draw (see draw)
         self._lines: list[Strip] | None = None
         self._built_for: tuple | None = None
         self._painting: list[Strip] | None = None  # the rows of the paint under way
@@ -276,10 +276,12 @@ class MemoryPlot(Widget):
         compared with the shown ones: only the rows that differ are refreshed (a frame
         re-renders and re-composites every dirty line; the title, frame and axis rows seldom
         change when the curve moves). Before that, the whole plot is refreshed."""
+        width, height = self.size
+        if ops == self._ops and self._lines is not None and self._built_for == (width, height, self.app.theme):
+            return  # drawn already: the same commands at this size and theme
         self._ops = list(ops)
         old, built_for = self._lines, self._built_for
         self._lines = None
-        width, height = self.size
         if old is None or not width or not height or built_for != (width, height, self.app.theme):
             self.refresh()
             return
@@ -517,8 +519,14 @@ class MemoryChart(Vertical):
         self.redraws = 0  # plot rebuilds so far (for tests and benchmarks)
 
     def compose(self) -> ComposeResult:
-        yield MemoryPlot(id="chart-plot")
+        # The first frame shows the empty plot: drawn from these, not from no commands (a
+        # blank title) and then drawn again on the first resize.
+        yield MemoryPlot(id="chart-plot", ops=self._empty_ops())
         yield Static(id="chart-legend")
+
+    def _empty_ops(self) -> list[tuple[str, tuple, dict]]:
+        """The plot commands of a chart without samples: its title (or message) and x range."""
+        return [("title", (self.message or f"{self.title}: no samples yet",), {}), ("xlim", (-self.window, 0), {})]
 
     # ---- inputs -------------------------------------------------------------------------
     def set_title(self, title: str) -> None:
@@ -623,8 +631,7 @@ class MemoryChart(Vertical):
         width = max(plot.size.width - 10, 10)
         self.envelope_runs = []
         if now is None or not curves:
-            ops.append(("title", (self.message or f"{self.title}: no samples yet",), {}))
-            ops.append(("xlim", (-self.window, 0), {}))
+            ops = self._empty_ops()
             key: tuple = ("empty", tuple(ops), plot.size)
             self._draw(plot, ops, key)
             self._set_legend(legend, legend_text)

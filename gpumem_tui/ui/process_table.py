@@ -25,13 +25,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
 
-from gpumem_tui.analysis.jobs import Job
+if TYPE_CHECKING:  # annotations only: the jobs come from the poll (JobTracker, loaded on use)
+    from gpumem_tui.analysis.jobs import Job
 from gpumem_tui.telemetry.model import ProcessSample
 from gpumem_tui.ui import cells
 from gpumem_tui.ui.job_rows import JobRow, group_cells, group_key, rank_label
