@@ -90,8 +90,14 @@ async def test_the_pane_after_seeks_pauses_and_speed_changes_shows_compare_at_th
             nonlocal view
             expected_position = min(expected_position, source.duration)
             await wait_for(pilot, lambda: source.position == pytest.approx(expected_position)
-                           and app.snapshot is not None and source._seek_to is None, timeout=20)
-            await pilot.pause(0.3)  # a poll after the position settled
+                           and app.snapshot is not None and source._seek_to is None,
+                           what=f"the replay to settle at {expected_position} s")
+            # a poll after the position settled: the app holds a snapshot taken there (each poll
+            # gives a new Snapshot object; polls never overlap, so the second new one is from
+            # after the seek whatever was in flight)
+            for _ in range(2):
+                seen = app.snapshot
+                await wait_for(pilot, lambda: app.snapshot is not seen, what="the next poll")
             # the pane's time-to-OOM limit is the GPU's free memory + the job's own there:
             # compare --limit with that figure
             limit = app.live_limit(PID)
@@ -107,7 +113,7 @@ async def test_the_pane_after_seeks_pauses_and_speed_changes_shows_compare_at_th
                     return view.result is None
                 return view.result is not None and view.result.pid == PID and view.result.to_json() == expected
 
-            await wait_for(pilot, pane_equals, timeout=20)
+            await wait_for(pilot, pane_equals, what="the pane to show compare at the position")
             # the core value the pane reads is the same
             process = app.process_estimates.get(PID)
             summary = app.probed.summary(PID)
@@ -116,7 +122,7 @@ async def test_the_pane_after_seeks_pauses_and_speed_changes_shows_compare_at_th
             else:
                 assert compare_summary(process, summary, limit, NO_LIVE_LIMIT).to_json() == expected
 
-        await wait_for(pilot, lambda: app.query(ComparisonView) and app.snapshot is not None, timeout=20)
+        await wait_for(pilot, lambda: app.query(ComparisonView) and app.snapshot is not None, what="the pane")
         clock.now = 20.0  # play to 20 s
         await settle(20.0)
         before = view.result.row("cuda_context")

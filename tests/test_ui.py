@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from ui_fakes import FakeSource  # noqa: E402
+from waiting import HANG_TIMEOUT, settle  # noqa: E402
 
 from gpumem_tui.ui.app import GpuMemApp  # noqa: E402
 from gpumem_tui.ui.device_panel import DevicePanel  # noqa: E402
@@ -36,14 +37,9 @@ def make_app(source=None, **kwargs) -> GpuMemApp:
     return GpuMemApp(source or FakeSource(), **kwargs)
 
 
-async def wait_for(pilot, cond, timeout: float = 30.0) -> None:
-    # the timeout guards against a hang; under xdist on a loaded machine 5 s was not enough
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        if loop.time() > end:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.02)
+async def wait_for(pilot, cond, timeout: float = HANG_TIMEOUT, what: str = "the condition") -> None:
+    # the timeout guards against a hang, it is no speed check (tests/waiting.py)
+    await settle(pilot, cond, what=what, timeout=timeout)
 
 
 def pids(app: GpuMemApp) -> list[int]:
@@ -354,6 +350,8 @@ async def test_polls_do_not_overlap():
             with self.guard:
                 self.active += 1
                 self.max_active = max(self.max_active, self.active)
+            # stub slowness: a poll that takes 30 ms while the timer fires every 1 ms gives an
+            # overlapping poll its chance; what is checked (never two at once) needs no timing
             time.sleep(0.03)
             try:
                 return super().poll()
