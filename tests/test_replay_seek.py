@@ -18,6 +18,7 @@ from gpumem_tui.analysis.process_estimate import compare_probed, compare_summary
 from gpumem_tui.telemetry.replay import ReplaySource
 from gpumem_tui.ui.comparison_view import ComparisonView
 from test_ui import make_app, wait_for
+from waiting import next_polls
 
 from shared_data import H100_TRACE as TRACE  # noqa: E402
 from shared_data import needs_h100_trace  # noqa: E402
@@ -92,12 +93,7 @@ async def test_the_pane_after_seeks_pauses_and_speed_changes_shows_compare_at_th
             await wait_for(pilot, lambda: source.position == pytest.approx(expected_position)
                            and app.snapshot is not None and source._seek_to is None,
                            what=f"the replay to settle at {expected_position} s")
-            # a poll after the position settled: the app holds a snapshot taken there (each poll
-            # gives a new Snapshot object; polls never overlap, so the second new one is from
-            # after the seek whatever was in flight)
-            for _ in range(2):
-                seen = app.snapshot
-                await wait_for(pilot, lambda: app.snapshot is not seen, what="the next poll")
+            await next_polls(pilot, app)  # a poll after the position settled: the app holds a snapshot taken there
             # the pane's time-to-OOM limit is the GPU's free memory + the job's own there:
             # compare --limit with that figure
             limit = app.live_limit(PID)

@@ -80,3 +80,12 @@ async def wait_async(predicate: Callable[[], T], *, what: str | Callable[[], str
         if loop.time() > deadline:
             raise AssertionError(f"waited {timeout:g} s for {_describe(what)}: it never happened")
         await asyncio.sleep(poll)
+
+
+async def next_polls(pilot: Any, app: Any, count: int = 2, timeout: float = HANG_TIMEOUT) -> None:
+    """Wait until the dashboard ``app`` has taken ``count`` more snapshots (each poll gives a new
+    Snapshot object and polls never overlap, so after two, the app holds one that was polled
+    after this call began, whatever poll was in flight then)."""
+    for _ in range(count):
+        seen = app.snapshot
+        await settle(pilot, lambda: app.snapshot is not seen, what="the dashboard's next poll", timeout=timeout)
