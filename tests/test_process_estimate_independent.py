@@ -15,6 +15,7 @@ from gpumem_tui.telemetry.model import ProbeInfo
 
 from shared_data import H100_TRACE as TRACE  # noqa: E402
 from shared_data import needs_h100_trace as needs_trace  # noqa: E402
+from waiting import settle  # noqa: E402
 
 
 @needs_trace
@@ -67,12 +68,9 @@ def _replay_app(size=(200, 50)):
     return GpuMemApp(source, interval=0.05, themes=load_themes())
 
 
-async def _wait(pilot, condition, seconds=20.0):
-    for _ in range(int(seconds / 0.05)):
-        if condition():
-            return True
-        await pilot.pause(0.05)
-    return condition()
+async def _wait(pilot, condition):
+    """True once ``condition()`` holds; fails naming it after a hang guard (tests/waiting.py)."""
+    return bool(await settle(pilot, condition, what="the condition the test asserts"))
 
 
 def _select(app, pid):
@@ -221,7 +219,7 @@ def test_the_pane_uses_the_context_measured_on_the_replayed_gpu():
         source = ReplaySource(TRACE, speed=20.0)  # played through: every sample is seen
         app = GpuMemApp(source, interval=0.05)
         async with app.run_test(size=(200, 50)) as pilot:
-            assert await _wait(pilot, lambda: source.finished, seconds=60)
+            assert await _wait(pilot, lambda: source.finished)
             # the app has applied the last record (the replay's state may be a poll ahead of it)
             assert await _wait(pilot, lambda: app.snapshot is not None and app.snapshot.time == source.last_time)
             assert app.contexts.context(1088) == 758 * 2**20
