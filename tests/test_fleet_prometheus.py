@@ -81,7 +81,7 @@ def prometheus(tmp_path_factory):
     if binary is None:
         pytest.fail("the 'prometheus' binary is missing: scripts/setup.sh installs it (apt-get install prometheus)")
     tmp = tmp_path_factory.mktemp("prom")
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])  # killed at the end
     started: list[subprocess.Popen] = [sleeper]
     dcgm, dcgm_port = _serve(DCGM_PAGE)
     try:
