@@ -48,10 +48,10 @@ def no_nvml(monkeypatch) -> FakeNvml:
 
 @pytest.fixture
 def spawn():
-    """Factory for real child processes: ``spawn(seconds=30, user=None, argv=None)``."""
+    """Factory for real child processes: ``spawn(seconds=600, user=None, argv=None)`` (all killed at teardown, so a long life costs nothing and a slow test never outlives its child)."""
     children: list[subprocess.Popen] = []
 
-    def _spawn(seconds: float = 30.0, user: int | None = None, argv: list[str] | None = None) -> subprocess.Popen:
+    def _spawn(seconds: float = 600.0, user: int | None = None, argv: list[str] | None = None) -> subprocess.Popen:
         if argv is None:
             # another user may not be able to run our venv interpreter: use sleep(1) then
             argv = ["sleep", str(seconds)] if user is not None else [sys.executable, "-c", f"import time; time.sleep({seconds})"]

@@ -14,7 +14,7 @@ from gpumem_tui.demo import cli as demo
 from gpumem_tui.demo import process as demo_process
 from gpumem_tui.telemetry.model import Phase
 from gpumem_tui.telemetry.replay import read_trace
-from waiting import wait_until
+from waiting import HANG_TIMEOUT, wait_until
 
 import torch  # noqa: F401 -- installed by setup (README): missing is a failure
 
@@ -78,7 +78,7 @@ def test_start_and_stop_a_demo_job_cleanly(tmp_path):
         # torch import alone once took most of a minute
         wait_until(in_backward, what=lambda: f"the job to reach backward: {job.log_tail()}", timeout=150, poll=0.1)
     finally:
-        code = job.stop(timeout=20, remove_dir=False)
+        code = job.stop(timeout=HANG_TIMEOUT, remove_dir=False)  # a hang guard: SIGKILL only if it never ends
     assert code == 0  # SIGTERM ends it after the step, not killed
     last = json.loads(stream.read_text().splitlines()[-1])
     assert last["kind"] == "end"

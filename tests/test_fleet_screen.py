@@ -12,7 +12,7 @@ from test_fleet_prometheus import prometheus  # noqa: F401 -- the module-scoped 
 from gpumem_tui.remote.fleet import PrometheusClient
 from gpumem_tui.ui.fleet_screen import FleetPoller
 from gpumem_tui.support.units import GiB, MiB
-from waiting import settle, wait_until
+from waiting import HANG_TIMEOUT, settle, wait_until
 
 
 def test_down_server_keeps_last_data_and_backs_off(prometheus):  # noqa: F811
@@ -50,7 +50,7 @@ def test_slow_server_times_out_with_a_notice():
 
     class Slow(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 -- http.server's name
-            release.wait(10)  # answers (by closing) only once the test has its result
+            release.wait(HANG_TIMEOUT)  # answers (by closing) only once the test has its result
             answered.set()
 
         def log_message(self, *a):

@@ -39,7 +39,7 @@ def test_own_process_details_and_cpu_after_two_polls(spawn, fast):
     (first,) = host.enrich([_gpu(child.pid)])
     assert first.status is ProcessStatus.OK
     assert first.user == psutil.Process().username()
-    assert "time.sleep(30" in first.command
+    assert "time.sleep(600" in first.command
     assert first.rss_bytes and first.rss_bytes > 0
     assert first.start_time == pytest.approx(psutil.Process(child.pid).create_time())
     assert first.used_memory_bytes == 1 << 20  # NVML figure untouched
@@ -285,7 +285,7 @@ def test_fast_and_psutil_paths_agree(spawn):
 
 
 def test_fast_path_survives_parentheses_in_process_name(spawn):
-    code = "open('/proc/self/comm', 'w').write('x) (R 1 2'); import time; time.sleep(30)"
+    code = "open('/proc/self/comm', 'w').write('x) (R 1 2'); import time; time.sleep(600)"
     child = spawn(argv=[sys.executable, "-c", code])
     wait_until(lambda: psutil.Process(child.pid).name() == "x) (R 1 2", what="the child to rename itself")
     state, ticks, start = host_module._read_stat(child.pid)

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 from local_users import shared_dir, two_users  # noqa: F401 - fixtures
-from waiting import settle, wait_async
+from waiting import HANG_TIMEOUT, settle, wait_async
 
 from gpumem_tui.ui import config as cfg
 
@@ -88,7 +88,7 @@ def test_fifo_device_and_oversized_configs_are_refused_at_once(tmp_path, user_di
 
     reader = threading.Thread(target=load, daemon=True)
     reader.start()
-    reader.join(timeout=5)
+    reader.join(timeout=HANG_TIMEOUT)  # a hang guard: the bug blocks for ever
     if reader.is_alive():  # today's reader waits for a writer: give it one, then fail
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         pytest.fail("reading a FIFO config blocked")

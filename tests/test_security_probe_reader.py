@@ -11,7 +11,7 @@ import time
 
 import pytest
 from local_users import run_as, shared_dir, two_users  # noqa: F401 - fixtures
-from waiting import next_polls, settle
+from waiting import HANG_TIMEOUT, next_polls, settle
 
 from gpumem_tui.telemetry.probe_source import ProbeSource
 
@@ -36,8 +36,8 @@ def test_another_users_stream_naming_a_root_process_is_refused(two_users, shared
     probes = shared_dir / "probes"
     probes.mkdir()
     probes.chmod(0o1777)  # a team's shared probe directory
-    root_job = spawn(seconds=30)  # runs as root
-    victim_job = spawn(seconds=30, user=victim.uid)
+    root_job = spawn(seconds=600)  # runs as root
+    victim_job = spawn(seconds=600, user=victim.uid)
     run_as(attacker, _write_file, str(probes / f"{root_job.pid}.jsonl"), _stream(root_job.pid))
     run_as(victim, _write_file, str(probes / f"{victim_job.pid}.jsonl"), _stream(victim_job.pid, gib=3))
 
@@ -65,7 +65,7 @@ def test_a_fifo_named_like_a_stream_does_not_block_the_reader(tmp_path):
     result: dict = {}
     poller = threading.Thread(target=lambda: result.setdefault("r", ProbeSource(tmp_path).poll()), daemon=True)
     poller.start()
-    poller.join(timeout=5)
+    poller.join(timeout=HANG_TIMEOUT)  # a hang guard: the bug blocks for ever
     if poller.is_alive():  # today's reader waits in open() for a writer: give it one and fail
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         poller.join(timeout=5)

@@ -535,7 +535,7 @@ async def test_signal_end_to_end_with_real_signals_module():
             assert app.table.select_pid(child.pid)
             await pilot.press("T", "y")
             await pilot.pause()
-            assert child.wait(timeout=5) == -signal.SIGTERM
+            assert child.wait(timeout=60) == -signal.SIGTERM  # a hang guard
             notes = [str(n.message) for n in app._notifications]
             assert any(f"SIGTERM sent to PID {child.pid}" in n for n in notes)
     finally:
@@ -553,13 +553,14 @@ async def test_hanging_poll_is_reported():
     class Hanging(FakeSource):
         def poll(self):
             if self.polls >= 1:
-                release.wait(10)
+                release.wait(HANG_TIMEOUT)  # hangs until the test has seen the report (a slow
+                # machine must not see the poll end by itself first)
             return super().poll()
 
     app = make_app(Hanging(), interval=0.5)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.snapshot is not None)
-        await wait_for(pilot, lambda: app.poll_error is not None, timeout=10)
+        await wait_for(pilot, lambda: app.poll_error is not None)
         assert "the last poll has been running for" in str(app.status_bar.render())
         release.set()
         await wait_for(pilot, lambda: app.poll_error is None)
