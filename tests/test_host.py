@@ -296,7 +296,9 @@ def test_fast_path_survives_parentheses_in_process_name(spawn):
     assert row.status is ProcessStatus.OK and row.rss_bytes > 0
 
 
-def test_cache_of_gone_pids_is_dropped(spawn):
+def test_cache_of_gone_pids_is_dropped(monkeypatch, spawn):
+    # an hour: however slowly this runs, entries age only when the test ages them below
+    monkeypatch.setattr(host_module, "CACHE_SECONDS", 3600.0)
     children = [spawn() for _ in range(3)]
     host = HostEnricher(in_container=False)
     host.enrich([_gpu(c.pid) for c in children])
