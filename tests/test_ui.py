@@ -42,6 +42,16 @@ async def wait_for(pilot, cond, timeout: float = HANG_TIMEOUT, what: str = "the 
     await settle(pilot, cond, what=what, timeout=timeout)
 
 
+def side_pane_mounted(app: GpuMemApp) -> bool:
+    """The side pane is mounted with its estimator form's fields (``has_side_pane`` is set when
+    the mount starts: a test that ends the app before the fields are mounted races Textual's
+    Select, whose mount then finds its overlay gone -- NoMatches at exit under load)."""
+    from gpumem_tui.ui.estimator_panel import EstimatorPanel
+
+    panels = app.query(EstimatorPanel) if app.has_side_pane else ()
+    return bool(panels) and all(panel._fields_mounted for panel in panels)
+
+
 def pids(app: GpuMemApp) -> list[int]:
     return [p.pid for p in app.query_one(ProcessTable).shown]
 
@@ -668,7 +678,7 @@ async def test_device_panel_fits_the_column_beside_the_side_pane():
 
     app = make_app(FakeSource(), side_pane=True)
     async with app.run_test(size=(160, 50)) as pilot:
-        await wait_for(pilot, lambda: app.has_side_pane and app.snapshot is not None)
+        await wait_for(pilot, lambda: side_pane_mounted(app) and app.snapshot is not None)
         panel = app.query_one(DevicePanel)
         # a poll after the pane took its width
         await wait_for(pilot, lambda: panel.fit_width == app.query_one("#left").size.width)

@@ -21,7 +21,7 @@ from gpumem_tui.telemetry.replay import ReplaySource
 from gpumem_tui.ui import status_line
 from gpumem_tui.ui.process_table import ProcessTable
 from gpumem_tui.ui.screens import HelpScreen
-from test_ui import make_app, pids, wait_for
+from test_ui import make_app, pids, side_pane_mounted, wait_for
 from ui_fakes import FakeSource
 from waiting import settle
 
@@ -58,7 +58,7 @@ async def test_status_line_keeps_filter_its_error_and_the_e_hint(size):
     source = ReplaySource(TRACE, speed=8.0)
     app = make_app(source, side_pane=True, readonly=True, banner=f"replay of {TRACE.name}")
     async with app.run_test(size=size) as pilot:
-        await wait_for(pilot, lambda: app.snapshot is not None and app.has_side_pane)
+        await wait_for(pilot, lambda: app.snapshot is not None and side_pane_mounted(app))
         await pilot.press("slash")
         await pilot.pause()
         await pilot.press(*"gpu:x")
@@ -77,7 +77,7 @@ async def test_default_sort_is_gpu_memory_else_rss_at_every_size(size):
     for source, wanted in ((FakeSource(steps=2), "mem"), (FakeSource(steps=2, nvml_error="NVML Shared Library Not Found"), "rss")):
         app = make_app(source, side_pane=True)
         async with app.run_test(size=size) as pilot:
-            await wait_for(pilot, lambda: app.snapshot is not None and app.has_side_pane)
+            await wait_for(pilot, lambda: app.snapshot is not None and side_pane_mounted(app))
             table = app.query_one(ProcessTable)
             await wait_for(pilot, lambda: table.effective_sort == (wanted, True))  # noqa: B023
             assert wanted in table.visible_columns
@@ -302,5 +302,5 @@ async def test_the_estimator_key_is_offered_before_the_pane_mounts_and_brings_it
         assert "toggle_side" in {b.action for _, b, enabled, _ in app.active_bindings.values() if enabled}
         del app._mount_side_pane  # the real method again
         await pilot.press("e")
-        await wait_for(pilot, lambda: app.has_side_pane)
+        await wait_for(pilot, lambda: side_pane_mounted(app))
         assert app.query_one("#side").display  # narrow size class: hidden by default, shown by `e`
