@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -27,6 +26,7 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 from fake_pynvml import NVML_ERROR_LIBRARY_NOT_FOUND, FakeNvml  # noqa: E402
+from waiting import wait_until  # noqa: E402
 
 
 @pytest.fixture
@@ -48,10 +48,10 @@ def no_nvml(monkeypatch) -> FakeNvml:
 
 @pytest.fixture
 def spawn():
-    """Factory for real child processes: ``spawn(seconds=30, user=None, argv=None)``."""
+    """Factory for real child processes: ``spawn(seconds=600, user=None, argv=None)`` (all killed at teardown, so a long life costs nothing and a slow test never outlives its child)."""
     children: list[subprocess.Popen] = []
 
-    def _spawn(seconds: float = 30.0, user: int | None = None, argv: list[str] | None = None) -> subprocess.Popen:
+    def _spawn(seconds: float = 600.0, user: int | None = None, argv: list[str] | None = None) -> subprocess.Popen:
         if argv is None:
             # another user may not be able to run our venv interpreter: use sleep(1) then
             argv = ["sleep", str(seconds)] if user is not None else [sys.executable, "-c", f"import time; time.sleep({seconds})"]
@@ -60,14 +60,13 @@ def spawn():
                                 stderr=subprocess.DEVNULL)
         children.append(proc)
         # wait for exec: until then /proc shows our own command line
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
+        def exec_done() -> bool:
             try:
-                if len(psutil.Process(proc.pid).cmdline()) == len(cmd):
-                    break
-            except psutil.Error:
-                break
-            time.sleep(0.005)
+                return len(psutil.Process(proc.pid).cmdline()) == len(cmd)
+            except psutil.Error:  # gone already: nothing more to wait for
+                return True
+
+        wait_until(exec_done, what=f"the child {cmd[:1]} to start", poll=0.005)
         return proc
 
     yield _spawn

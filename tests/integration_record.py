@@ -9,10 +9,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from gpumem_tui.telemetry.replay import read_trace
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS = Path(__file__).resolve().parent / "integration_jobs.py"
@@ -56,10 +56,11 @@ def record_job(job: str, tmp_path: Path, *args: str) -> tuple[Path, int]:
         proc = run_job(job, probe_dir, *args)
         assert proc.returncode == 0, proc.stderr[-3000:]
         pid = _job_pid(proc)
-        deadline = time.monotonic() + 60  # a wait for the recorder's next polls, not a check
-        while not _recorded_end(trace, pid) and time.monotonic() < deadline:
+        def recorded_end() -> bool:  # the recorder's next polls (a hang guard, not a check of speed)
             assert recorder.poll() is None, recorder.stderr.read() if recorder.stderr else ""
-            time.sleep(0.2)
+            return _recorded_end(trace, pid)
+
+        wait_until(recorded_end, what=f"the recorder to write job {pid}'s end record", poll=0.2)
     finally:
         recorder.send_signal(signal.SIGINT)
         try:

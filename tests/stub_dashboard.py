@@ -31,7 +31,7 @@ note(pid=os.getpid(), columns=os.environ["COLUMNS"], rows=os.environ["ROWS"], ch
 sys.stdout.buffer.write(b"__GANGLION__\n" + b"D" + len(b"ready").to_bytes(4, "big") + b"ready")
 sys.stdout.flush()  # "ready" reaches the browser as terminal data
 if mode == "stubborn":
-    while True:
+    while True:  # a dashboard that will not end on SIGTERM: idles until killed (no timing is tested)
         time.sleep(0.2)
 stdin = sys.stdin.buffer
 while len(head := stdin.read(5)) == 5:  # textual-serve's packet: kind (1 byte), size (4, big-endian), payload

@@ -14,6 +14,7 @@ from gpumem_tui.ui.memory_chart import MemoryPlot  # noqa: E402
 from gpumem_tui.ui.themes import load_themes  # noqa: E402
 from gpumem_tui.support.units import GiB  # noqa: E402
 from ui_fakes import devices  # noqa: E402
+from waiting import settle  # noqa: E402
 
 
 class BigJob:
@@ -39,11 +40,8 @@ def _app(source) -> GpuMemApp:
 
 
 async def _settle(app, pilot, cond) -> None:
-    for _ in range(200):
-        await pilot.pause(0.02)
-        if cond():
-            return
-    raise AssertionError("condition not met in time")
+    await pilot.pause()  # the first look after the app has run (the old loop paused first too)
+    await settle(pilot, cond, what="the chart state the test needs")
 
 
 def test_t_flips_the_total_on_a_process_chart_where_it_is_already_on_scale():
@@ -92,8 +90,12 @@ def test_left_bracket_zooms_to_two_seconds():
             await _settle(app, pilot, lambda: app.chart.curves)
             for _ in range(len(CHART_WINDOWS)):
                 await pilot.press("left_square_bracket")
-            await pilot.pause(0.2)
-            return app.chart.window, app.query_one(MemoryPlot).plain_lines()
+            plot = app.query_one(MemoryPlot)
+            # the plot is drawn again for the new window at a later poll (maybe after drawing a
+            # window passed on the way): wait for an axis that starts at -2 s; the rest is below
+            await settle(pilot, lambda: plot.plain_lines()[-2].split()[:1] == ["-2"],
+                         what=lambda: f"a 2 s x axis; the plot's axis: {plot.plain_lines()[-2]!r}")
+            return app.chart.window, plot.plain_lines()
 
     window, lines = asyncio.run(run())
     assert window == min(CHART_WINDOWS)

@@ -23,6 +23,7 @@ from gpumem_tui.ui.app import GpuMemApp  # noqa: E402
 from gpumem_tui.ui.memory_chart import MemoryPlot  # noqa: E402
 from gpumem_tui.ui.themes import load_themes  # noqa: E402
 from ui_fakes import FakeSource  # noqa: E402
+from waiting import settle  # noqa: E402
 
 MIN_CONTRAST = 4.5
 
@@ -90,13 +91,10 @@ def test_chart_text_is_readable(theme):
         app = GpuMemApp(FakeSource(), interval=0.05, themes=load_themes(), side_pane=False, theme=theme)
         async with app.run_test(size=(160, 48)) as pilot:
             app.theme = theme
-            for _ in range(100):
-                await pilot.pause(0.05)
-                if app.chart.curves and app.chart.now is not None:
-                    break
+            await settle(pilot, lambda: app.chart.curves and app.chart.now is not None, what="a drawn chart")
             plot = app.query_one(MemoryPlot)
             plot.refresh()
-            await pilot.pause(0.1)
+            await pilot.pause()  # render_lines below draws for the theme now, whenever the refresh lands
             strips = plot.render_lines(Region(0, 0, plot.size.width, plot.size.height))
             legend = app.chart.query_one("#chart-legend")
             strips += legend.render_lines(Region(0, 0, legend.size.width, legend.size.height))

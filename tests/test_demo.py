@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from gpumem_tui.demo import cli as demo
 from gpumem_tui.demo import process as demo_process
 from gpumem_tui.telemetry.model import Phase
 from gpumem_tui.telemetry.replay import read_trace
+from waiting import HANG_TIMEOUT, wait_until
 
 import torch  # noqa: F401 -- installed by setup (README): missing is a failure
 
@@ -68,18 +68,17 @@ def test_start_and_stop_a_demo_job_cleanly(tmp_path):
                               extra_args=["--batch", "1", "--seq", "16"])
     try:
         stream = tmp_path / f"{job.pid}.jsonl"
+        def in_backward() -> bool:
+            if stream.exists() and b'"phase":"backward"' in stream.read_bytes():
+                return True
+            assert job.running, job.log_tail()
+            return False
+
         # a hang guard, not a speed check: under xdist on a loaded 2-core machine the child's
         # torch import alone once took most of a minute
-        deadline = time.monotonic() + 150
-        while time.monotonic() < deadline:
-            if stream.exists() and b'"phase":"backward"' in stream.read_bytes():
-                break
-            assert job.running, job.log_tail()
-            time.sleep(0.1)
-        else:
-            pytest.fail(f"the job never reached backward: {job.log_tail()}")
+        wait_until(in_backward, what=lambda: f"the job to reach backward: {job.log_tail()}", timeout=150, poll=0.1)
     finally:
-        code = job.stop(timeout=20, remove_dir=False)
+        code = job.stop(timeout=HANG_TIMEOUT, remove_dir=False)  # a hang guard: SIGKILL only if it never ends
     assert code == 0  # SIGTERM ends it after the step, not killed
     last = json.loads(stream.read_text().splitlines()[-1])
     assert last["kind"] == "end"

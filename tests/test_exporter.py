@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
@@ -42,6 +41,7 @@ from gpumem_tui.telemetry.model import (
     Snapshot,
 )
 from gpumem_tui.support.units import GiB, MiB
+from waiting import wait_until
 
 
 def _samples(registry) -> dict[str, list]:
@@ -54,7 +54,7 @@ def _samples(registry) -> dict[str, list]:
 
 
 def test_gpu_and_process_metrics_come_from_the_dashboards_source(fake_nvml, tmp_path):
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)  " + "x" * 200])
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)  " + "x" * 200])
     try:
         fake_nvml.gpus[0].memory_total, fake_nvml.gpus[0].memory_used = 80 * GiB, 30 * GiB
         fake_nvml.add_process(0, child.pid, used=3 * GiB)
@@ -235,17 +235,12 @@ def test_cli_serves_metrics_over_http_without_a_driver(tmp_path):
     port = _free_port()
     proc = _run_cli("--listen", f"127.0.0.1:{port}", "--interval", "0.2", "--probe-dir", str(tmp_path))
     try:
-        text = ""
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
-                    text = resp.read().decode()
-                if "gpumem_exporter_poll_duration_seconds " in text:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.2)
+        def polled() -> str:  # the page once it holds a poll's figures ("" before)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as resp:
+                text = resp.read().decode()
+            return text if "gpumem_exporter_poll_duration_seconds " in text else ""
+
+        text = wait_until(polled, what="the exporter to serve a poll's figures", poll=0.2, ignore=(OSError,))
         assert "gpumem_exporter_nvml_up 0.0" in text  # no NVIDIA driver on this machine: still serving
         assert "gpumem_exporter_poll_duration_seconds " in text
     finally:
@@ -398,12 +393,7 @@ def test_connections_over_the_cap_are_refused_at_once_not_queued(serve):
                 answer += chunk
         assert answer.startswith(b"HTTP/1.1 503 ")
         stalled.pop().close()  # a place frees up once the server sees this one go
-        for _ in range(100):
-            status, _ = _get(port, "127.0.0.1")
-            if status == 200:
-                break
-            time.sleep(0.1)
-        assert status == 200
+        wait_until(lambda: _get(port, "127.0.0.1")[0] == 200, what="a 200 once a place is free", poll=0.1)
     finally:
         for sock in stalled:
             sock.close()
@@ -415,13 +405,8 @@ def test_cli_refuses_a_foreign_host_and_a_bad_allow_host(tmp_path):
     proc = _run_cli("--listen", f"127.0.0.1:{port}", "--interval", "0.2", "--probe-dir", str(tmp_path),
                     "--allow-host", "gpu-alias.example")
     try:
-        statuses: dict[str, int] = {}
-        for _ in range(100):
-            try:
-                statuses = {host: _get(port, host)[0] for host in ("evil.example", "gpu-alias.example:1")}
-                break
-            except OSError:  # not listening yet
-                time.sleep(0.2)
+        statuses = wait_until(lambda: {host: _get(port, host)[0] for host in ("evil.example", "gpu-alias.example:1")},
+                              what="the exporter to listen", poll=0.2, ignore=(OSError,))  # OSError: not listening yet
         assert statuses == {"evil.example": 403, "gpu-alias.example:1": 200}
     finally:
         proc.terminate()

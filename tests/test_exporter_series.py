@@ -18,6 +18,7 @@ from gpumem_tui.telemetry.live import LiveSource
 from gpumem_tui.telemetry.model import ProcessSample, ProcessType, Snapshot
 from gpumem_tui.telemetry.nvml import NvmlSource
 from gpumem_tui.support.units import GiB, MiB
+from waiting import wait_until
 
 EXTRA_CALLS = ("nvmlDeviceGetClockInfo", "nvmlDeviceGetFanSpeed", "nvmlDeviceGetPcieThroughput",
                "nvmlDeviceGetFieldValues", "nvmlDeviceGetMigMode")
@@ -69,21 +70,11 @@ def test_gpu_series_have_nvml_values_in_base_units(fake_nvml, tmp_path):
     assert _by(got["gpumem_gpu_memory_free_bytes"], gpu="0", uuid=uuid0)  # the uuid label is the GPU's
 
 
-def _settle(pid: int, deadline_s: float = 20.0) -> None:
-    """Wait until ``pid``'s RSS reads the same three times in a row (a starting interpreter's
-    grows), so that a figure taken later can be compared with psutil's; gives up at the deadline."""
-    import time
-
-    end, last, same = time.monotonic() + deadline_s, None, 0
-    while same < 3 and time.monotonic() < end:
-        rss = psutil.Process(pid).memory_info().rss
-        same, last = (same + 1 if rss == last else 0), rss
-        time.sleep(0.05)
-
-
 def test_process_series_sm_memory_bandwidth_host_cpu_rss_and_labels(fake_nvml, spawn, tmp_path):
-    child = spawn(argv=["python3", "-c", "import time\nwhile True: sum(range(10**6))  # " + "y" * 300])
-    _settle(child.pid)  # python has started: its resident memory no longer grows
+    ready = tmp_path / "started"
+    child = spawn(argv=["python3", "-c", f"open({str(ready)!r}, 'w').close()\nwhile True: sum(range(10**6))  # " + "y" * 300])
+    # python has started (it wrote the file just before its loop): its resident memory no longer grows
+    wait_until(ready.exists, what="the child to start its loop")
     idle = spawn()
     fake_nvml.add_process(0, child.pid, used=3 * GiB, sm=40, mem=25)
     fake_nvml.add_process(1, child.pid, used=1 * GiB, sm=5, mem=1)  # the same PID on both GPUs
@@ -104,7 +95,7 @@ def test_process_series_sm_memory_bandwidth_host_cpu_rss_and_labels(fake_nvml, s
     assert _by(got["gpumem_process_host_cpu_ratio"], pid=pid) == [pytest.approx(row.cpu_percent / 100)]
     assert 0.0 <= row.cpu_percent / 100 <= psutil.cpu_count()
     assert _by(got["gpumem_process_host_rss_bytes"], pid=pid) == [row.rss_bytes]
-    # the child's own resident memory, as psutil reads it now (settled before the scrape: within 20 %)
+    # the child's own resident memory, as psutil reads it now (started before the scrape: within 20 %)
     assert row.rss_bytes == pytest.approx(psutil.Process(child.pid).memory_info().rss, rel=0.2)
     labels = dict(next(k for k in got["gpumem_process_host_rss_bytes"] if ("pid", pid) in k))
     assert set(labels) == {"pid", "user", "command"} and len(labels["command"]) <= 80

@@ -22,6 +22,7 @@ from gpumem_tui.remote.fleet import PrometheusClient, PrometheusError, format_ta
 from gpumem_tui.ui.fleet_screen import BLOCKS, FleetApp, FleetPoller, HostScreen, MemoryBars, bars
 from gpumem_tui.support.text import printable
 from gpumem_tui.ui.themes import load_themes
+from waiting import settle
 
 MARKUP_HOST = "[bold red]pwn[/]:9835"
 CONTROL_HOST = "\x1b]0;owned\x07\x1b[2Jevil:9835"
@@ -192,11 +193,8 @@ def _cells(table, row: int) -> list:
     return table.get_row_at(row)
 
 
-async def _wait(pilot, cond, seconds=20.0):
-    deadline = time.monotonic() + seconds
-    while not cond():
-        assert time.monotonic() < deadline
-        await pilot.pause(0.1)
+async def _wait(pilot, cond):
+    await settle(pilot, cond, what="the fleet screen state the test needs", poll=0.1)
 
 
 async def test_screen_draws_hostile_labels_literally_and_down_rows(prom, tmp_path):

@@ -24,6 +24,7 @@ import pytest
 
 from gpumem_tui.remote.fleet import LAST_UP_QUERY, PrometheusClient, PrometheusError, read_fleet
 from gpumem_tui.support.units import GiB, MiB
+from waiting import HANG_TIMEOUT, wait_until
 
 TESTS = Path(__file__).resolve().parent
 DCGM_PAGE = """\
@@ -45,10 +46,11 @@ def _free_port() -> int:
 
 class _Page(http.server.BaseHTTPRequestHandler):
     body = b""
-    delay = 0.0
+    gate: threading.Event | None = None  # set: a slow server, answering only once the test opens it
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        time.sleep(self.delay)
+        if self.gate is not None:
+            self.gate.wait(HANG_TIMEOUT)
         code = 200 if self.path.startswith("/metrics") else 404
         self.send_response(code)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -59,23 +61,16 @@ class _Page(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def _serve(body: str, delay: float = 0.0) -> tuple[http.server.ThreadingHTTPServer, int]:
-    handler = type("Page", (_Page,), {"body": body.encode(), "delay": delay})
+def _serve(body: str, gate: threading.Event | None = None) -> tuple[http.server.ThreadingHTTPServer, int]:
+    handler = type("Page", (_Page,), {"body": body.encode(), "gate": gate})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, server.server_address[1]
 
 
 def _wait(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if cond():
-                return
-        except (OSError, PrometheusError):
-            pass
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
+    # ``timeout`` is kept by the callers as a floor: the hang guard is at least HANG_TIMEOUT
+    wait_until(cond, what=what, timeout=max(timeout, HANG_TIMEOUT), poll=0.25, ignore=(OSError, PrometheusError))
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +81,7 @@ def prometheus(tmp_path_factory):
     if binary is None:
         pytest.fail("the 'prometheus' binary is missing: scripts/setup.sh installs it (apt-get install prometheus)")
     tmp = tmp_path_factory.mktemp("prom")
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])  # killed at the end
     started: list[subprocess.Popen] = [sleeper]
     dcgm, dcgm_port = _serve(DCGM_PAGE)
     try:
@@ -170,13 +165,15 @@ def test_prometheus_down_slow_or_not_prometheus_is_one_clear_line():
     with pytest.raises(PrometheusError, match="cannot connect"):
         PrometheusClient(f"http://127.0.0.1:{closed}", timeout=2).query("up")
     page, port = _serve(DCGM_PAGE)
-    slow, slow_port = _serve(DCGM_PAGE, delay=3.0)
+    gate = threading.Event()  # the slow server answers after the client gave up, whatever the load
+    slow, slow_port = _serve(DCGM_PAGE, gate=gate)
     try:
         with pytest.raises(PrometheusError, match="answered HTTP 404.*Prometheus"):
             PrometheusClient(f"http://127.0.0.1:{port}").query("up")
         with pytest.raises(PrometheusError, match="no answer within 0.5 s"):
             PrometheusClient(f"http://127.0.0.1:{slow_port}", timeout=0.5).query("up")
     finally:
+        gate.set()
         page.shutdown()
         slow.shutdown()
     with pytest.raises(PrometheusError, match="http"):

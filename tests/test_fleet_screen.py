@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.server
 import threading
-import time
 
 import pytest
 from test_fleet_prometheus import prometheus  # noqa: F401 -- the module-scoped fixture
@@ -13,6 +12,7 @@ from test_fleet_prometheus import prometheus  # noqa: F401 -- the module-scoped 
 from gpumem_tui.remote.fleet import PrometheusClient
 from gpumem_tui.ui.fleet_screen import FleetPoller
 from gpumem_tui.support.units import GiB, MiB
+from waiting import HANG_TIMEOUT, settle, wait_until
 
 
 def test_down_server_keeps_last_data_and_backs_off(prometheus):  # noqa: F811
@@ -33,13 +33,12 @@ def test_down_server_keeps_last_data_and_backs_off(prometheus):  # noqa: F811
 
 def test_history_per_gpu_from_query_range(prometheus):  # noqa: F811
     poller = FleetPoller(PrometheusClient(prometheus["url"]))
-    deadline = time.monotonic() + 20
-    while True:  # a few scrapes must be stored
+    def stored() -> tuple | None:  # a few scrapes must be stored
         hist, problems = poller.history(prometheus["a"], seconds=60, points=60)
-        if len(hist) == 2 and min(len(p) for p in hist.values()) >= 3:
-            break
-        assert time.monotonic() < deadline
-        time.sleep(1)
+        return (hist, problems) if len(hist) == 2 and min(len(p) for p in hist.values()) >= 3 else None
+
+    # Prometheus scrapes every 1 s: look twice a second
+    hist, problems = wait_until(stored, what="three stored scrapes of both of A's GPUs", poll=0.5)
     assert {v for _, v in hist["0"]} == {1 * GiB} and problems == []
     dcgm, problems = poller.history(prometheus["dcgm"], seconds=60, points=60)
     assert {v for _, v in dcgm["0"]} == {40960 * MiB}
@@ -51,7 +50,7 @@ def test_slow_server_times_out_with_a_notice():
 
     class Slow(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 -- http.server's name
-            release.wait(10)  # answers (by closing) only once the test has its result
+            release.wait(HANG_TIMEOUT)  # answers (by closing) only once the test has its result
             answered.set()
 
         def log_message(self, *a):
@@ -71,11 +70,8 @@ def test_slow_server_times_out_with_a_notice():
         server.server_close()
 
 
-async def _wait(pilot, cond, seconds=20.0):
-    deadline = time.monotonic() + seconds
-    while not cond():
-        assert time.monotonic() < deadline
-        await pilot.pause(0.2)
+async def _wait(pilot, cond):
+    await settle(pilot, cond, what="the fleet screen state the test needs", poll=0.2)
 
 
 @pytest.mark.asyncio
@@ -112,7 +108,7 @@ async def test_screen_hosts_sort_filter_and_host_detail(prometheus, tmp_path):  
         await pilot.press("escape")
         # exporter C is killed: its row turns DOWN with its last-seen age, the count stays 4
         prometheus["procs"]["c"].kill()
-        await _wait(pilot, lambda: "1 host down: " + prometheus["c"] in str(notice.render()), 40)
+        await _wait(pilot, lambda: "1 host down: " + prometheus["c"] in str(notice.render()))
         row = next(table.get_row_at(i) for i in range(4) if str(table.get_row_at(i)[0]) == prometheus["c"])
         assert str(row[2]).startswith("DOWN last seen") and str(notice.render()).startswith("4 hosts")
         app.save_screenshot(str(tmp_path / "down.svg"))

@@ -23,6 +23,7 @@ from gpumem_tui.telemetry.model import (
 from gpumem_tui.ui.app import GpuMemApp
 from gpumem_tui.ui.process_table import ProcessTable
 from gpumem_tui.ui.themes import load_themes
+from waiting import settle
 
 MiB = 1 << 20
 PID = 4242
@@ -76,13 +77,12 @@ def test_the_process_row_says_when_the_leak_runs_out_of_gpu_memory():
         app = GpuMemApp(LeakyGpuJob(), interval=0.05, themes=load_themes(), side_pane=False)
         async with app.run_test(size=(200, 40)) as pilot:
             table = app.query_one(ProcessTable)
-            text = ""
-            for _ in range(300):
-                await pilot.pause(0.02)
-                text = " ".join(str(getattr(c, "plain", c)) for c in table.get_row_at(0)) if table.row_count else ""
-                if "OOM" in text:
-                    assert app.probed.context(PID) is None  # no context measured: the limit is free + own
-                    return text
+
+            def row() -> str:
+                return " ".join(str(getattr(c, "plain", c)) for c in table.get_row_at(0)) if table.row_count else ""
+
+            text = await settle(pilot, lambda: "OOM" in row() and row(), what=lambda: f"an OOM forecast; the row: {row()!r}")
+            assert app.probed.context(PID) is None  # no context measured: the limit is free + own
             return text
 
     text = asyncio.run(run())
@@ -99,15 +99,12 @@ def test_the_pane_says_there_is_no_prediction_and_gives_the_time_to_oom():
     async def run() -> str:
         app = GpuMemApp(LeakyGpuJob(), interval=0.05, themes=load_themes(), side_pane=True, select_pid=PID)
         async with app.run_test(size=(200, 50)) as pilot:
-            text = ""
-            for _ in range(300):
-                await pilot.pause(0.02)
-                views = app.query(ComparisonView)
-                if views:
-                    text = str(app.query_one("#cmp-figure").render())
-                    if "out of memory in" in text:
-                        assert views.first().result is None
-                        return text
+            def figure() -> str:
+                return str(app.query_one("#cmp-figure").render()) if app.query(ComparisonView) else ""
+
+            text = await settle(pilot, lambda: "out of memory in" in figure() and figure(),
+                                what=lambda: f"a time-to-OOM in the pane; the pane: {figure()!r}")
+            assert app.query(ComparisonView).first().result is None
             return text
 
     text = asyncio.run(run())

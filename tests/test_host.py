@@ -18,6 +18,7 @@ from gpumem_tui.telemetry.host import (
     pid_in_own_namespace,
 )
 from gpumem_tui.telemetry.model import ProcessSample, ProcessStatus, ProcessType
+from waiting import wait_until
 
 
 def _gpu(pid: int, device: int = 0) -> ProcessSample:
@@ -38,7 +39,7 @@ def test_own_process_details_and_cpu_after_two_polls(spawn, fast):
     (first,) = host.enrich([_gpu(child.pid)])
     assert first.status is ProcessStatus.OK
     assert first.user == psutil.Process().username()
-    assert "time.sleep(30" in first.command
+    assert "time.sleep(600" in first.command
     assert first.rss_bytes and first.rss_bytes > 0
     assert first.start_time == pytest.approx(psutil.Process(child.pid).create_time())
     assert first.used_memory_bytes == 1 << 20  # NVML figure untouched
@@ -51,8 +52,7 @@ def test_own_process_details_and_cpu_after_two_polls(spawn, fast):
 def test_other_users_process(spawn):
     if os.geteuid() != 0:
         pytest.skip("needs root to start a process as another user")
-    child = spawn(user=65534)
-    time.sleep(0.05)
+    child = spawn(user=65534)  # returns once exec is done: the process runs as that user now
     (row,) = HostEnricher(in_container=False).enrich([_gpu(child.pid)])
     assert row.status is ProcessStatus.OK
     expected = psutil.Process(child.pid).username()
@@ -91,9 +91,7 @@ def test_exited_after_being_cached(spawn, fast):
 def test_real_zombie(spawn, fast):
     child = spawn()
     child.kill()
-    deadline = time.time() + 5
-    while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE and time.time() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, what="the killed child to be a zombie")
     (row,) = HostEnricher(in_container=False, fast=fast).enrich([_gpu(child.pid)])
     assert row.status is ProcessStatus.ZOMBIE
 
@@ -229,8 +227,7 @@ def test_host_processes_lists_own_processes_bounded(spawn):
     if os.geteuid() != 0:
         pytest.skip("needs root to start a process as another user")
     mine = [spawn() for _ in range(3)]
-    other = spawn(user=65534)
-    time.sleep(0.05)
+    other = spawn(user=65534)  # spawn returns once exec is done
     host = HostEnricher(in_container=False)
     rows = host.host_processes(limit=500)
     pids = {r.pid for r in rows}
@@ -246,28 +243,51 @@ def test_host_processes_lists_own_processes_bounded(spawn):
     assert len(small) == 2 and small[0].pid == other.pid  # probed PIDs are always kept
 
 
+def _cpu_seconds(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def _enrich_bracketed(host: HostEnricher, pid: int) -> tuple[ProcessSample, tuple[float, float], tuple[float, float]]:
+    """One enrich of ``pid`` with (its CPU seconds, time.monotonic()) read just before and just
+    after: the reading the enricher took lies between the two."""
+    before = (_cpu_seconds(pid), time.monotonic())
+    (row,) = host.enrich([_gpu(pid)])
+    return row, before, (_cpu_seconds(pid), time.monotonic())
+
+
+def _cpu_percent_bounds(first: tuple, second: tuple) -> tuple[float, float]:
+    """The lowest and highest CPU % two bracketed enriches can report: CPU time between the
+    readings over the wall time between them, each taken at the bracket ends that make it
+    smallest / largest (both paths divide (utime + stime) by monotonic time, proc(5))."""
+    (_, before1, after1), (_, before2, after2) = first, second
+    low = (before2[0] - after1[0]) / (after2[1] - before1[1]) * 100
+    high = (after2[0] - before1[0]) / (before2[1] - after1[1]) * 100
+    return low, high
+
+
 def test_fast_and_psutil_paths_agree(spawn):
-    busy = spawn(argv=[sys.executable, "-c", "import time\nend = time.time() + 3\nwhile time.time() < end: pass"])
+    busy = spawn(argv=[sys.executable, "-c", "while True: pass"])  # killed by the fixture
     fast, slow = HostEnricher(in_container=False, fast=True), HostEnricher(in_container=False, fast=False)
-    fast.enrich([_gpu(busy.pid)])
-    slow.enrich([_gpu(busy.pid)])
-    time.sleep(0.3)
-    (a,) = fast.enrich([_gpu(busy.pid)])
-    (b,) = slow.enrich([_gpu(busy.pid)])
+    fast1, slow1 = _enrich_bracketed(fast, busy.pid), _enrich_bracketed(slow, busy.pid)
+    # the busy child runs for a while between the readings: by its CPU time, not a sleep (on a
+    # loaded machine it may get little of a core, so a fixed sleep could see nothing)
+    start = slow1[2][0]
+    wait_until(lambda: _cpu_seconds(busy.pid) >= start + 0.1, what="the busy child to use 0.1 s of CPU")
+    fast2, slow2 = _enrich_bracketed(fast, busy.pid), _enrich_bracketed(slow, busy.pid)
+    a, b = fast2[0], slow2[0]
     assert a.command == b.command and a.user == b.user and a.start_time == b.start_time
     assert a.rss_bytes == pytest.approx(b.rss_bytes, rel=0.2)
-    # a busy loop shows up in both (it gets less than a core when the 2-core machine is loaded:
-    # 16 % was seen under xdist at load 8, so the bound only rules out a reading of nothing)
-    assert a.cpu_percent > 5 and b.cpu_percent > 5
-    assert abs(a.cpu_percent - b.cpu_percent) < 40
+    # each path's CPU % is the figure for its own interval: within what the brackets allow
+    # (psutil rounds to 0.1 %), and above zero (the child used 0.1 s between the readings)
+    for row, (low, high) in ((a, _cpu_percent_bounds(fast1, fast2)), (b, _cpu_percent_bounds(slow1, slow2))):
+        assert row.cpu_percent > 0 and low - 0.1 <= row.cpu_percent <= high + 0.1, (row.cpu_percent, low, high)
 
 
 def test_fast_path_survives_parentheses_in_process_name(spawn):
-    code = "open('/proc/self/comm', 'w').write('x) (R 1 2'); import time; time.sleep(30)"
+    code = "open('/proc/self/comm', 'w').write('x) (R 1 2'); import time; time.sleep(600)"
     child = spawn(argv=[sys.executable, "-c", code])
-    deadline = time.time() + 5
-    while psutil.Process(child.pid).name() != "x) (R 1 2" and time.time() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: psutil.Process(child.pid).name() == "x) (R 1 2", what="the child to rename itself")
     state, ticks, start = host_module._read_stat(child.pid)
     assert state in "SR" and ticks >= 0
     assert start / os.sysconf("SC_CLK_TCK") + psutil.boot_time() == pytest.approx(
@@ -277,14 +297,16 @@ def test_fast_path_survives_parentheses_in_process_name(spawn):
 
 
 def test_cache_of_gone_pids_is_dropped(monkeypatch, spawn):
+    # an hour: however slowly this runs, entries age only when the test ages them below
+    monkeypatch.setattr(host_module, "CACHE_SECONDS", 3600.0)
     children = [spawn() for _ in range(3)]
     host = HostEnricher(in_container=False)
     host.enrich([_gpu(c.pid) for c in children])
     assert len(host._cache) == 3
     host.enrich([_gpu(children[0].pid)])
     assert len(host._cache) == 3  # others kept for a while (a GPU can skip a poll)
-    monkeypatch.setattr(host_module, "CACHE_SECONDS", 0.0)
-    time.sleep(0.01)
+    for entry in host._cache.values():  # last looked up longer ago than CACHE_SECONDS (no sleep)
+        entry.last_seen -= host_module.CACHE_SECONDS + 1.0
     host.enrich([_gpu(children[0].pid)])
     assert [key[0] for key in host._cache] == [children[0].pid]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
@@ -30,6 +29,7 @@ from gpumem_tui.telemetry.launch import (
 )
 from gpumem_tui.telemetry.model import ProbeInfo, ProcessSample, ProcessType
 from gpumem_tui.telemetry.serialize import process_from_dict, process_to_dict
+from waiting import wait_until
 
 MiB = 1 << 20
 
@@ -116,13 +116,8 @@ def launched_child():
     child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env)
     try:
         # the environment is in /proc once exec is done: wait for psutil to read the child's own
-        for _ in range(500):
-            try:
-                if psutil.Process(child.pid).environ().get("TORCHELASTIC_RUN_ID") == "run-test":
-                    break
-            except psutil.Error:
-                pass
-            time.sleep(0.01)
+        wait_until(lambda: psutil.Process(child.pid).environ().get("TORCHELASTIC_RUN_ID") == "run-test",
+                   what="the child's own environment in /proc", ignore=(psutil.Error,))
         yield child
     finally:
         child.stdin.close()  # type: ignore[union-attr]

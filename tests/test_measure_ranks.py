@@ -29,6 +29,7 @@ from gpumem_tui.estimator.spec import TrainingSpec  # noqa: E402
 from gpumem_tui.measure.parallel import STRATEGIES, ParallelSpec, max_ranks  # noqa: E402
 from gpumem_tui.measure.ranks import RankFailure, launch  # noqa: E402
 from gpumem_tui.measure.runner import COMPONENTS  # noqa: E402
+from waiting import wait_until  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -230,13 +231,24 @@ def _fail_on_rank_1(rank: int, world: int, marker: str, how: str, rank0: str) ->
         if how == "raise":
             raise ValueError("boom on purpose")
         os.kill(os.getpid(), signal.SIGKILL)
+    # rank 0 says who it is (written whole, by a rename): the test checks it is gone afterwards
+    Path(marker + ".tmp").write_text(str(os.getpid()))
+    os.replace(marker + ".tmp", marker + ".pid")
     if rank0 == "barrier":
         dist.barrier()  # fails once rank 1 is gone (gloo: connection closed by peer)
     else:
-        for _ in range(1200):  # busy outside any collective: only the launcher can stop it
-            time.sleep(0.1)
+        while True:  # busy outside any collective: only the launcher can stop it (sleeps: it
+            time.sleep(0.1)  # stands for work, no timing is checked; never ends by itself)
     Path(marker).write_text("rank 0 finished by itself")
     return {}
+
+
+def _gone(pid: int) -> bool:
+    """True when ``pid`` is no live process (a zombie awaiting its reaper counts as gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
 
 
 @pytest.mark.parametrize("rank0", ["barrier", "busy"])
@@ -251,6 +263,10 @@ def test_a_failing_rank_is_named_and_stops_the_others(tmp_path, how, text, rank0
     if how == "kill":
         assert "was killed by SIGKILL" in str(info.value)
     assert not marker.exists()  # rank 0 was stopped (or failed in the collective), never finished
+    pid_file = marker.with_name("finished.pid")
+    if pid_file.exists():  # (absent: rank 0 was stopped before it got that far)
+        pid = int(pid_file.read_text())
+        wait_until(lambda: _gone(pid), what=f"rank 0 (pid {pid}) to be stopped by the launcher")
 
 
 @pytest.mark.slow

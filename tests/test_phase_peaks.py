@@ -18,6 +18,7 @@ from gpumem_tui.telemetry.probe_source import ProbeSource
 from gpumem_tui.telemetry.replay import ReplaySource, TraceRecorder
 from gpumem_tui.telemetry.serialize import snapshot_from_dict, snapshot_to_dict
 from gpumem_tui.ui.memory_chart import envelope
+from waiting import settle
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
@@ -238,14 +239,11 @@ def test_replayed_envelope_reaches_the_measured_peak_and_the_prediction(tmp_path
         app = GpuMemApp(ReplaySource(trace, speed=64.0), interval=0.05, themes=load_themes(),
                         side_pane=False, select_pid=pid)
         async with app.run_test(size=(160, 48)) as pilot:
-            loop = asyncio.get_running_loop()
-            end = loop.time() + 20
-            while not (app.source.finished and app.chart.envelope_runs and app.chart_pid() == pid):
-                assert loop.time() < end, "replay did not reach the end"
-                await pilot.pause(0.05)
+            await settle(pilot, lambda: app.source.finished and app.chart.envelope_runs and app.chart_pid() == pid,
+                         what="the replay to reach the end with the job's envelope drawn")
             app.action_window(-99)  # the shortest window first, then back to the widest that holds it all
-            app.chart.window = 2.0
-            await pilot.pause(0.2)
+            app.chart.window = 2.0  # the chart's window watcher redraws at once (envelope_runs too)
+            await pilot.pause()
             app.save_screenshot(str(tmp_path / "envelope.svg"))
             return app.chart.envelope_peak()
 
@@ -393,12 +391,11 @@ def test_a_rising_per_step_peak_is_flagged_in_the_process_row():
         app = GpuMemApp(LeakySource(), interval=0.02, themes=load_themes(), side_pane=False)
         async with app.run_test(size=(160, 40)) as pilot:
             table = app.query_one(ProcessTable)
-            for _ in range(200):
-                await pilot.pause(0.02)
-                text = " ".join(str(getattr(c, "plain", c)) for c in table.get_row_at(0)) if table.row_count else ""
-                if "leak?" in text:
-                    return text
-            return text
+
+            def row() -> str:
+                return " ".join(str(getattr(c, "plain", c)) for c in table.get_row_at(0)) if table.row_count else ""
+
+            return await settle(pilot, lambda: "leak?" in row() and row(), what=lambda: f"a leak? row; the row: {row()!r}")
 
     text = asyncio.run(run())
     assert "[leak? +12 MiB/step over" in text and "python train.py" in text

@@ -13,6 +13,7 @@ import torch
 import gpumem_tui.probe as gprobe  # noqa: E402
 from gpumem_tui.telemetry.model import Phase  # noqa: E402
 from gpumem_tui.telemetry.probe_source import ProbeSource  # noqa: E402
+from waiting import wait_until  # noqa: E402
 
 
 def records(probe) -> list[dict]:
@@ -261,9 +262,13 @@ def test_fast_steps_are_recorded_whole_at_most_every_min_step_interval(attach):
 def test_periodic_samples_inside_a_long_phase(attach):
     model, opt = tiny()
     probe = attach(model, opt, interval=0.05)
-    with probe.phase("forward"):
-        time.sleep(0.4)
-    samples = [r for r in records(probe) if r["kind"] == "sample" and r["phase"] == "forward"]
+    def forward_samples() -> list[dict]:
+        return [r for r in records(probe) if r["kind"] == "sample" and r["phase"] == "forward"]
+
+    with probe.phase("forward"):  # a long phase: as long as the sampler takes to write three samples
+        wait_until(lambda: len(forward_samples()) >= 3, what="three periodic samples inside the phase",
+                   poll=0.05, ignore=(ValueError,))  # ValueError: a line read half-written
+    samples = forward_samples()
     assert len(samples) >= 3
     times = [r["time"] for r in samples]
     assert times == sorted(times)

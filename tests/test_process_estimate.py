@@ -43,7 +43,6 @@ async def _replayed(pilot, app) -> None:
         lambda: {1088, 1089} <= set(app.process_estimates.pids())
         and all(len(app.probe_samples.get(pid, ())) > 5 for pid in (1088, 1089))
         and bool(app.query(EstimatorPanel)),
-        timeout=20,
     )
 
 
@@ -88,7 +87,7 @@ async def test_the_pane_shows_the_figure_compare_shows():
     async with app.run_test(size=(200, 50)) as pilot:
         await _replayed(pilot, app)
         # the end of the trace: the pane has every sample compare reads
-        await wait_for(pilot, lambda: app.source.finished, timeout=20)
+        await wait_for(pilot, lambda: app.source.finished)
         view = app.query_one(ComparisonView)
         await wait_for(pilot, lambda: view.result is not None and view.result.sample_count == len(app.probe_samples[1088]))
         assert round(view.result.headline.error_percent, 3) == expected

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,7 @@ from gpumem_tui.telemetry.model import (
 )
 from gpumem_tui.telemetry.replay import ReplaySource, TraceError, TraceRecorder, read_trace
 from gpumem_tui.telemetry.serialize import SerializeError, snapshot_from_dict, snapshot_to_dict
+from waiting import wait_until
 
 HOSTILE = "python train.py [bold red]x[/] \x1b[31mred\x1b[0m \udcff\udcfe \u202e" + "A" * 1000
 
@@ -261,9 +261,9 @@ def test_kill_9_of_a_recorder_loses_at_most_the_last_line(tmp_path):
     path = tmp_path / "t.jsonl"
     for attempt in range(3):  # kill at different moments
         proc = subprocess.Popen([sys.executable, str(script), str(path)])
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and (not path.exists() or path.stat().st_size < (2 + attempt) << 20):
-            time.sleep(0.02)
+        # killed once the trace has grown past a size that differs per attempt (not after a time)
+        wait_until(lambda: path.exists() and path.stat().st_size >= (2 + attempt) << 20,  # noqa: B023
+                   what=f"the recorder to write {2 + attempt} MiB")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         data = path.read_bytes()

@@ -18,6 +18,7 @@ from gpumem_tui.analysis.process_estimate import compare_probed, compare_summary
 from gpumem_tui.telemetry.replay import ReplaySource
 from gpumem_tui.ui.comparison_view import ComparisonView
 from test_ui import make_app, wait_for
+from waiting import next_polls
 
 from shared_data import H100_TRACE as TRACE  # noqa: E402
 from shared_data import needs_h100_trace  # noqa: E402
@@ -90,8 +91,9 @@ async def test_the_pane_after_seeks_pauses_and_speed_changes_shows_compare_at_th
             nonlocal view
             expected_position = min(expected_position, source.duration)
             await wait_for(pilot, lambda: source.position == pytest.approx(expected_position)
-                           and app.snapshot is not None and source._seek_to is None, timeout=20)
-            await pilot.pause(0.3)  # a poll after the position settled
+                           and app.snapshot is not None and source._seek_to is None,
+                           what=f"the replay to settle at {expected_position} s")
+            await next_polls(pilot, app)  # a poll after the position settled: the app holds a snapshot taken there
             # the pane's time-to-OOM limit is the GPU's free memory + the job's own there:
             # compare --limit with that figure
             limit = app.live_limit(PID)
@@ -107,7 +109,7 @@ async def test_the_pane_after_seeks_pauses_and_speed_changes_shows_compare_at_th
                     return view.result is None
                 return view.result is not None and view.result.pid == PID and view.result.to_json() == expected
 
-            await wait_for(pilot, pane_equals, timeout=20)
+            await wait_for(pilot, pane_equals, what="the pane to show compare at the position")
             # the core value the pane reads is the same
             process = app.process_estimates.get(PID)
             summary = app.probed.summary(PID)
@@ -116,7 +118,7 @@ async def test_the_pane_after_seeks_pauses_and_speed_changes_shows_compare_at_th
             else:
                 assert compare_summary(process, summary, limit, NO_LIVE_LIMIT).to_json() == expected
 
-        await wait_for(pilot, lambda: app.query(ComparisonView) and app.snapshot is not None, timeout=20)
+        await wait_for(pilot, lambda: app.query(ComparisonView) and app.snapshot is not None, what="the pane")
         clock.now = 20.0  # play to 20 s
         await settle(20.0)
         before = view.result.row("cuda_context")

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 from local_users import shared_dir, two_users  # noqa: F401 - fixtures
+from waiting import HANG_TIMEOUT, settle, wait_async
 
 from gpumem_tui.ui import config as cfg
 
@@ -87,7 +88,7 @@ def test_fifo_device_and_oversized_configs_are_refused_at_once(tmp_path, user_di
 
     reader = threading.Thread(target=load, daemon=True)
     reader.start()
-    reader.join(timeout=5)
+    reader.join(timeout=HANG_TIMEOUT)  # a hang guard: the bug blocks for ever
     if reader.is_alive():  # today's reader waits for a writer: give it one, then fail
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         pytest.fail("reading a FIFO config blocked")
@@ -111,11 +112,12 @@ async def test_a_signal_key_shared_with_quit_is_refused_and_q_quits():
     app = GpuMemApp(FakeSource(), interval=0.05, side_pane=False,
                     keymap=(("signal_kill", "q"), ("signal_confirm", "q"), ("sort_next", "x")))
     async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.pause(0.2)
-        assert app.table.selected is not None
+        await settle(pilot, lambda: app.table.selected is not None, what="a selected row")
         notices = [n for n in app.start_notices if "refused" in n]
         assert len(notices) == 2 and "keys.signal_kill = 'q' refused" in notices[0]
         await pilot.press("q")
-        await pilot.pause(0.1)
-        assert not isinstance(app.screen, ConfirmSignalScreen)
-        assert not app.is_running  # q quit
+        # q quits: wait for the app to stop (a hang guard); had q opened the signal screen it
+        # would still be running, showing it
+        await wait_async(lambda: not app.is_running or isinstance(app.screen, ConfirmSignalScreen),
+                         what="q to quit the app")
+        assert not app.is_running  # q quit: it did not open the signal confirmation

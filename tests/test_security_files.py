@@ -104,6 +104,7 @@ async def test_the_estimator_pane_reads_a_typed_config_path_off_the_ui_thread(tm
     import time
 
     from test_estimator_panel import Host, _settle
+    from waiting import settle
 
     from gpumem_tui.ui.estimator_panel import EstimatorPanel
 
@@ -120,7 +121,7 @@ async def test_the_estimator_pane_reads_a_typed_config_path_off_the_ui_thread(tm
             try:
                 fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
             except OSError:  # no reader (any more): nothing waits for us
-                time.sleep(0.05)
+                time.sleep(0.05)  # retry interval; the pane refusing the FIFO means no reader ever comes
                 continue
             os.write(fd, config)
             os.close(fd)
@@ -137,10 +138,8 @@ async def test_the_estimator_pane_reads_a_typed_config_path_off_the_ui_thread(tm
             # the UI thread did not wait on the file: set_form returned while nothing was written
             assert not wrote.is_set()
             stop.set()  # now the writer may answer a reader
-            for _ in range(40):
-                await pilot.pause(0.05)
-                if "reading" not in panel.invalid_fields.get("config", "reading"):
-                    break
+            await settle(pilot, lambda: "reading" not in panel.invalid_fields.get("config", "reading"),
+                         what="the pane to finish with the typed config path")
             assert "not a regular file (a FIFO)" in panel.invalid_fields["config"]
     finally:
         stop.set()

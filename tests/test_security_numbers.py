@@ -10,6 +10,7 @@ import time
 
 import pytest
 from textual.app import App
+from waiting import next_polls, settle
 
 from gpumem_tui.telemetry.probe_source import ProbeSource
 from gpumem_tui.telemetry.replay import ReplaySource, read_trace
@@ -104,7 +105,8 @@ async def test_replaying_hostile_figures_keeps_the_dashboard_alive(tmp_path):
     source = ReplaySource(path, speed=50.0)
     app = GpuMemApp(source, interval=0.05, side_pane=False, select_pid=7)
     async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.pause(0.8)
+        await settle(pilot, lambda: source.finished and app.chart_pid() == 7, what="the replay to reach its end, charted")
+        await next_polls(pilot, app)  # the dashboard has drawn the end too
         assert source.finished and app.chart_pid() == 7
         assert getattr(app, "crash_line", None) is None and app.is_running and not app.return_code
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from fake_pynvml import NVML_ERROR_UNKNOWN, ULLONG_MAX, FakeGpu, FakeNvml
+from waiting import HANG_TIMEOUT
 
 from gpumem_tui.telemetry import snapshot_cli
 from gpumem_tui.telemetry.nvml import NvmlSource
@@ -22,6 +23,7 @@ HUNG_DASHBOARD = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from fake_pynvml import FakeNvml
     from textual.app import App
+    from waiting import settle
     from gpumem_tui.telemetry.live import LiveSource
     from gpumem_tui.telemetry.nvml import NvmlSource
     from gpumem_tui.ui.app import GpuMemApp
@@ -41,9 +43,9 @@ HUNG_DASHBOARD = textwrap.dedent("""
     fake.module.nvmlDeviceGetMemoryInfo = memory_info
 
     async def press_q_once_hung(pilot):
-        while len(polls) < 3:
-            await pilot.pause(0.05)
-        await pilot.pause(0.3)
+        await settle(pilot, lambda: len(polls) >= 3, what="the third NVML memory call")
+        # the third call counted itself before it hung: the poll is stuck in NVML now
+        await pilot.pause()
         print("hung; pressing q", flush=True)
         await pilot.press("q")
 
@@ -61,7 +63,7 @@ def test_q_quits_while_an_nvml_call_never_returns(tmp_path):
     child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              env=env, text=True)
     try:
-        out, _ = child.communicate(timeout=30)
+        out, _ = child.communicate(timeout=HANG_TIMEOUT)  # a hang guard (the bug hangs), not a speed check
     except subprocess.TimeoutExpired:
         child.kill()
         out, _ = child.communicate()

@@ -11,6 +11,7 @@ import time
 
 import pytest
 from local_users import run_as, shared_dir, two_users  # noqa: F401 - fixtures
+from waiting import HANG_TIMEOUT, next_polls, settle
 
 from gpumem_tui.telemetry.probe_source import ProbeSource
 
@@ -35,8 +36,8 @@ def test_another_users_stream_naming_a_root_process_is_refused(two_users, shared
     probes = shared_dir / "probes"
     probes.mkdir()
     probes.chmod(0o1777)  # a team's shared probe directory
-    root_job = spawn(seconds=30)  # runs as root
-    victim_job = spawn(seconds=30, user=victim.uid)
+    root_job = spawn(seconds=600)  # runs as root
+    victim_job = spawn(seconds=600, user=victim.uid)
     run_as(attacker, _write_file, str(probes / f"{root_job.pid}.jsonl"), _stream(root_job.pid))
     run_as(victim, _write_file, str(probes / f"{victim_job.pid}.jsonl"), _stream(victim_job.pid, gib=3))
 
@@ -64,7 +65,7 @@ def test_a_fifo_named_like_a_stream_does_not_block_the_reader(tmp_path):
     result: dict = {}
     poller = threading.Thread(target=lambda: result.setdefault("r", ProbeSource(tmp_path).poll()), daemon=True)
     poller.start()
-    poller.join(timeout=5)
+    poller.join(timeout=HANG_TIMEOUT)  # a hang guard: the bug blocks for ever
     if poller.is_alive():  # today's reader waits in open() for a writer: give it one and fail
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         poller.join(timeout=5)
@@ -127,9 +128,8 @@ async def test_the_table_lists_a_bounded_number_of_rows_and_says_how_many_are_no
 
     app = GpuMemApp(Source(), interval=0.2, side_pane=False)
     async with app.run_test(size=(160, 50)) as pilot:
-        while app.snapshot is None or not app.table.row_count:
-            await pilot.pause(0.05)
-        await pilot.pause(0.3)
+        await settle(pilot, lambda: app.snapshot is not None and app.table.row_count, what="the first rows")
+        await next_polls(pilot, app)  # the table and status line are rebuilt with every snapshot
         assert app.table.row_count == 500  # the first 500 in sort order, not all 1800
         assert min(p.used_memory_bytes for p in app.table.shown) > (400 << 20)
         assert "1300 not listed: / filters" in app.status_text().plain
@@ -159,9 +159,10 @@ async def test_rows_entering_and_leaving_the_listed_rows_keep_table_and_order_in
 
     app = GpuMemApp(Source(), interval=0.1, side_pane=False)
     async with app.run_test(size=(160, 50)) as pilot:
-        while state["poll"] < 6:
-            await pilot.pause(0.05)
-        await pilot.pause(0.1)
+        await settle(pilot, lambda: state["poll"] >= 6, what="six polls")
+        # a snapshot is applied to the table in one go on the UI loop, where this test runs too:
+        # whenever the test looks, the table is between two snapshots, never half-way through one
+        await next_polls(pilot, app)
         table = app.table
         assert table.row_count == len(table.shown) in (500, 501)  # + the selected row if it fell out
         pid_column = table.visible_columns.index("pid")

@@ -18,7 +18,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ import psutil
 import pytest
 
 from gpumem_tui.remote.serve import dashboard_argv
+from waiting import wait_until
 
 TESTS = Path(__file__).resolve().parent
 HANG_GUARD_S = 60  # only so that a broken build fails instead of hanging; not a speed target
@@ -109,8 +109,7 @@ def _start_serve(tmp_path: Path, *args: str) -> Served:
     with out.open("w") as stdout, err.open("w") as stderr:
         proc = subprocess.Popen([sys.executable, "-m", "gpumem_tui", "serve", "--port", str(port), *args],
                                 env=env, stdout=stdout, stderr=stderr)
-    deadline = time.monotonic() + HANG_GUARD_S
-    while True:
+    def listening() -> Served | None:
         urls = re.findall(r"^(http://\S+/\?token=(\S+))$", out.read_text(), re.MULTILINE)
         if urls:
             try:
@@ -119,8 +118,9 @@ def _start_serve(tmp_path: Path, *args: str) -> Served:
             except OSError:
                 pass
         assert proc.poll() is None, f"serve exited early: {err.read_text()}"
-        assert time.monotonic() < deadline, "serve did not start listening"
-        time.sleep(0.2)
+        return None
+
+    return wait_until(listening, what="serve to print its URL and listen", poll=0.2)
 
 
 def _stop(served: Served) -> None:

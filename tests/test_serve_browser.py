@@ -25,7 +25,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -33,6 +32,7 @@ import psutil
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import sync_playwright
+from waiting import HANG_TIMEOUT, wait_until
 
 TESTS = Path(__file__).resolve().parent
 
@@ -78,22 +78,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_for_token_url(server: subprocess.Popen, stdout: Path, timeout: float = 30) -> str:
+def _wait_for_token_url(server: subprocess.Popen, stdout: Path) -> str:
     """The ``http://127.0.0.1:PORT/?token=...`` line serve prints, once the port answers with the page."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def answering() -> str | None:
         printed = re.findall(r"^http://127\.0\.0\.1:\d+/\?token=\S+$", stdout.read_text(), re.MULTILINE)
         if printed:
             try:
-                with urllib.request.urlopen(printed[0], timeout=2):
+                with urllib.request.urlopen(printed[0], timeout=30):
                     return printed[0]
             except OSError:
                 pass
         if server.poll() is not None:
             raise AssertionError(f"gpumem-tui serve exited early: {server.stderr.read()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gpumem-tui serve printed no token URL that answers in {timeout} s")
-        time.sleep(0.2)
+        return None
+
+    return wait_until(answering, what="gpumem-tui serve to print a token URL that answers", poll=0.2)
 
 
 @pytest.fixture
@@ -103,7 +102,7 @@ def served_dashboard(tmp_path):
 
     The server runs in its own process group and ends its dashboards (each in a group of its
     own) when it gets SIGTERM; any it left are killed after it, even when the test failed."""
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])  # killed at the end
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS / "fleet_shim"), str(TESTS.parent)]),
            "GPUMEM_FAKE_NVML": "2", "GPUMEM_FAKE_PID": str(sleeper.pid)}
@@ -133,7 +132,7 @@ def served_dashboard(tmp_path):
         sleeper.wait(timeout=10)
 
 
-def _wait_for_screen(page, *contains: str, timeout_ms: int = 30_000) -> str:
+def _wait_for_screen(page, *contains: str, timeout_ms: int = int(HANG_TIMEOUT * 1000)) -> str:
     """Waits until the terminal's visible text holds every string of ``contains``; returns that text."""
     try:
         page.wait_for_function(
@@ -179,7 +178,7 @@ def test_the_dashboard_runs_in_headless_chromium_and_takes_keys(chromium, served
             assert "Show the key bindings" in screen
             assert "SIGKILL" not in screen and "signal_kill" not in screen  # read-only: no signal keys
             page.keyboard.press("Escape")
-            page.wait_for_function(f"() => !({SCREEN_TEXT})().includes('Filter syntax')", timeout=10_000)
+            page.wait_for_function(f"() => !({SCREEN_TEXT})().includes('Filter syntax')", timeout=int(HANG_TIMEOUT * 1000))
             assert "NVIDIA A100-SXM4-80GB" in page.evaluate(SCREEN_TEXT)
         except BaseException:
             # what the browser showed, to look at when this fails (pytest prints tmp_path)

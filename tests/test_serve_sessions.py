@@ -22,6 +22,7 @@ from aiohttp import web
 
 from gpumem_tui.remote.serve_access import MAX_HEIGHT, MAX_WIDTH, MIN_HEIGHT, HostRule
 from gpumem_tui.remote.serve_server import END_WITHIN_S, DashboardSession, QUIT_GRACE_S, TERM_GRACE_S, TRY_AGAIN_LATER, GuardedServer
+from waiting import wait_async
 
 STUB = Path(__file__).with_name("stub_dashboard.py")
 TOKEN = "test-token-0123456789"
@@ -55,19 +56,16 @@ async def serving(log: Path, mode: str, max_sessions: int = 4):
 
 async def _log_entries(log: Path, key: str, count: int = 1) -> list[dict]:
     """The first ``count`` entries of the stub's log that have ``key``, once there are that many."""
-    async with asyncio.timeout(HANG_GUARD_S):
-        while True:
-            lines = log.read_text().splitlines() if log.exists() else []
-            entries = [entry for entry in map(json.loads, lines) if key in entry]
-            if len(entries) >= count:
-                return entries[:count]
-            await asyncio.sleep(0.05)
+    def logged() -> list[dict]:
+        lines = log.read_text().splitlines() if log.exists() else []
+        entries = [entry for entry in map(json.loads, lines) if key in entry]
+        return entries[:count] if len(entries) >= count else []
+
+    return await wait_async(logged, what=f"{count} {key!r} entries in the stub dashboard's log", poll=0.05)
 
 
 async def _until(condition) -> None:
-    async with asyncio.timeout(HANG_GUARD_S):
-        while not condition():
-            await asyncio.sleep(0.05)
+    await wait_async(condition, what="the session state the test needs", poll=0.05)
 
 
 def _gone(*pids: int) -> bool:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import psutil
 import pytest
 
 from gpumem_tui.support import signals
 from gpumem_tui.support.signals import check_signal, send_signal
+from waiting import wait_until
 
 
 def _ct(pid: int) -> float:
@@ -64,9 +64,7 @@ def test_zombie_refused(spawn):
     child = spawn()
     created = _ct(child.pid)
     os.kill(child.pid, signal.SIGKILL)
-    deadline = time.time() + 5
-    while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE and time.time() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: psutil.Process(child.pid).status() == psutil.STATUS_ZOMBIE, what="the killed child to be a zombie")
     assert check_signal(child.pid, created, signal.SIGTERM) == signals.ZOMBIE.format(pid=child.pid)
 
 

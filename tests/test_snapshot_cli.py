@@ -67,7 +67,7 @@ def test_unknown_values_are_null(fake_nvml, capsys):
 
 
 def test_hostile_command_lines_are_valid_json(fake_nvml, spawn, capsys):
-    child = spawn(argv=[sys.executable, "-c", "import time; time.sleep(30)", *HOSTILE_ARGS])
+    child = spawn(argv=[sys.executable, "-c", "import time; time.sleep(600)", *HOSTILE_ARGS])
     fake_nvml.add_process(0, pid=child.pid, used=1 * MiB)
     code, out, _ = _run(capsys, "--json", "--cpu-interval", "0")
     assert code == 0

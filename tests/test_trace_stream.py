@@ -21,6 +21,7 @@ from gpumem_tui.telemetry.capped_json import load_capped
 from gpumem_tui.telemetry.model import Phase, PhasePeak, ProbeSample, Snapshot
 from gpumem_tui.telemetry.replay import ReplaySource
 from gpumem_tui.telemetry.trace_file import LIST_CAPS, iter_snapshots, parse_record, scan_trace
+from waiting import wait_until
 
 T0 = 1.7e9
 HEADER = json.dumps({"format": "gpumem-tui-trace", "version": 1, "created": T0})
@@ -194,7 +195,6 @@ def test_the_fold_keeps_the_last_steps_and_counts_the_rest():
 
 def test_a_seek_forward_reads_from_the_state_saved_ahead_by_the_background_pass(tmp_path, monkeypatch):
     import threading
-    import time
 
     from gpumem_tui.analysis.process_estimate import compare_probed, compare_trace
     from gpumem_tui.telemetry import replay
@@ -213,10 +213,8 @@ def test_a_seek_forward_reads_from_the_state_saved_ahead_by_the_background_pass(
     monkeypatch.setattr(replay, "parse_record", counting_parse)
     src = ReplaySource(path, clock=lambda: 0.0)
     src.poll()
-    for _ in range(500):  # the background pass over 101 records: wait until it saved every checkpoint
-        if len(src._saved) == len(src._scan.checkpoints):
-            break
-        time.sleep(0.01)
+    # the background pass over 101 records: wait until it saved every checkpoint
+    wait_until(lambda: len(src._saved) == len(src._scan.checkpoints), what="every checkpoint's state saved")
     assert len(src._saved) == 11
     parsed_by_play.clear()
     src.seek(95.0)
@@ -229,8 +227,6 @@ def test_a_seek_forward_reads_from_the_state_saved_ahead_by_the_background_pass(
 
 
 def test_saved_states_stay_within_their_budget_and_seeks_still_equal_compare(tmp_path, monkeypatch):
-    import time
-
     from gpumem_tui.analysis.process_estimate import compare_probed, compare_trace
     from gpumem_tui.telemetry import replay
 
@@ -239,10 +235,8 @@ def test_saved_states_stay_within_their_budget_and_seeks_still_equal_compare(tmp
     monkeypatch.setattr(replay, "SAVED_ITEMS_BUDGET", 600)
     src = ReplaySource(path, clock=lambda: 0.0)
     src.poll()
-    for _ in range(1000):  # the background pass: wait until it has passed the last checkpoint
-        if max(src._saved) >= 20 - 20 % src._saved_stride:
-            break
-        time.sleep(0.01)
+    # the background pass: wait until it has passed the last checkpoint
+    wait_until(lambda: max(src._saved) >= 20 - 20 % src._saved_stride, what="the pass to save the last checkpoint")
     assert src._saved_stride > 1  # the budget thinned the saved states ...
     assert sum(state.size() for state in src._saved.values()) <= 600  # ... to within it
     assert all(k % src._saved_stride == 0 for k in src._saved)

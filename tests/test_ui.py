@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from ui_fakes import FakeSource  # noqa: E402
+from waiting import HANG_TIMEOUT, settle  # noqa: E402
 
 from gpumem_tui.ui.app import GpuMemApp  # noqa: E402
 from gpumem_tui.ui.device_panel import DevicePanel  # noqa: E402
@@ -36,14 +37,19 @@ def make_app(source=None, **kwargs) -> GpuMemApp:
     return GpuMemApp(source or FakeSource(), **kwargs)
 
 
-async def wait_for(pilot, cond, timeout: float = 30.0) -> None:
-    # the timeout guards against a hang; under xdist on a loaded machine 5 s was not enough
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        if loop.time() > end:
-            raise AssertionError("condition not met in time")
-        await pilot.pause(0.02)
+async def wait_for(pilot, cond, timeout: float = HANG_TIMEOUT, what: str = "the condition") -> None:
+    # the timeout guards against a hang, it is no speed check (tests/waiting.py)
+    await settle(pilot, cond, what=what, timeout=timeout)
+
+
+def side_pane_mounted(app: GpuMemApp) -> bool:
+    """The side pane is mounted with its estimator form's fields (``has_side_pane`` is set when
+    the mount starts: a test that ends the app before the fields are mounted races Textual's
+    Select, whose mount then finds its overlay gone -- NoMatches at exit under load)."""
+    from gpumem_tui.ui.estimator_panel import EstimatorPanel
+
+    panels = app.query(EstimatorPanel) if app.has_side_pane else ()
+    return bool(panels) and all(panel._fields_mounted for panel in panels)
 
 
 def pids(app: GpuMemApp) -> list[int]:
@@ -354,6 +360,8 @@ async def test_polls_do_not_overlap():
             with self.guard:
                 self.active += 1
                 self.max_active = max(self.max_active, self.active)
+            # stub slowness: a poll that takes 30 ms while the timer fires every 1 ms gives an
+            # overlapping poll its chance; what is checked (never two at once) needs no timing
             time.sleep(0.03)
             try:
                 return super().poll()
@@ -537,7 +545,7 @@ async def test_signal_end_to_end_with_real_signals_module():
             assert app.table.select_pid(child.pid)
             await pilot.press("T", "y")
             await pilot.pause()
-            assert child.wait(timeout=5) == -signal.SIGTERM
+            assert child.wait(timeout=60) == -signal.SIGTERM  # a hang guard
             notes = [str(n.message) for n in app._notifications]
             assert any(f"SIGTERM sent to PID {child.pid}" in n for n in notes)
     finally:
@@ -555,13 +563,14 @@ async def test_hanging_poll_is_reported():
     class Hanging(FakeSource):
         def poll(self):
             if self.polls >= 1:
-                release.wait(10)
+                release.wait(HANG_TIMEOUT)  # hangs until the test has seen the report (a slow
+                # machine must not see the poll end by itself first)
             return super().poll()
 
     app = make_app(Hanging(), interval=0.5)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: app.snapshot is not None)
-        await wait_for(pilot, lambda: app.poll_error is not None, timeout=10)
+        await wait_for(pilot, lambda: app.poll_error is not None)
         assert "the last poll has been running for" in str(app.status_bar.render())
         release.set()
         await wait_for(pilot, lambda: app.poll_error is None)
@@ -669,7 +678,7 @@ async def test_device_panel_fits_the_column_beside_the_side_pane():
 
     app = make_app(FakeSource(), side_pane=True)
     async with app.run_test(size=(160, 50)) as pilot:
-        await wait_for(pilot, lambda: app.has_side_pane and app.snapshot is not None)
+        await wait_for(pilot, lambda: side_pane_mounted(app) and app.snapshot is not None)
         panel = app.query_one(DevicePanel)
         # a poll after the pane took its width
         await wait_for(pilot, lambda: panel.fit_width == app.query_one("#left").size.width)

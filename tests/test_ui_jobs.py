@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import rank_traces  # noqa: E402
 from rank_traces import MiB, Rank  # noqa: E402
+from waiting import wait_async  # noqa: E402
 
 from gpumem_tui.telemetry.replay import ReplaySource  # noqa: E402
 from gpumem_tui.ui.app import GpuMemApp  # noqa: E402
@@ -45,12 +46,13 @@ def replay_app(path: Path, clock: Clock) -> GpuMemApp:
 async def played_and_stopped(app: GpuMemApp, clock: Clock, pilot) -> None:
     """Let the replay play (position 10 s) until the record at ``T0 + 3.6`` was applied, then
     stop polling: the screen holds still for the assertions."""
-    for _ in range(400):
-        if app.snapshot is not None:
-            clock.now = 10.0
-            if app.snapshot.time >= rank_traces.T0 + 3.6:
-                break
-        await asyncio.sleep(0.02)
+    def reached() -> bool:
+        if app.snapshot is None:
+            return False
+        clock.now = 10.0
+        return app.snapshot.time >= rank_traces.T0 + 3.6
+
+    await wait_async(reached, what="the replay to apply its record at T0 + 3.6 s")
     app.poller.stop()
     await pilot.pause()
 

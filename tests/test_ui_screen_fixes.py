@@ -21,8 +21,9 @@ from gpumem_tui.telemetry.replay import ReplaySource
 from gpumem_tui.ui import status_line
 from gpumem_tui.ui.process_table import ProcessTable
 from gpumem_tui.ui.screens import HelpScreen
-from test_ui import make_app, pids, wait_for
+from test_ui import make_app, pids, side_pane_mounted, wait_for
 from ui_fakes import FakeSource
+from waiting import settle
 
 ROOT = Path(__file__).resolve().parents[1]
 from shared_data import GPU_DIR as SHARED  # noqa: E402
@@ -57,7 +58,7 @@ async def test_status_line_keeps_filter_its_error_and_the_e_hint(size):
     source = ReplaySource(TRACE, speed=8.0)
     app = make_app(source, side_pane=True, readonly=True, banner=f"replay of {TRACE.name}")
     async with app.run_test(size=size) as pilot:
-        await wait_for(pilot, lambda: app.snapshot is not None and app.has_side_pane)
+        await wait_for(pilot, lambda: app.snapshot is not None and side_pane_mounted(app))
         await pilot.press("slash")
         await pilot.pause()
         await pilot.press(*"gpu:x")
@@ -76,9 +77,9 @@ async def test_default_sort_is_gpu_memory_else_rss_at_every_size(size):
     for source, wanted in ((FakeSource(steps=2), "mem"), (FakeSource(steps=2, nvml_error="NVML Shared Library Not Found"), "rss")):
         app = make_app(source, side_pane=True)
         async with app.run_test(size=size) as pilot:
-            await wait_for(pilot, lambda: app.snapshot is not None and app.has_side_pane)
+            await wait_for(pilot, lambda: app.snapshot is not None and side_pane_mounted(app))
             table = app.query_one(ProcessTable)
-            await wait_for(pilot, lambda: table.effective_sort == (wanted, True), timeout=20)  # noqa: B023
+            await wait_for(pilot, lambda: table.effective_sort == (wanted, True))  # noqa: B023
             assert wanted in table.visible_columns
 
 
@@ -122,16 +123,19 @@ async def test_replay_says_ended_speed_as_set_and_one_seek_notice():
     source = ReplaySource(TRACE, speed=64.0)
     app = make_app(source, side_pane=False, interval=0.05)
     async with app.run_test(size=(160, 50)) as pilot:
-        await wait_for(pilot, lambda: source.finished and app.snapshot is not None, timeout=20)
+        await wait_for(pilot, lambda: source.finished and app.snapshot is not None)
         await wait_for(pilot, lambda: "■ ended" in app.replay_text().plain)
         line = app.replay_text().plain
         assert "■ ended" in line and "playing" not in line
         source.set_speed(0.5)
         assert "×0.5 " in app.replay_text().plain + " " and status_line.speed_text(0.125) == "×0.125"
         for _ in range(4):
+            shown = app._position_notice
             await pilot.press("left")
-            await pilot.pause(0.3)
-        await pilot.pause(0.3)
+            # each seek's own "replay at" notice is shown before the next seek (else four seeks
+            # could make one notice and the check below would prove nothing)
+            await settle(pilot, lambda: app._position_notice is not shown and app._position_notice in app._notifications,
+                         what="the seek's position notice")
         seeks = [n for n in app._notifications if n.message.startswith("replay at ")]
         assert len(seeks) == 1, [n.message for n in seeks]  # the last position, not four stacked
         assert "ended" not in app.replay_text().plain  # back from the end: playing again
@@ -298,5 +302,5 @@ async def test_the_estimator_key_is_offered_before_the_pane_mounts_and_brings_it
         assert "toggle_side" in {b.action for _, b, enabled, _ in app.active_bindings.values() if enabled}
         del app._mount_side_pane  # the real method again
         await pilot.press("e")
-        await wait_for(pilot, lambda: app.has_side_pane)
+        await wait_for(pilot, lambda: side_pane_mounted(app))
         assert app.query_one("#side").display  # narrow size class: hidden by default, shown by `e`

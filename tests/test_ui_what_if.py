@@ -42,7 +42,8 @@ async def _type_batch(pilot, app, text: str) -> None:
     await pilot.press("end", *["backspace"] * len(field.value))
     for char in text:
         await pilot.press(char)
-    await pilot.pause(0.2)
+    await pilot.pause()
+    assert field.value == text  # the callers then wait on what the panel makes of it
 
 
 async def _replay_at_end(pilot, app) -> EstimatorPanel:
