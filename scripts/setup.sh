@@ -14,4 +14,8 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[torch,dev]"
+# An editable install compiles nothing, and a machine that sets PYTHONDONTWRITEBYTECODE never
+# writes the cache: every start would compile the modules it imports (about a fifth of the
+# instructions to the dashboard's first frame, benchmarks/first_frame.py). Compile them once.
+env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m compileall -q gpumem_tui >/dev/null
 echo "$want" > "$stamp"
