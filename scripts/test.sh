@@ -21,16 +21,18 @@ apt_install_missing prometheus prometheus "the fleet tests need it"
 apt_install_missing promtool prometheus "the alert rules test needs it (Debian's prometheus package ships it)"
 apt_install_missing chromium chromium "the browser test of gpumem-tui serve needs it"
 # -n: the tests run on several worker processes. Much of the suite's time is child processes
-# starting and answering, so more workers than cores pays: 3 on 2 cores (full suite 518 s at
-# load ~4 vs 1677 s serial at load ~7; -n 4 took 908 s but at load ~8, so no fair comparison;
-# each worker also collects the whole suite, ~20 s of CPU, which argues against many more). GPUMEM_TEST_WORKERS=0 runs it in one process. --dist loadgroup: tests
-# sharing a module-scoped fixture (a Prometheus server, a loaded model) stay on one worker, so it
-# is built once (tests/conftest.py marks them). -rs: every skip is listed with its reason.
+# starting and answering, so more workers than cores pays: 4 on 2 cores (a quiet machine, one
+# run each: pytest 269 s with -n 4, 288 s with -n 3; each worker also collects the whole
+# suite, ~15 s of CPU, which argues against many more). GPUMEM_TEST_WORKERS=0 runs it in one
+# process. --dist loadgroup: tests sharing a module-scoped fixture (a Prometheus server, a
+# loaded model, a replayed dashboard) stay on one worker, so it
+# is built once (tests/conftest.py marks them). -rs: every skip is listed with its reason;
+# --durations: the slowest tests, where the suite's time goes.
 # Bytecode cache on: a machine that sets PYTHONDONTWRITEBYTECODE (this sandbox and CI do) would
 # compile the package again in every worker and in every `python -m gpumem_tui` a test starts.
 unset PYTHONDONTWRITEBYTECODE
 .venv/bin/python -m compileall -q gpumem_tui tests >/dev/null
-.venv/bin/python -m pytest -q -p no:cacheprovider -rs -n "${GPUMEM_TEST_WORKERS:-3}" --dist loadgroup "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider -rs -n "${GPUMEM_TEST_WORKERS:-4}" --dist loadgroup --durations=25 "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi
 exit "$rc"
