@@ -57,20 +57,18 @@ async def settle(pilot: Any, predicate: Callable[[], T], *, what: str | Callable
                  timeout: float = HANG_TIMEOUT, poll: float = POLL) -> T:
     """:func:`wait_until` for a Textual app under ``run_test``: between looks the app runs
     (``pilot.pause``), so its timers fire and its messages are handled."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"waited {timeout:g} s for {_describe(what)}: it never happened")
-        await pilot.pause(poll)
+    return await _wait_between(pilot.pause, predicate, what, timeout, poll)
 
 
 async def wait_async(predicate: Callable[[], T], *, what: str | Callable[[], str],
                      timeout: float = HANG_TIMEOUT, poll: float = POLL) -> T:
     """:func:`wait_until` inside an event loop: other tasks run between looks."""
+    return await _wait_between(asyncio.sleep, predicate, what, timeout, poll)
+
+
+async def _wait_between(pause: Callable[[float], Any], predicate: Callable[[], T],
+                        what: str | Callable[[], str], timeout: float, poll: float) -> T:
+    """Look at ``predicate`` every ``poll`` s, awaiting ``pause(poll)`` between looks."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
@@ -79,7 +77,7 @@ async def wait_async(predicate: Callable[[], T], *, what: str | Callable[[], str
             return value
         if loop.time() > deadline:
             raise AssertionError(f"waited {timeout:g} s for {_describe(what)}: it never happened")
-        await asyncio.sleep(poll)
+        await pause(poll)
 
 
 async def next_polls(pilot: Any, app: Any, count: int = 2, timeout: float = HANG_TIMEOUT) -> None:
