@@ -17,7 +17,9 @@ the transformers ``Trainer`` (see :mod:`.hf_trainer`):
 - the rest is the Trainer's: no kept output, config ``use_cache`` (off under checkpointing),
   fused AdamW with torch >= 2.8, autocast over the 16-bit compute dtype.
 - measured on an H100 (``tests/data/recipes_cuda``, transformers 5.17, peft 0.21, bitsandbytes
-  0.50): Llama-3.2-1B nf4, b=2 s=1024 and b=4 s=1024 with checkpointing, allocated within 0.4 %.
+  0.50): Llama-3.2-1B nf4, b=2 s=1024 and b=4 s=1024 with checkpointing, allocated within 0.4 %;
+  torch reserved -0.3 % and +1.0 % with the allocator replay of :mod:`~gpumem_tui.estimator.
+  devices.cuda_kbit_events` (the analytic reserve share gave +1.1 % and -8.9 %).
 """
 
 from gpumem_tui.estimator.recipes.description import Recipe

@@ -132,11 +132,12 @@ def softmax_saves_input(spec: TrainingSpec) -> bool:
     return recipe(spec).softmax_saves_input
 
 
-def follows_measured_order(spec: TrainingSpec) -> bool:
+def follows_measured_order(spec: TrainingSpec, kbit: bool = False) -> bool:
     """Whether the step's allocation order is the plain loop's (what the CUDA allocator
     simulation replays): no chunked or non-upcast loss, no kept output from the recipe, no
-    k-bit preparation, no op-level selective policy, non-reentrant checkpointing."""
+    k-bit preparation (unless ``kbit``: the caller replays its order), no op-level selective
+    policy, non-reentrant checkpointing."""
     r = recipe(spec)
-    return (r.loss_chunking == "none" and r.loss_upcast_fp32 and not r.keep_outputs and not kbit_fp32(spec)
+    return (r.loss_chunking == "none" and r.loss_upcast_fp32 and not r.keep_outputs and (kbit or not kbit_fp32(spec))
             and not reentrant_checkpoint(spec) and r.zero_grad_set_to_none
             and not (spec.grad_ckpt == "selective" and r.selective_policy != "attention-core"))
