@@ -3,7 +3,8 @@
 torch and transformers only; import lazily.
 
 :func:`launch` starts N processes with ``torch.multiprocessing.start_processes`` (``fork``
-where the platform has it: the ranks skip re-importing torch; ``spawn`` otherwise), joins them
+where the platform has it: the ranks skip re-importing torch, and what :func:`measure_ranks`
+imports first, transformers and the strategy's modules; ``spawn`` otherwise), joins them
 into one gloo process group (a ``FileStore`` in a temporary directory, or TCP on
 127.0.0.1:PORT when a port is given) and collects what each rank returns. A rank that raises
 or dies takes the others down: ``ProcessContext.join`` terminates the rest (SIGTERM, then
@@ -275,7 +276,7 @@ _STRATEGY_MODULES = {
 def _preload(req: MeasureRequest, spec: ParallelSpec) -> None:
     """Import in the parent what every rank would import on its own: transformers, the model's
     modeling module, the tracker and the strategy's torch.distributed modules. Forked ranks
-    inherit them, so N ranks pay for these imports once rather than N times (measured: ~4 s of
+    inherit them, so N ranks pay for these imports once rather than N times (measured: ~3.5 s of
     CPU for transformers and a model module, ~2 s for the distributed modules, per rank).
 
     Only an optimisation: a failure here is ignored and left for the rank to meet and report
