@@ -3,6 +3,7 @@ only the documented input errors, never negative/NaN bytes, monotone in batch an
 
 from __future__ import annotations
 
+import functools
 import math
 
 from hypothesis import HealthCheck, assume, event, given, settings
@@ -37,36 +38,61 @@ ARCHS["params:7e10"] = architecture_from_params(7e10)
 # assume()); the early returns this replaced let about 50 to 70 of 300 reach them.
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-def _mostly(value, others):  # noqa: ANN001, ANN202
-    """``value`` about 3 times in 4, else one of ``others`` (keeps most specs valid)."""
+# Strategies are built once and reused: hypothesis validates every new strategy object on its
+# first draw (is_empty and friends, recursively), and building them afresh in each example made
+# that validation about half of these tests' CPU (cProfile).
+@functools.lru_cache(maxsize=None)
+def _sampled(options: tuple) -> st.SearchStrategy:
+    return st.sampled_from(options)
+
+
+@functools.lru_cache(maxsize=None)
+def _ints(low: int, high: int) -> st.SearchStrategy:
+    return st.integers(low, high)
+
+
+_BOOL = st.booleans()
+_LORA_RANK = st.one_of(st.none(), st.integers(-1, 256))
+_DP = st.sampled_from([1, 2, 8, 1, 0])
+_IMPLS = st.sampled_from(("auto", "single", "foreach", "fused"))
+
+
+@functools.lru_cache(maxsize=None, typed=True)  # typed: False and 0 are different values here
+def _one_of_mostly(value, others: st.SearchStrategy) -> st.SearchStrategy:  # noqa: ANN001
     return st.one_of(st.just(value), st.just(value), st.just(value), others)
+
+
+def _mostly(draw, value, others: st.SearchStrategy):  # noqa: ANN001, ANN202
+    """``value`` about 3 times in 4, else one drawn from ``others`` (keeps most specs valid)."""
+    return draw(_one_of_mostly(value, others))
 
 
 @st.composite
 def spec_kwargs(draw):  # noqa: ANN001, ANN201
-    task = draw(st.sampled_from(TASKS))
+    task = draw(_sampled(TASKS))
     lora = task in ("lora", "qlora")
     inference = task == "inference"
     return {
         "task": task,
-        "batch": draw(_mostly(draw(st.integers(1, 64)), st.integers(-2, 4096))),
-        "seq": draw(_mostly(draw(st.integers(1, 8192)), st.integers(-2, 65536))),
-        "dtype": draw(_mostly("bf16", st.sampled_from(DTYPES + ("fp64",)))),
-        "mixed_precision": draw(_mostly(False, st.booleans())),
-        "optimizer": draw(st.sampled_from(OPTIMIZERS)),
-        "grad_ckpt": draw(_mostly("none", st.sampled_from(GRAD_CKPT))) if not inference else "none",
-        "attention": draw(st.sampled_from(ATTENTION)),
-        "zero": draw(_mostly(0, st.integers(-1, 4))),
-        "dp": draw(st.sampled_from([1, 2, 8, 1, 0])),
-        "tp": draw(_mostly(1, st.sampled_from([2, 4, 8]))),
-        "pp": draw(_mostly(1, st.sampled_from([2, 4]))),
-        "lora_rank": draw(st.one_of(st.none(), st.integers(-1, 256))) if lora else draw(_mostly(None, st.just(8))),
-        "kv_dtype": draw(_mostly(None, st.sampled_from(KV_DTYPES))) if inference else draw(_mostly(None, st.just("fp8"))),
-        "quant": draw(_mostly("none", st.sampled_from(QUANT))),
-        "device": draw(st.sampled_from(DEVICES)),
-        "optimizer_impl": draw(st.sampled_from(("auto", "single", "foreach", "fused"))),
-        "grad_accum": draw(_mostly(1, st.integers(-1, 8))) if not inference else 1,
-        "keep_grads": draw(_mostly(False, st.just(True))) if not inference else False,
+        "batch": _mostly(draw, draw(_ints(1, 64)), _ints(-2, 4096)),
+        "seq": _mostly(draw, draw(_ints(1, 8192)), _ints(-2, 65536)),
+        "dtype": _mostly(draw, "bf16", _sampled((*DTYPES, "fp64"))),
+        "mixed_precision": _mostly(draw, False, _BOOL),
+        "optimizer": draw(_sampled(OPTIMIZERS)),
+        "grad_ckpt": _mostly(draw, "none", _sampled(GRAD_CKPT)) if not inference else "none",
+        "attention": draw(_sampled(ATTENTION)),
+        "zero": _mostly(draw, 0, _ints(-1, 4)),
+        "dp": draw(_DP),
+        "tp": _mostly(draw, 1, _sampled((2, 4, 8))),
+        "pp": _mostly(draw, 1, _sampled((2, 4))),
+        "lora_rank": draw(_LORA_RANK) if lora else _mostly(draw, None, _sampled((8,))),
+        "kv_dtype": (_mostly(draw, None, _sampled(KV_DTYPES)) if inference
+                     else _mostly(draw, None, _sampled(("fp8",)))),
+        "quant": _mostly(draw, "none", _sampled(QUANT)),
+        "device": draw(_sampled(DEVICES)),
+        "optimizer_impl": draw(_IMPLS),
+        "grad_accum": _mostly(draw, 1, _ints(-1, 8)) if not inference else 1,
+        "keep_grads": _mostly(draw, False, _sampled((True,))) if not inference else False,
     }
 
 
@@ -79,28 +105,28 @@ junk = st.one_of(
 @st.composite
 def configs(draw):  # noqa: ANN001, ANN201
     """A plausible config of a supported model type with random sizes, then maybe corrupted."""
-    mt = draw(st.sampled_from(SUPPORTED_MODEL_TYPES))
-    heads = draw(st.sampled_from([1, 2, 4, 8, 12]))
-    head_dim = draw(st.sampled_from([8, 16, 64]))
+    mt = draw(_sampled(tuple(SUPPORTED_MODEL_TYPES)))
+    heads = draw(_sampled((1, 2, 4, 8, 12)))
+    head_dim = draw(_sampled((8, 16, 64)))
     hidden = heads * head_dim
-    kv = draw(st.sampled_from([h for h in (1, 2, 4, heads) if heads % h == 0]))
+    kv = draw(_sampled(tuple(h for h in (1, 2, 4, heads) if heads % h == 0)))
     cfg = {
         "model_type": mt, "hidden_size": hidden, "n_embd": hidden, "num_attention_heads": heads, "n_head": heads,
-        "num_key_value_heads": kv, "num_hidden_layers": draw(st.integers(1, 6)), "n_layer": draw(st.integers(1, 6)),
-        "vocab_size": draw(st.integers(2, 70000)), "intermediate_size": draw(st.integers(1, 8192)),
-        "max_position_embeddings": draw(st.integers(1, 8192)), "n_positions": draw(st.integers(1, 8192)),
-        "tie_word_embeddings": draw(st.booleans()),
+        "num_key_value_heads": kv, "num_hidden_layers": draw(_ints(1, 6)), "n_layer": draw(_ints(1, 6)),
+        "vocab_size": draw(_ints(2, 70000)), "intermediate_size": draw(_ints(1, 8192)),
+        "max_position_embeddings": draw(_ints(1, 8192)), "n_positions": draw(_ints(1, 8192)),
+        "tie_word_embeddings": draw(_BOOL),
     }
-    if draw(st.booleans()):
-        cfg["head_dim"] = draw(st.sampled_from([8, 16, 32]))
-    if draw(st.booleans()):
-        cfg["sliding_window"] = draw(st.integers(1, 4096))
+    if draw(_BOOL):
+        cfg["head_dim"] = draw(_sampled((8, 16, 32)))
+    if draw(_BOOL):
+        cfg["sliding_window"] = draw(_ints(1, 4096))
     if mt == "mixtral":
-        cfg["num_local_experts"] = draw(st.integers(1, 8))
-        cfg["num_experts_per_tok"] = draw(st.integers(1, cfg["num_local_experts"]))
-    for _ in range(draw(st.integers(0, 2))):  # corrupt or drop a field
-        key = draw(st.sampled_from(sorted(cfg) + ["model_type"]))
-        if draw(st.booleans()):
+        cfg["num_local_experts"] = draw(_ints(1, 8))
+        cfg["num_experts_per_tok"] = draw(_ints(1, cfg["num_local_experts"]))
+    for _ in range(draw(_ints(0, 2))):  # corrupt or drop a field
+        key = draw(_sampled((*sorted(cfg), "model_type")))
+        if draw(_BOOL):
             cfg.pop(key, None)
         else:
             cfg[key] = draw(junk)

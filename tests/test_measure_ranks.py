@@ -271,6 +271,8 @@ def test_a_failing_rank_is_named_and_stops_the_others(tmp_path, how, text, rank0
 
 @pytest.mark.slow
 def test_cli_rank_refusal_names_the_rank_and_exits_2():
+    # A child interpreter, not run_cli: the one-line check covers what the ranks write to
+    # stderr too (in this process a forked rank's writes would land in its own copy of the capture)
     done = _cli(str(RANKS / "configs" / "gpt2-tiny.json"), "--on", "cpu", "--nproc", "2", "--strategy", "tp", *JOB)
     assert done.returncode == 2
     assert done.stderr.startswith("gpumem-tui measure: rank ") and "needs Llama-style projections" in done.stderr
