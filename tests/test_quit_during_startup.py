@@ -21,7 +21,7 @@ from textual.widgets import Select
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from test_ui import make_app, side_pane_mounted  # noqa: E402
+from test_ui import make_app, side_pane_mounted, wait_for  # noqa: E402
 from ui_fakes import FakeSource  # noqa: E402
 from waiting import wait_async  # noqa: E402
 
@@ -121,4 +121,20 @@ async def test_a_quit_while_the_pane_mounts_waits_for_it_then_exits(monkeypatch)
     await _run_and_quit(app, None)
     assert quit_while_mounting == [True]
     assert form_mounted == [True]
+    _assert_clean(app)
+
+
+@pytest.mark.parametrize(("key", "character"), [("slash", "/"), ("K", "K"), ("e", "e"), ("question_mark", "?")])
+async def test_a_key_typed_right_after_q_is_not_run(key, character):
+    # A terminal delivers both keys before the app handles the first: the second is queued
+    # behind the quit. Run, `/` mounted the filter box into a #main being torn down
+    # (MountError) and `K` pushed the signal confirmation onto it (NoMatches in its on_mount).
+    from textual import events
+
+    app = make_app(FakeSource(), side_pane=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None and app.table.selected is not None)
+        app.post_message(events.Key("q", "q"))
+        app.post_message(events.Key(key, character))
+        await wait_async(lambda: not app.is_running, what="the app to end after the quit")
     _assert_clean(app)
