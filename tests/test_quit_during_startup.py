@@ -9,6 +9,8 @@ came (``NoMatches``); a quit before the deferred mount ran made it mount into a 
 
 Each test quits at one moment: right before the pane's mount starts, inside it (when the
 estimator form composes, when its first Select composes), and after each of several pauses.
+A key typed right after ``q`` (queued behind it) must not run: ``/`` mounted the filter box and
+``K`` pushed the signal confirmation into the app being torn down.
 """
 
 from __future__ import annotations
