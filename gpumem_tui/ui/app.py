@@ -205,6 +205,31 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
         super()._handle_exception(error)
         self._exit_renderables.clear()  # the traceback is in the file, not over the terminal
 
+    def exit(self, result: None = None, return_code: int = 0, message: Any = None) -> None:
+        """Textual's ``App.exit``, but never while the side pane is still mounting.
+
+        The pane mounts after the first frame. A quit (``q``, Ctrl-Q) during its mount made
+        Textual tear down a half-composed form: a widget torn down before it composed gets no
+        children (``Widget.mount`` refuses them while pruning, textual/widget.py) but still its
+        Mount event, where Select's ``_on_mount`` (textual/widgets/_select.py) and the estimator
+        form's ``on_mount`` look for children that never came -- NoMatches, exit status 1 and a
+        crash report. So the quit waits for the mount (a fraction of a second), and a quit
+        before the mount began stops it from starting (``_mount_side_pane``; it would mount into
+        a ``#main`` being torn down: MountError).
+        """
+        self._exiting = True
+        mounting = self.side_pane_mounting()
+        if mounting is None:
+            super().exit(result, return_code, message)
+            return
+
+        async def exit_once_mounted() -> None:
+            await mounting
+            if self.crash_line is None:  # an error while mounting keeps its exit status 1
+                super(GpuMemApp, self).exit(result, return_code, message)
+
+        self.call_next(exit_once_mounted)
+
     def on_unmount(self) -> None:
         self._gc_pause.resume()
         self.poller.stop()

@@ -72,6 +72,10 @@ class DashboardActions:
     widgets, ``source``, ``poller`` and the other mixins' methods)."""
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if self._exiting:
+            # A key typed right after `q` (queued behind it) would mount its widget or screen
+            # into an app being torn down: MountError, or NoMatches in the screen's on_mount.
+            return action == "quit"
         if action in REPLAY_ACTIONS:
             # Priority bindings (the table would take the arrows), so only where no focused
             # widget needs these keys: tabs switch with the arrows, fields type, checkboxes

@@ -63,6 +63,8 @@ class DashboardScreens:
         self._side_toggled = False
         self._side_widget: Any = None  # the mounted pane: the status line asks at every poll
         self._pane_state: Any = None  # what was last pushed to the pane (side_pane.PaneState)
+        self._side_mounting: Any = None  # the pane's AwaitMount: a quit waits for it (GpuMemApp.exit)
+        self._exiting = False  # set by GpuMemApp.exit: no mount starts once the app is quitting
         self._what_if_shown: int | None = None  # the PID whose what-if `p` drops, when shown
         self.size_class = ""
 
@@ -73,8 +75,8 @@ class DashboardScreens:
         Its form is ~170 widgets: styling them takes longer than the rest of the dashboard,
         so the dashboard shows first and the pane follows a moment later.
         """
-        if self.has_side_pane:
-            return
+        if self.has_side_pane or self._exiting or not self.is_running:
+            return  # mounted; or a quit came first: #main is being torn down (MountError)
         side = side_pane_module().build()
         if side is None:
             self.side_pane_enabled = False  # its widgets are not installed: there will be none
@@ -82,12 +84,18 @@ class DashboardScreens:
         main = self.screen_stack[0].query_one("#main")
         if not self._side_toggled:
             side.display = self.size.width >= SIDE_PANE_MIN_WIDTH
-        main.mount(side)
+        self._side_mounting = main.mount(side)
         self._side_widget = side
         self.has_side_pane = True
         self.refresh_bindings()
         self._update_status()
         self.call_after_refresh(self._update_side)
+
+    def side_pane_mounting(self) -> Any:
+        """The side pane's mount (an awaitable) while it is under way: the pane and all it
+        composes are not mounted yet; None before it starts and once it is done."""
+        side = self._side_widget
+        return None if side is None or side.is_mounted else self._side_mounting
 
     def help_rows(self) -> list[tuple[str, str, str]]:
         """(keys, description, id) for every binding that is active here."""
