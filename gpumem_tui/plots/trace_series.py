@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from gpumem_tui.analysis.comparison import FIGURE_ALLOCATED, FIGURE_CPU_LIVE
 from gpumem_tui.telemetry.measured_context import ContextMeter
 from gpumem_tui.plots.compare_plot import Level, reduce_curve
-from gpumem_tui.telemetry.model import PhaseMark, PhasePeak, ProbeInfo, ProbeSample, Snapshot
+from gpumem_tui.telemetry.model import PhaseMark, ProbeInfo, ProbeSample, Snapshot
 
 MAX_SPANS = 4096  # steps (and 3x phase spans) kept; a plot shows far fewer
 _NOT_ALLOCATED = ("cuda_context", "allocator_reserve")  # in no torch-allocated figure
