@@ -461,7 +461,6 @@ def estimate_bytes(case: dict[str, Any], device: str = "cuda") -> int:
 
     config_path = Path(case["config"]) if os.path.isabs(case["config"]) else CUDA_CONFIGS / case["config"]
     fields = estimator_spec(case, device)
-    fields["lora_targets"] = tuple(fields.get("lora_targets", ("q", "v")))
     if case["task"] == "qlora":
         from gpumem_tui.estimator.quantization import format_from_config
 

@@ -178,10 +178,7 @@ def measure_case(
     path = write_config(case_id, model, overrides, directory)
     spec_dict = case_spec(spec_fields)
     arch = load_architecture(str(path))
-    spec_kwargs = dict(spec_dict)
-    if "lora_targets" in spec_kwargs:
-        spec_kwargs["lora_targets"] = tuple(spec_kwargs["lora_targets"])
-    spec = TrainingSpec(**spec_kwargs)
+    spec = TrainingSpec(**spec_dict)
     req = request_from_spec(arch, spec, on=on)
     t0 = time.process_time()
     result = run(req).to_json()

@@ -45,8 +45,6 @@ def _spec(fields: dict[str, Any]) -> Any:
     from gpumem_tui.estimator.spec import TrainingSpec
 
     kw = dict(fields)
-    if "lora_targets" in kw:
-        kw["lora_targets"] = tuple(kw["lora_targets"])
     kw["device"] = "cpu"
     return TrainingSpec(**kw)
 
@@ -211,8 +209,6 @@ def main(argv: list[str] | None = None) -> int:
         fresh = []
         for c in cases:
             spec = dict(c["spec"])
-            if "lora_targets" in spec:
-                spec["lora_targets"] = tuple(spec["lora_targets"])
             cfg = Path(c["config"]) if Path(c["config"]).is_absolute() else ROOT / c["config"]
             fresh.append(cgt.measure_case((c["id"], c["model"], c["overrides"], spec, c["on"]), directory=cfg.parent))
         cases = fresh

@@ -31,7 +31,7 @@ def main() -> None:
     for path in sorted(folder.glob("*.json")):
         case = json.loads(path.read_text())
         arch = architecture_from_config(case["model"], name=path.stem)
-        fields = dict(case["spec"], lora_targets=tuple(case["spec"]["lora_targets"]))
+        fields = dict(case["spec"])
         measured = max(case["ranks"], key=lambda r: r["peak_bytes"])
         try:
             job = estimate_job(arch, TrainingSpec(**fields), plan_from_measure(case["strategy"]))

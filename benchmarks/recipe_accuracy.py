@@ -66,10 +66,7 @@ class Case:
 
 
 def _spec(fields: dict) -> TrainingSpec:
-    kw = dict(fields)
-    if "lora_targets" in kw:
-        kw["lora_targets"] = tuple(kw["lora_targets"])
-    return TrainingSpec(**kw)
+    return TrainingSpec(**fields)
 
 
 def torch_cases() -> list[Case]:
@@ -139,8 +136,6 @@ def cuda_spec(record: dict) -> TrainingSpec:
     from gpumem_tui.estimator.quantization import format_from_config
 
     fields = dict(record["spec"])
-    if "lora_targets" in fields:
-        fields["lora_targets"] = tuple(fields["lora_targets"])
     if fields["task"] == "qlora":
         fields["quant_format"] = format_from_config(record["model"]["quantization_config"])
     return TrainingSpec(**fields)

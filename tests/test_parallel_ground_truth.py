@@ -23,9 +23,7 @@ _CASE_TOLERANCE = 0.002
 def _job(path: Path):
     case = json.loads(path.read_text())
     arch = architecture_from_config(case["model"], name=path.stem)
-    fields = dict(case["spec"])
-    fields["lora_targets"] = tuple(fields["lora_targets"])
-    return case, estimate_job(arch, TrainingSpec(**fields), plan_from_measure(case["strategy"]))
+    return case, estimate_job(arch, TrainingSpec(**case["spec"]), plan_from_measure(case["strategy"]))
 
 
 def test_the_ground_truth_is_there() -> None:

@@ -779,8 +779,6 @@ def spec_from_probe_info(info: ProbeInfo, **overrides: object) -> tuple[Any, Any
         setup["attention"] = _ATTENTION.get(str(setup["attention"]).lower(), setup["attention"])
     if "device" in setup:
         setup["device"] = _norm_device(setup["device"])
-    if isinstance(setup.get("lora_targets"), list):  # a JSON array in the stream; the spec takes a tuple
-        setup["lora_targets"] = tuple(setup["lora_targets"])
     setup.update(overrides)
 
     fields = {f.name for f in dataclasses.fields(TrainingSpec)}

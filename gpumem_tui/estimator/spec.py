@@ -90,7 +90,7 @@ class TrainingSpec:
         attention: eager | sdpa | flash [sdpa]
         zero: ZeRO stage 0..3 (3 ~ FSDP full shard) [0]; dp, tp, pp: data / tensor /
             pipeline parallel degrees [1]
-        lora_rank, lora_targets: LoRA rank ``r`` and adapted projections (LoRA tasks only)
+        lora_rank, lora_targets: LoRA rank ``r`` and adapted projections (LoRA tasks only; a list is kept as a tuple)
         kv_dtype: KV-cache dtype for inference [same as dtype]
         quant: weight quantization none | int8 | nf4 | fp4 | gptq | awq (inference or QLoRA) [none]
         quant_format: the format's details (:class:`gpumem_tui.estimator.quantization.QuantFormat`,
@@ -160,6 +160,8 @@ class TrainingSpec:
         :class:`SpecError`); record the warnings, and PEFT's default rank for a LoRA task
         given none."""
         warnings: list[str] = []
+        if isinstance(self.lora_targets, list):  # a JSON array (a probe stream, a saved case)
+            object.__setattr__(self, "lora_targets", tuple(self.lora_targets))
         self._check_values()
         self._check_inference_options()
         self._check_flags_and_degrees()
@@ -235,7 +237,7 @@ class TrainingSpec:
 
     def _check_lora(self, warnings: list[str]) -> None:
         """``lora_rank`` only with a LoRA task, which defaults it to PEFT's ``r = 8`` (a
-        warning appended to ``warnings``); ``lora_targets`` a non-empty tuple of roles."""
+        warning appended to ``warnings``); ``lora_targets`` a non-empty tuple (or list) of roles."""
         lora_task = self.task in ("lora", "qlora")
         if self.lora_rank is not None:
             if not lora_task:
@@ -247,7 +249,7 @@ class TrainingSpec:
         if not isinstance(self.lora_targets, tuple) or not self.lora_targets or any(
             t not in LORA_ROLES for t in self.lora_targets
         ):
-            raise SpecError("lora_targets", f"lora_targets must be a non-empty tuple of {','.join(LORA_ROLES)}")
+            raise SpecError("lora_targets", f"lora_targets must be a non-empty tuple or list of {','.join(LORA_ROLES)}")
 
     def _check_task_fields(self) -> None:
         """Training-only fields refused for inference; inference-only ones (KV dtype,
