@@ -139,8 +139,28 @@ def percent_error(predicted: int | float, measured: int | float | None) -> float
     return 100.0 * (predicted - measured) / measured
 
 
+class _PredictedVsMeasured:
+    """The error of a row that holds ``predicted_bytes`` and ``measured_bytes`` (None when not
+    measured): shared by :class:`ComponentComparison` and :class:`PeakComparison`."""
+
+    __slots__ = ()
+    predicted_bytes: int
+    measured_bytes: int | None
+
+    @property
+    def error_bytes(self) -> int | None:
+        """predicted - measured, in bytes (None when not measured)."""
+        return None if self.measured_bytes is None else self.predicted_bytes - self.measured_bytes
+
+    @property
+    def error_percent(self) -> float | None:
+        """Signed error in percent of the measured bytes (:func:`percent_error`: None when not
+        measured, or measured 0 while predicted is not)."""
+        return percent_error(self.predicted_bytes, self.measured_bytes)
+
+
 @dataclass(frozen=True, slots=True)
-class ComponentComparison:
+class ComponentComparison(_PredictedVsMeasured):
     """One row: a component (or a group of components one probe category holds).
 
     ``name`` is the component name, or the group's member names joined with ``+``;
@@ -156,23 +176,13 @@ class ComponentComparison:
     source: str
 
     @property
-    def error_bytes(self) -> int | None:
-        """predicted - measured, in bytes (None when not measured)."""
-        return None if self.measured_bytes is None else self.predicted_bytes - self.measured_bytes
-
-    @property
-    def error_percent(self) -> float | None:
-        """Signed error in percent of the measured bytes (None when not measured or 0)."""
-        return percent_error(self.predicted_bytes, self.measured_bytes)
-
-    @property
     def is_group(self) -> bool:
         """True when the row holds several estimator components."""
         return len(self.components) > 1
 
 
 @dataclass(frozen=True, slots=True)
-class PeakComparison:
+class PeakComparison(_PredictedVsMeasured):
     """Peak vs peak for one measured figure.
 
     ``predicted_bytes`` is the estimator's peak with exactly the parts that ``figure``
@@ -183,16 +193,6 @@ class PeakComparison:
     predicted_bytes: int
     measured_bytes: int | None
     predicted_scope: str
-
-    @property
-    def error_bytes(self) -> int | None:
-        """predicted - measured, in bytes (None when not measured)."""
-        return None if self.measured_bytes is None else self.predicted_bytes - self.measured_bytes
-
-    @property
-    def error_percent(self) -> float | None:
-        """Signed error in percent of the measured peak."""
-        return percent_error(self.predicted_bytes, self.measured_bytes)
 
 
 @dataclass(frozen=True, slots=True)
