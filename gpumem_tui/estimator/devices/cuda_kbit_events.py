@@ -131,13 +131,7 @@ class KbitLayerEvents(LayerEvents):
         e16, bs = st.e16, st.bs
         casts = [run.a(bs * st.q * e16), run.a(bs * st.kv * e16), run.a(bs * st.kv * e16)]
         run.f(*attn_in)
-        out = run.a(bs * st.q * e16)
-        lse = run.a(st.b * st.a * st.s * 4)
-        if grad:
-            saved += casts + [lse]
-        else:
-            run.f(*casts, lse)
-        return out
+        return self.sdpa_kernel(casts, e16, saved, grad)
 
     def wgrad(self, role: str, d_in: int, d_out: int, grads: list[Block]) -> None:
         """The input gradient's dequantized weight and 16-bit result (``MatMul4Bit.backward``),

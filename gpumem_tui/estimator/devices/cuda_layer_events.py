@@ -253,13 +253,19 @@ class LayerEvents:
     def fused_attention(self, attn_in: list[Block], saved: list[Block], grad: bool) -> Block:
         """A fused SDPA / FlashAttention kernel: its output and the fp32 log-sum-exp per head
         and position (``b x a x s``), saved for backward with the kernel's inputs."""
+        return self.sdpa_kernel(attn_in, self.st.e, saved, grad)
+
+    def sdpa_kernel(self, inputs: list[Block], elem: int, saved: list[Block], grad: bool) -> Block:
+        """The fused kernel over its ``inputs`` (q, k, v): its output (``elem`` bytes per
+        element) and the fp32 log-sum-exp, saved for backward with the inputs (freed without
+        grad); returns the output's handle."""
         st, run = self.st, self.run
-        out = run.a(st.bs * st.q * st.e)
+        out = run.a(st.bs * st.q * elem)
         lse = run.a(st.b * st.a * st.s * 4)
         if grad:
-            saved += attn_in + [lse]
+            saved += inputs + [lse]
         else:
-            run.f(*attn_in, lse)
+            run.f(*inputs, lse)
         return out
 
     def eager_attention(self, attn_in: list[Block], saved: list[Block], grad: bool) -> Block:
