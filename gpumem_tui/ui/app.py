@@ -307,9 +307,11 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
 
 def _checked_keymap(keymap: tuple[tuple[str, str], ...]) -> tuple[Any, Any]:
     """:func:`gpumem_tui.ui.config.check_signal_keys` of ``keymap`` (imported only when there is one)."""
+    if not keymap:
+        return (), ()
     from gpumem_tui.ui.config import check_signal_keys
 
-    return check_signal_keys(keymap, binding_defaults()) if keymap else ((), ())
+    return check_signal_keys(keymap, binding_defaults())
 
 
 def binding_defaults() -> dict[str, str]:

@@ -43,11 +43,15 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+# The user config dir has a module of its own: the themes find their folder without this parser.
+from gpumem_tui.ui.config_dir import APP_NAME, CONFIG_DIR_ENV, user_config_dir
+
 if TYPE_CHECKING:  # read only when a config has [[alerts]]: the dashboard's start-up skips it
     from gpumem_tui.alerts.rules import AlertRule
 
-APP_NAME = "gpumem-tui"
-CONFIG_DIR_ENV = "GPUMEM_TUI_CONFIG_DIR"
+__all__ = ["APP_NAME", "CONFIG_DIR_ENV", "Config", "ConfigError", "check_signal_keys", "key_line", "load_config",
+           "parse_config", "toml_error_line", "unsafe_reason", "user_config_dir"]
+
 LOCAL_FILE_NAME = "gpumem-tui.toml"
 
 
@@ -119,16 +123,6 @@ def _read(path: Path) -> str:
     if len(data) > TOML_LIMIT:
         raise FileRefused(f"over the {format_limit(TOML_LIMIT)} limit for a config file")
     return data.decode("utf-8")
-
-
-def user_config_dir() -> Path:
-    """The per-user config directory (``$GPUMEM_TUI_CONFIG_DIR`` overrides platformdirs)."""
-    override = os.environ.get(CONFIG_DIR_ENV)
-    if override:
-        return Path(override)
-    import platformdirs  # ~5 ms; only needed when no override is set
-
-    return Path(platformdirs.user_config_dir(APP_NAME))
 
 
 def candidate_paths(explicit: Path | None = None) -> list[Path]:

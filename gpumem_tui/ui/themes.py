@@ -10,7 +10,7 @@ Where themes are found, later ones overriding earlier ones of the same name:
 
 1. the bundled folder: ``gpumem_tui/_themes`` in an installed wheel (pyproject force-include),
    or the repository's top-level ``themes/`` in an editable install;
-2. ``<user config dir>/themes/*.toml`` (see :func:`gpumem_tui.ui.config.user_config_dir`).
+2. ``<user config dir>/themes/*.toml`` (see :func:`gpumem_tui.ui.config_dir.user_config_dir`).
 
 A file with an error is skipped; its problem is returned as ``path:line: message`` so the app
 can show it once and fall back to the default theme.
@@ -25,7 +25,7 @@ from pathlib import Path
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
-from gpumem_tui.ui.config import key_line, toml_error_line, user_config_dir
+from gpumem_tui.ui.config_dir import user_config_dir
 
 DEFAULT_THEME = "dark"
 FALLBACK_THEME = "textual-dark"  # used only when the bundled default itself fails to load
@@ -104,12 +104,17 @@ def parse_theme(text: str, path: Path) -> Theme:
         return ThemeFileError(f"{where}: {message}")
 
     def fail_at(message: str, key: str, table: str | None = None) -> ThemeFileError:
-        # the line is looked up only for an error: a scan per key cost start-up ~5 ms
+        # the line is looked up only for an error: a scan per key cost start-up ~5 ms (and
+        # the config parser's module, compiled on the first start, ~20 M instructions)
+        from gpumem_tui.ui.config import key_line
+
         return fail(message, key_line(text, key, table))
 
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
+        from gpumem_tui.ui.config import toml_error_line
+
         msg = str(exc).split(" (at line")[0]
         raise fail(msg, toml_error_line(exc)) from None
     kwargs: dict[str, object] = {"name": name}
