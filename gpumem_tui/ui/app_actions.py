@@ -16,7 +16,6 @@ from textual.binding import Binding
 from gpumem_tui.support.text import printable
 from gpumem_tui.ui.app_common import is_text_field
 from gpumem_tui.ui.device_panel import DevicePanel
-from gpumem_tui.ui.history import HistoryStore
 from gpumem_tui.ui.memory_chart import MemoryChart
 from gpumem_tui.ui.process_table import ProcessTable
 
@@ -202,7 +201,7 @@ class DashboardActions:
             target = min(target, duration)
         src.seek(target)
         if delta < 0:
-            self.history = HistoryStore()  # time went backwards: start the curves again
+            self.forget_history()  # time went backwards: start the curves again
             self.phase_marks.clear()
             self._mark_keys.clear()
             self.phase_peaks.clear()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
@@ -24,10 +24,12 @@ from gpumem_tui.telemetry.model import (
     Snapshot,
     namespace_note,
 )
-from gpumem_tui.telemetry.probed_state import ProbedProcesses
 from gpumem_tui.ui.app_common import freeze_gc
-from gpumem_tui.ui.history import HistoryStore
 from gpumem_tui.ui.process_table import row_key
+
+if TYPE_CHECKING:  # made at the first snapshot (DashboardPoll.probed, .history): not in the first frame
+    from gpumem_tui.telemetry.probed_state import ProbedProcesses
+    from gpumem_tui.ui.history import HistoryStore
 
 MAX_MARKS_PER_PID = 4096
 MAX_MARK_PIDS = 64
@@ -42,7 +44,7 @@ class DashboardPoll:
         self._selected_once = False
         self.snapshot: Snapshot | None = None
         self.poll_error: str | None = None
-        self.history = HistoryStore()
+        self._history: HistoryStore | None = None  # made on first use (history)
         self.phase_marks: OrderedDict[int, deque[PhaseMark]] = OrderedDict()
         self._mark_keys: dict[int, set[tuple[float, str, int]]] = {}
         self.phase_peaks: OrderedDict[int, deque[PhasePeak]] = OrderedDict()  # high-water marks
@@ -65,10 +67,45 @@ class DashboardPoll:
         # What each probed process measured so far (core state, the same compare folds): a
         # replay feeds its own per record and rebuilds it on a seek; otherwise each poll feeds it.
         replayed_state = getattr(source, "probed", None)
-        self._feeds_probed = not isinstance(replayed_state, ProbedProcesses)
-        self.probed: ProbedProcesses = replayed_state if not self._feeds_probed else ProbedProcesses()
-        self.contexts = self.probed  # CUDA context per probed PID, measured here (.context(pid))
+        self._probed: ProbedProcesses | None = None  # made on first use (probed)
+        self._feeds_probed = True
+        if replayed_state is not None:  # a replay brings its module in any case
+            from gpumem_tui.telemetry.probed_state import ProbedProcesses
+
+            self._feeds_probed = not isinstance(replayed_state, ProbedProcesses)
+            self._probed = None if self._feeds_probed else replayed_state
         self.gpu_contexts: dict[int, int] = {}  # GPU index -> context after init measured on it
+
+    @property
+    def history(self) -> HistoryStore:
+        """The measured curves (:class:`gpumem_tui.ui.history.HistoryStore`), made at the first
+        snapshot: its module, compiled on a first start, stays out of the first frame. A
+        replay seek back in time drops it (``forget_history``): the curves start again."""
+        if self._history is None:
+            from gpumem_tui.ui.history import HistoryStore
+
+            self._history = HistoryStore()
+        return self._history
+
+    def forget_history(self) -> None:
+        """Start the curves again (a new store at the next use)."""
+        self._history = None
+
+    @property
+    def probed(self) -> ProbedProcesses:
+        """What each probed process measured so far: the replay's own, else this app's, made
+        at its first use (the first snapshot): its module and measured_context's, compiled on a
+        first start, stay out of the first frame."""
+        if self._probed is None:
+            from gpumem_tui.telemetry.probed_state import ProbedProcesses
+
+            self._probed = ProbedProcesses()
+        return self._probed
+
+    @property
+    def contexts(self) -> ProbedProcesses:
+        """The CUDA context per probed PID, measured here (``.context(pid)``): :attr:`probed`."""
+        return self.probed
 
     def apply_snapshot(self, snap: Snapshot) -> None:
         """Take one Snapshot: record history, update every widget."""
