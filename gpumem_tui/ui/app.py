@@ -14,32 +14,57 @@ the chart (:mod:`gpumem_tui.ui.app_chart`), the screens and panes it opens
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from pathlib import Path
-from typing import Any
+from gpumem_tui.support.import_gc import ImportsOutOfCollector
 
-from textual import on
-from textual.app import App, ComposeResult
-from textual.binding import Binding, BindingsMap
-from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
-from textual.worker import Worker, WorkerState
+# The collector would walk the ~150 000 objects these imports create, again and again while
+# they are being made (~40 M instructions of the start-up): paused, then frozen (support/import_gc).
+with ImportsOutOfCollector():
+    from collections.abc import Iterable, Sequence
+    from pathlib import Path
+    from typing import Any
 
-from gpumem_tui.telemetry.model import TelemetrySource
-from gpumem_tui.ui.app_actions import CHART_WINDOWS, DASHBOARD_BINDINGS, SIGNAL_BINDINGS, DashboardActions
-from gpumem_tui.ui.app_chart import DashboardChart
-from gpumem_tui.ui.app_common import StartupGcPause, ThemedAppMixin, is_replay
-from gpumem_tui.ui.app_poll import DashboardPoll
-from gpumem_tui.ui.app_screens import DashboardScreens, screens_module, size_class
-from gpumem_tui.ui.device_panel import DevicePanel
-from gpumem_tui.ui.memory_chart import MemoryChart
-from gpumem_tui.ui.poller import Poller, PollFailed, SnapshotReady
-from gpumem_tui.ui.process_table import ProcessTable
-from gpumem_tui.ui.themes import DEFAULT_THEME, ThemeSet
+    from textual import on
+    from textual.app import App, ComposeResult
+    from textual.binding import Binding, BindingsMap
+    from textual.containers import Horizontal, Vertical
+    from textual.geometry import Size
+    from textual.screen import Screen
+    from textual.widgets import Footer, Input, Static
+    from textual.worker import Worker, WorkerState
+
+    from gpumem_tui.telemetry.model import TelemetrySource
+    from gpumem_tui.ui.app_actions import CHART_WINDOWS, DASHBOARD_BINDINGS, SIGNAL_BINDINGS, DashboardActions
+    from gpumem_tui.ui.app_chart import DashboardChart
+    from gpumem_tui.ui.app_common import StartupGcPause, ThemedAppMixin, is_replay
+    from gpumem_tui.ui.app_poll import DashboardPoll
+    from gpumem_tui.ui.app_screens import DashboardScreens, screens_module, size_class
+    from gpumem_tui.ui.device_panel import DevicePanel
+    from gpumem_tui.ui.memory_chart import MemoryChart
+    from gpumem_tui.ui.poller import Poller, PollFailed, SnapshotReady
+    from gpumem_tui.ui.process_table import ProcessTable
+    from gpumem_tui.ui.themes import DEFAULT_THEME, ThemeSet
 
 # Imported from here by tests and the launcher: the chart's windows, the signal keys, the size classes.
 __all__ = ["CHART_WINDOWS", "SIGNAL_BINDINGS", "GpuMemApp", "binding_defaults", "size_class"]
+
+
+class DashboardScreen(Screen):
+    """The dashboard's screen: Textual's default one, less the layouts for "resizes" to the
+    size it is already laid out at.
+
+    Textual 8.2 lays the screen out when it is first shown (``Screen._on_screen_resume``), then
+    again for the app's start-up Resize and once more for the driver's (``App._on_resize``
+    keeps that same-size event and ``App._on_idle`` forwards it): before the first frame, two
+    full layouts of every widget at the same size (~15 M instructions, benchmarks/first_frame.py).
+    A resize to the compositor's size is skipped here; what changed since the last layout (a
+    widget shown or hidden) is laid out by the screen's update timer as usual
+    (``Screen._on_timer_update``); a real change of size is laid out at once.
+    """
+
+    def _screen_resized(self, size: Size) -> None:
+        if size == self._compositor.size:
+            return
+        super()._screen_resized(size)
 
 
 class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChart, ThemedAppMixin, App[None]):
@@ -183,7 +208,7 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
             self.call_after_refresh(self._mount_side_pane)
 
     def get_default_screen(self) -> Screen:
-        screen = super().get_default_screen()
+        screen = DashboardScreen(id="_default")  # as Textual's App.get_default_screen names it
         screen.AUTO_FOCUS = ""  # no focus in the first frame: _after_first_frame gives it
         return screen
 
