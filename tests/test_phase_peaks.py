@@ -17,7 +17,7 @@ from gpumem_tui.telemetry.model import Phase, PhasePeak, ProcessSample, ProcessT
 from gpumem_tui.telemetry.probe_source import ProbeSource
 from gpumem_tui.telemetry.replay import ReplaySource, TraceRecorder
 from gpumem_tui.telemetry.serialize import snapshot_from_dict, snapshot_to_dict
-from gpumem_tui.ui.memory_chart import envelope
+from gpumem_tui.ui.chart_scale import envelope
 from waiting import settle
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -47,7 +47,7 @@ from textual.widget import Widget
 
 from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak
 from gpumem_tui.ui.braille import Canvas, strip
-from gpumem_tui.support.units import GiB, MiB, format_bytes
+from gpumem_tui.support.units import format_bytes
 
 TOTAL_SCALE_LIMIT = 2.5  # the total line stays on scale while total <= 2.5 x the largest value
 
@@ -75,118 +75,6 @@ class CurveSpec:
 
 
 Band = tuple[str, int, str]  # (label, cumulative bytes, theme colour variable)
-
-
-def choose_unit(max_bytes: float) -> tuple[str, int]:
-    """("GiB", 2**30) when the largest value is >= 2 GiB, else ("MiB", 2**20)."""
-    return ("GiB", GiB) if max_bytes >= 2 * GiB else ("MiB", MiB)
-
-
-def nice_ticks(top: float, count: int = 5) -> list[float]:
-    """About ``count`` round tick values (steps 1, 2, 2.5 or 5 x 10^k) from 0 up to ``top``."""
-    if top <= 0 or not math.isfinite(top):
-        return [0.0]
-    raw = top / count
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
-    ticks = []
-    value = 0.0
-    while value <= top + 1e-9:
-        ticks.append(round(value, 10))
-        value += step
-    return ticks
-
-
-def thin(points: Sequence[tuple[float, float]], buckets: int) -> list[tuple[float, float]]:
-    """Reduce to at most ~2*buckets points, keeping each bucket's first and max point.
-
-    The chart is at most a few hundred cells wide; plotting 3600 points costs CPU for nothing,
-    while dropping a bucket's maximum would hide a peak.
-    """
-    if len(points) <= 2 * buckets or buckets < 1:
-        return list(points)
-    t0, t1 = points[0][0], points[-1][0]
-    span = (t1 - t0) or 1.0
-    out: list[tuple[float, float]] = []
-    current = -1
-    first: tuple[float, float] | None = None
-    peak: tuple[float, float] | None = None
-    for p in points:
-        b = min(int((p[0] - t0) / span * buckets), buckets - 1)
-        if b != current:
-            if first is not None and peak is not None:
-                out.append(first)
-                if peak is not first:
-                    out.append(peak)
-            current, first, peak = b, p, p
-        elif peak is None or p[1] > peak[1]:
-            peak = p
-    if first is not None and peak is not None:
-        out.append(first)
-        if peak is not first:
-            out.append(peak)
-    out.sort()
-    return out
-
-
-def _dots(xs: Sequence[float], ys: Sequence[float], x_lo: float, x_dot: float, y_dot: float) -> tuple:
-    """A polyline in dot coordinates with repeated dots and inner points of flat runs dropped
-    (a flat curve keeps its two ends), so a curve that only moved in time compares equal."""
-    out: list[tuple[int, int]] = []
-    for x, y in zip(xs, ys):
-        dot = (round((x - x_lo) / x_dot), round(y / y_dot))
-        if out and out[-1] == dot:
-            continue
-        if len(out) >= 2 and out[-1][1] == dot[1] == out[-2][1]:
-            out[-1] = dot  # extend the flat run
-            continue
-        out.append(dot)
-    return tuple(out)
-
-
-ENVELOPE_MARKER = "hd"  # block quadrants: unlike the samples' braille dots
-
-
-def envelope(peaks: Sequence[PhasePeak], lo: float, hi: float, buckets: int) -> list[tuple[Phase, list[tuple[float, float]]]]:
-    """The step-shaped envelope of per-phase high-water marks between epoch seconds ``lo`` and
-    ``hi``: runs of ``(phase, [(time, bytes), ...])``, each run's points joined by lines.
-
-    Each peak is a flat segment from its start to its end; a run starts with a vertical
-    step from the previous segment's height, so the runs together draw one staircase. When
-    more peaks are visible than ``buckets`` (about the plot's width), each bucket keeps its
-    highest peak (and its phase), so no maximum is dropped. Raises nothing; empty input gives [].
-    """
-    visible = sorted((p for p in peaks if p.end >= lo and p.start <= hi), key=lambda p: (p.start, p.end))
-    if not visible:
-        return []
-    segments: list[tuple[Phase, float, float, int]] = [(p.phase, max(p.start, lo), min(p.end, hi), p.peak_bytes)
-                                                       for p in visible]
-    if len(segments) > buckets > 0:
-        span = (hi - lo) or 1.0
-        merged: dict[int, tuple[Phase, float, float, int]] = {}
-        for phase, start, end, value in segments:
-            b = min(int((start - lo) / span * buckets), buckets - 1)
-            old = merged.get(b)
-            if old is None:
-                merged[b] = (phase, start, end, value)
-            else:  # widen to the bucket's extent, keep the highest peak's phase and value
-                top = (phase, value) if value > old[3] else (old[0], old[3])
-                merged[b] = (top[0], min(old[1], start), max(old[2], end), top[1])
-        segments = [merged[b] for b in sorted(merged)]
-    runs: list[tuple[Phase, list[tuple[float, float]]]] = []
-    previous: float | None = None
-    for phase, start, end, value in segments:
-        if runs and runs[-1][0] is phase and runs[-1][1][-1][0] >= start - 1e-9:
-            points = runs[-1][1]
-        else:
-            points = []
-            runs.append((phase, points))
-            if previous is not None:
-                points.append((start, previous))  # the vertical step up or down
-        points.append((start, value))
-        points.append((end, value))
-        previous = value
-    return runs
 
 
 def _terminal_colours(value: str | None) -> bool:
@@ -334,33 +222,6 @@ def _centre(text: str, width: int) -> str:
     text = text[:width]
     left = (width - len(text)) // 2
     return " " * left + text + " " * (width - len(text) - left)
-
-
-def _axis_ops(title: str, unit: str, x_lo: float, x_hi: float, top: float) -> list[tuple[str, tuple, dict]]:
-    """The plot commands for the title, the axis labels, limits and ticks (``top`` in ``unit``)."""
-    ops: list[tuple[str, tuple, dict]] = []
-    ops.append(("title", (title,), {}))
-    ops.append(("xlabel", ("time (s, 0 = latest sample)",), {}))
-    ops.append(("ylabel", (f"memory ({unit})",), {}))
-    ops.append(("xlim", (x_lo, x_hi), {}))
-    xticks = sorted(-t + 0.0 for t in nice_ticks(-x_lo))  # + 0.0 turns -0.0 into 0.0
-    ops.append(("xticks", (xticks, [f"{t:g}" for t in xticks]), {}))
-    ticks = nice_ticks(top)
-    ops.append(("ylim", (0, top), {}))
-    ops.append(("yticks", (ticks, [f"{t:g}" for t in ticks]), {}))
-    return ops
-
-
-def _plot_key(ops: Sequence[tuple[str, tuple, dict]], curve_keys: list[tuple], x_lo: float, x_dot: float,
-              y_dot: float) -> tuple:
-    """``curve_keys`` and everything ``ops`` draw, with positions in dots (x relative to the
-    left edge): equal keys draw the same plot."""
-    for name, args, kwargs in ops:
-        if name == "plot":
-            curve_keys.append((_dots(args[0], args[1], x_lo, x_dot, y_dot), tuple(sorted(kwargs.items()))))
-        elif name not in ("vline", "xlim", "ylim"):
-            curve_keys.append((name, repr(args)))
-    return tuple(curve_keys)
 
 
 def _read_ops(ops: Sequence[tuple[str, tuple, dict]]) -> tuple[dict[str, tuple], list, list]:
@@ -559,7 +420,7 @@ class MemoryChart(Vertical):
 
     def set_phase_peaks(self, peaks: Sequence[PhasePeak]) -> None:
         """Per-phase high-water marks of the charted process (any order); drawn as the
-        envelope (see :func:`envelope`)."""
+        envelope (see :func:`gpumem_tui.ui.chart_scale.envelope`)."""
         self.phase_peaks = list(peaks)
 
     def envelope_peak(self) -> int | None:
@@ -636,6 +497,9 @@ class MemoryChart(Vertical):
             self._draw(plot, ops, key)
             self._set_legend(legend, legend_text)
             return
+        # The scale's functions come with the first samples: the first frame goes without them.
+        from gpumem_tui.ui.chart_scale import ENVELOPE_MARKER, axis_ops, choose_unit, plot_key, thin
+
         bands = self.bands if self.show_bands else []
         span, runs, peak, total_on_scale = self._fit_scale(curves, bands, now, width)
         total = self.total_bytes
@@ -673,9 +537,9 @@ class MemoryChart(Vertical):
             ops.append(("plot", ([t - now for t, _ in points], [v / factor for _, v in points]),
                         {"color": self._rgb(var), "marker": ENVELOPE_MARKER}))
         self._legend_guides(legend_text, theme, bool(runs), total, total_on_scale, bands, bool(marks))
-        ops.extend(_axis_ops(self.title, unit, x_lo, x_hi, top))
+        ops.extend(axis_ops(self.title, unit, x_lo, x_hi, top))
         # The key: everything drawn, with positions in dots (x relative to the left edge).
-        key = (_plot_key(ops, curve_keys, x_lo, x_dot, y_dot), round(x_lo / x_dot), round(top / y_dot), plot.size,
+        key = (plot_key(ops, curve_keys, x_lo, x_dot, y_dot), round(x_lo / x_dot), round(top / y_dot), plot.size,
                self.app.theme)
         self._draw(plot, ops, key)
         self._set_legend(legend, legend_text)
@@ -687,6 +551,8 @@ class MemoryChart(Vertical):
         data_peak = max(max(v for _, v in c.points) for c in curves)
         oldest = min(c.points[0][0] for c in curves)
         span = min(self.window, max(now - oldest, min(self.window, 30.0)))
+        from gpumem_tui.ui.chart_scale import envelope
+
         runs = envelope(self.phase_peaks, now - span, now, width) if self.phase_peaks else []
         self.envelope_runs = runs
         if runs:
