@@ -22,10 +22,9 @@ predicted vs measured peak (gpumem_tui.ui.job_rows). A process of no job is draw
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from itertools import repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rich.text import Text
 from textual import events
@@ -33,15 +32,17 @@ from textual.binding import Binding
 
 if TYPE_CHECKING:  # annotations only: the jobs come from the poll (JobTracker, loaded on use)
     from gpumem_tui.analysis.jobs import Job
+    from gpumem_tui.ui.job_rows import JobRow  # its module comes with the first rows
 from gpumem_tui.telemetry.model import ProcessSample
 from gpumem_tui.ui import cells
-from gpumem_tui.ui.job_rows import JobRow, group_cells, group_key, rank_label
 from gpumem_tui.ui.line_table import LineTable
 
 
-@dataclass(frozen=True)
-class Column:
-    """A process table column: key, header, sort key (None = unknown) and cell renderer."""
+class Column(NamedTuple):
+    """A process table column: key, header, sort key (None = unknown) and cell renderer.
+
+    A NamedTuple, not a frozen dataclass: as immutable, and its class is made at import without
+    the methods a frozen dataclass compiles from source (~3 M instructions of the start-up)."""
 
     key: str
     label: str
@@ -92,19 +93,28 @@ _BY_KEY = {c.key: c for c in COLUMNS}
 _FIELDS = {c.key: c.shown_fields for c in COLUMNS}
 
 
+def _is_group(entry: object) -> bool:
+    """True for a job's group row (:class:`gpumem_tui.ui.job_rows.JobRow`): the table's entries
+    are those and ProcessSample rows, so this needs no import of job_rows, which comes with the
+    first rows (a first start compiles it then, not for the first frame)."""
+    return entry is not None and not isinstance(entry, ProcessSample)
+
+
 def row_key(p: ProcessSample) -> str:
     """Stable row identity: the same process on two GPUs is two rows."""
     return f"{p.pid}:{'-' if p.device_index is None else p.device_index}"
 
 
-@dataclass(frozen=True)
-class ProcessFilter:
-    """A parsed filter query (see the module docstring)."""
+class ProcessFilter(NamedTuple):
+    """A parsed filter query (see the module docstring).
+
+    A NamedTuple, not a frozen dataclass: as immutable, and its class is made at import without
+    the methods a frozen dataclass compiles from source (~3 M instructions of the start-up)."""
 
     users: frozenset[str] = frozenset()
     gpus: frozenset[int] = frozenset()
     words: tuple[str, ...] = ()
-    problems: tuple[str, ...] = field(default=())
+    problems: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, query: str) -> ProcessFilter:
@@ -250,14 +260,14 @@ class ProcessTable(LineTable):
     def selected_job(self) -> Job | None:
         """The job of the row under the cursor (its group row or one of its ranks), or None."""
         entry = self.entries[self.cursor_row] if self.entries else None
-        if isinstance(entry, JobRow):
+        if _is_group(entry):
             return entry.job
         return None if entry is None else self._job_of.get(entry.pid)
 
     @property
     def jobs_shown(self) -> bool:
         """True while a job's group row is listed (the footer then shows its key)."""
-        return any(isinstance(e, JobRow) for e in self.entries)
+        return any(_is_group(e) for e in self.entries)
 
     def header_label(self, column: int | str) -> str:  # type: ignore[override]
         """The header of ``column`` (a visible column's key, or a position) as drawn.
@@ -305,7 +315,7 @@ class ProcessTable(LineTable):
         """Move the cursor to the first row of ``pid`` (its job's group row while that is
         collapsed); False if it is not shown."""
         for index, entry in enumerate(self.entries):
-            if isinstance(entry, JobRow):
+            if _is_group(entry):
                 if not entry.expanded and any(p.pid == pid for p in entry.members):
                     self.move_cursor(row=index)
                     return True
@@ -320,6 +330,8 @@ class ProcessTable(LineTable):
             self.expanded.discard(job_id)
         else:
             self.expanded.add(job_id)
+        from gpumem_tui.ui.job_rows import group_key
+
         self._rebuild(group_key(job_id))
 
     def action_toggle_job(self) -> None:
@@ -330,7 +342,7 @@ class ProcessTable(LineTable):
     def action_select(self) -> None:
         """Enter: on a group row, expand or collapse it; on a process, its details."""
         entry = self.entries[self.cursor_row] if self.entries else None
-        if isinstance(entry, JobRow):
+        if _is_group(entry):
             self.toggle_job(entry.job.job_id)
         else:
             super().action_select()
@@ -338,7 +350,7 @@ class ProcessTable(LineTable):
     def on_click(self, event: events.Click) -> None:
         """A click on a group row expands or collapses it at once; elsewhere as LineTable."""
         index = self._row_at(event)
-        if index is not None and 0 <= index < len(self.entries) and isinstance(self.entries[index], JobRow):
+        if index is not None and 0 <= index < len(self.entries) and _is_group(self.entries[index]):
             event.stop()
             event.prevent_default()  # Textual would run LineTable.on_click too: a second toggle
             self.move_cursor(index)
@@ -403,7 +415,10 @@ class ProcessTable(LineTable):
         self.entries, self.shown = self._grouped(ordered)
         if keep is not None and keep not in {self._entry_key(e) for e in self.entries}:
             job = next((j for p in ordered if row_key(p) == keep and (j := self._job_of.get(p.pid))), None)
-            keep = group_key(job.job_id) if job is not None else keep  # its job is collapsed
+            if job is not None:  # its job is collapsed
+                from gpumem_tui.ui.job_rows import group_key
+
+                keep = group_key(job.job_id)
         if had_jobs != self.jobs_shown:
             self.refresh_bindings()
         cells_by_key = self._render_rows()
@@ -421,7 +436,7 @@ class ProcessTable(LineTable):
 
     @staticmethod
     def _entry_key(entry: ProcessSample | JobRow) -> str:
-        return entry.key if isinstance(entry, JobRow) else row_key(entry)
+        return entry.key if _is_group(entry) else row_key(entry)
 
     def _grouped(self, ordered: list[ProcessSample]) -> tuple[list[ProcessSample | JobRow], list[ProcessSample]]:
         """(rows in display order, processes listed): each job's group row where its first
@@ -430,6 +445,8 @@ class ProcessTable(LineTable):
         job_of = self._job_of
         if not job_of:
             return list(ordered), ordered
+        from gpumem_tui.ui.job_rows import JobRow  # with the first job: not in the first frame
+
         members: dict[str, list[ProcessSample]] = {}
         for p in ordered:
             job = job_of.get(p.pid)
@@ -473,8 +490,10 @@ class ProcessTable(LineTable):
         new_pending: dict[str, ProcessSample] = {}
         flags_shown: dict[str, tuple[str | None, str | None]] = {}
         group_cells_now: dict[str, tuple[JobRow, tuple[str, ...], list[Text]]] = {}
+        if self._job_of:  # with the first job: not in the first frame
+            from gpumem_tui.ui.job_rows import group_cells, rank_label
         for index, p in enumerate(self.entries):
-            if isinstance(p, JobRow):
+            if _is_group(p):
                 key = p.key
                 held = self._group_cells.get(key)
                 group_cells_now[key] = held if held is not None and held[:2] == (p, self.visible_columns) \
