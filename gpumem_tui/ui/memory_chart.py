@@ -7,7 +7,7 @@ label says which), against time in seconds relative to the newest sample (0 = no
 - the measured curves given to :meth:`MemoryChart.set_series` (e.g. NVML used memory of a GPU
   or process, or the probe's torch allocated / reserved bytes; the label says which figure);
 - the GPU's total memory as a horizontal line (:meth:`set_total`); when it is more than
-  TOTAL_SCALE_LIMIT times the largest curve or band value it would flatten them, so it is
+  ``chart_samples.TOTAL_SCALE_LIMIT`` times the largest curve or band value it would flatten them, so it is
   then only named in the legend (``fit_total`` forces it onto the scale);
 - the predicted bands (:meth:`set_bands`): cumulative horizontal lines (parameters;
   + gradients; + optimizer states; ...), each in its theme colour, shown or hidden with
@@ -28,7 +28,6 @@ through the running app, so a theme restyles the chart.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -47,23 +46,6 @@ from textual.widget import Widget
 
 from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak
 from gpumem_tui.ui.braille import Canvas, strip
-from gpumem_tui.support.units import format_bytes
-
-TOTAL_SCALE_LIMIT = 2.5  # the total line stays on scale while total <= 2.5 x the largest value
-
-PHASE_VARS: dict[Phase, str] = {
-    Phase.INIT: "phase-init",
-    Phase.FORWARD: "phase-forward",
-    Phase.BACKWARD: "phase-backward",
-    Phase.OPTIMIZER_STEP: "phase-optimizer-step",
-}
-PHASE_LABELS: dict[Phase, str] = {
-    Phase.INIT: "init",
-    Phase.FORWARD: "forward",
-    Phase.BACKWARD: "backward",
-    Phase.OPTIMIZER_STEP: "optimizer step",
-}
-
 
 class CurveSpec(NamedTuple):
     """One measured curve: legend label, points (epoch seconds, bytes), theme colour variable.
@@ -359,7 +341,7 @@ class MemoryChart(Vertical):
     """
 
     show_bands: reactive[bool] = reactive(True)
-    # None: the total is on the scale when it is within TOTAL_SCALE_LIMIT x the data;
+    # None: the total is on the scale when it is within chart_samples.TOTAL_SCALE_LIMIT x the data;
     # True / False: always / never (the `t` key flips whichever is shown).
     fit_total: reactive[bool | None] = reactive(None)
     window: reactive[float] = reactive(300.0)
@@ -484,8 +466,6 @@ class MemoryChart(Vertical):
             legend = self.query_one("#chart-legend", Static)
         except Exception:  # noqa: BLE001 -- not composed yet
             return
-        ops: list[tuple[str, tuple, dict]] = []
-        legend_text = Text()
         now = self.now
         lo = (now - self.window) if now is not None else 0.0
         curves = [
@@ -498,125 +478,14 @@ class MemoryChart(Vertical):
             ops = self._empty_ops()
             key: tuple = ("empty", tuple(ops), plot.size)
             self._draw(plot, ops, key)
-            self._set_legend(legend, legend_text)
+            self._set_legend(legend, Text())
             return
-        # The scale's functions come with the first samples: the first frame goes without them.
-        from gpumem_tui.ui.chart_scale import ENVELOPE_MARKER, axis_ops, choose_unit, plot_key, thin
+        # Drawn by chart_samples, imported with the first samples: the first frame goes without it.
+        from gpumem_tui.ui.chart_samples import plot_samples
 
-        bands = self.bands if self.show_bands else []
-        span, runs, peak, total_on_scale = self._fit_scale(curves, bands, now, width)
-        total = self.total_bytes
-        unit, factor = choose_unit(peak)
-        marks = self.visible_phase_marks()
-        # Until the history fills the window, span only what there is (at least 30 s, or the
-        # window when it is shorter), so a fresh start does not squeeze the curve to the right.
-        x_lo = -span
-        x_hi = 0.0
-        top = peak / factor * 1.08
-        # Resolution of the key: finer than the canvas (2 dots per cell of the whole widget).
-        x_dot = -x_lo / max(2 * plot.size.width, 1)
-        y_dot = top / max(4 * plot.size.height, 1)
-        curve_keys: list[tuple] = []
-        theme = self.app.theme_variables
-        # Bands and the total first, so the measured curves are drawn over them. The legend is
-        # drawn under the plot, not in a box that would hide the data.
-        self._plot_guides(ops, curve_keys, bands=bands, total=total if total_on_scale else None, marks=marks,
-                          now=now, factor=factor, x_lo=x_lo, x_hi=x_hi, x_dot=x_dot, width=width)
-        for index, curve in enumerate(curves):
-            pts = thin(curve.points, width)
-            phased = index == 0 and bool(marks)
-            if phased:
-                self._plot_by_phase(ops, pts, now, factor)
-            else:
-                xs = [t - now for t, _ in pts]
-                ys = [v / factor for _, v in pts]
-                ops.append(("plot", (xs, ys), {"color": self._rgb(curve.color_var), "marker": "braille"}))
-            style = theme.get(curve.color_var, "") if not phased else theme.get("phase-forward", "")
-            legend_text.append("⣿⣿ ", style=style)
-            suffix = (" samples (coloured by phase)" if runs else " (coloured by phase)") if phased else ""
-            legend_text.append(curve.label + suffix + "  ")
-        for phase, points in runs:
-            var = PHASE_VARS.get(phase, "curve-measured")
-            ops.append(("plot", ([t - now for t, _ in points], [v / factor for _, v in points]),
-                        {"color": self._rgb(var), "marker": ENVELOPE_MARKER}))
-        self._legend_guides(legend_text, theme, bool(runs), total, total_on_scale, bands, bool(marks))
-        ops.extend(axis_ops(self.title, unit, x_lo, x_hi, top))
-        # The key: everything drawn, with positions in dots (x relative to the left edge).
-        key = (plot_key(ops, curve_keys, x_lo, x_dot, y_dot), round(x_lo / x_dot), round(top / y_dot), plot.size,
-               self.app.theme)
+        ops, legend_text, key = plot_samples(self, plot, curves, now, width)
         self._draw(plot, ops, key)
         self._set_legend(legend, legend_text)
-
-    def _fit_scale(self, curves: list[CurveSpec], bands: Sequence[Band], now: float,
-                   width: int) -> tuple[float, list, float, bool]:
-        """(seconds spanned, envelope runs, the largest value to show, whether the total line is
-        on the scale); sets ``envelope_runs`` and ``total_on_scale``."""
-        data_peak = max(max(v for _, v in c.points) for c in curves)
-        oldest = min(c.points[0][0] for c in curves)
-        span = min(self.window, max(now - oldest, min(self.window, 30.0)))
-        from gpumem_tui.ui.chart_scale import envelope
-
-        runs = envelope(self.phase_peaks, now - span, now, width) if self.phase_peaks else []
-        self.envelope_runs = runs
-        if runs:
-            data_peak = max(data_peak, max(v for _, points in runs for _, v in points))
-        if bands:
-            data_peak = max(data_peak, max(b[1] for b in bands))
-        total = self.total_bytes
-        # A 40 GiB total line would flatten a 2 GiB process curve to the axis: the total stays
-        # on the plot only when it is within TOTAL_SCALE_LIMIT x the data (or `fit_total`).
-        if self.fit_total is None:
-            total_on_scale = bool(total) and total <= TOTAL_SCALE_LIMIT * max(data_peak, 1)
-        else:
-            total_on_scale = bool(total) and self.fit_total
-        self.total_on_scale = total_on_scale
-        peak = max(data_peak, total) if total_on_scale and total else data_peak
-        return span, runs, peak, total_on_scale
-
-    def _plot_guides(self, ops: list, curve_keys: list, *, bands: Sequence[Band], total: int | None,
-                     marks: list[PhaseMark], now: float, factor: int, x_lo: float, x_hi: float, x_dot: float,
-                     width: int) -> None:
-        """The plot commands of the bands, the total (None: not on the scale) and, when few, a
-        vertical line per phase start (their keys go into ``curve_keys``); values are divided
-        by the unit's ``factor``, times are relative to ``now``, ``x_dot`` seconds per dot."""
-        for label, value, var in bands:
-            ops.append(("plot", ([x_lo, x_hi], [value / factor] * 2), {"color": self._rgb(var), "marker": "braille"}))
-        if total:
-            ops.append(("plot", ([x_lo, x_hi], [total / factor] * 2), {"color": self._rgb("line-total"), "marker": "━"}))
-        if marks and len(marks) <= width // 8:
-            for m in marks:
-                var = PHASE_VARS.get(m.phase)
-                if var:
-                    ops.append(("vline", (m.time - now,), {"color": self._rgb(var)}))
-                    curve_keys.append(("vline", round((m.time - now) / x_dot)))
-
-    def _legend_guides(self, legend_text: Text, theme: dict[str, str], runs: bool, total: int | None,
-                       total_on_scale: bool, bands: Sequence[Band], marks: bool) -> None:
-        """The legend after the curves': the phase envelope, the total, the bands, the phases."""
-        if runs:
-            legend_text.append("▀▀ ", style=theme.get("phase-backward", ""))
-            legend_text.append("peak of each phase (probe high-water mark)  ")
-        if total:
-            legend_text.append("━━ ", style=theme.get("line-total", ""))
-            legend_text.append(f"{self.total_label} {format_bytes(total)}")
-            if total_on_scale:
-                legend_text.append("  ")
-            elif self.fit_total is None:
-                legend_text.append(" (above the plot; t scales to it)  ")
-            else:
-                legend_text.append(" (off the scale; t scales to it)  ")
-        if bands:
-            legend_text.append(f"\npredicted, {self.bands_note}: " if self.bands_note else "\npredicted: ")
-        elif self.bands_note and self.show_bands:
-            legend_text.append(f"\npredicted: {self.bands_note}", style="italic")
-        for label, value, var in bands:
-            legend_text.append("── ", style=theme.get(var, ""))
-            legend_text.append(f"{label} {format_bytes(value)}  ")
-        if marks:
-            legend_text.append("\nphases: ")
-            for phase, var in PHASE_VARS.items():
-                legend_text.append("━━ ", style=theme.get(var, ""))
-                legend_text.append(f"{PHASE_LABELS[phase]}  ")
 
     def _draw(self, plot: MemoryPlot, ops: list[tuple[str, tuple, dict]], key: tuple) -> None:
         """Hand the plot commands to the plot, unless ``key`` equals the last one drawn."""
@@ -638,24 +507,6 @@ class MemoryChart(Vertical):
         if legend.styles.height is None or legend.styles.height.value != lines:
             legend.styles.height = lines
         legend.update(text, layout=False)
-
-    def _plot_by_phase(self, ops: list, pts, now, factor) -> None:  # noqa: ANN001
-        """Plot one curve in segments coloured by the phase each sample fell in."""
-        times = [m.time for m in self.phase_marks]
-        segments: list[tuple[str, list[tuple[float, float]]]] = []
-        for t, v in pts:
-            i = bisect_right(times, t) - 1
-            phase = self.phase_marks[i].phase if i >= 0 else None
-            var = PHASE_VARS.get(phase, "curve-measured") if phase is not None else "curve-measured"
-            if segments and segments[-1][0] == var:
-                segments[-1][1].append((t, v))
-            else:
-                if segments:
-                    segments[-1][1].append((t, v))  # join segments without a gap
-                segments.append((var, [(t, v)]))
-        for var, seg in segments:
-            ops.append(("plot", ([t - now for t, _ in seg], [v / factor for _, v in seg]),
-                        {"color": self._rgb(var), "marker": "braille"}))
 
     def on_resize(self) -> None:
         self.replot()
