@@ -34,6 +34,13 @@ NOT_AT_START_UP = (
     "gpumem_tui.telemetry.launch",  # via analysis.jobs; telemetry.model names it in annotations only
     "gpumem_tui.telemetry.measured_record",  # a probed PID's record: made at its first sample
     "gpumem_tui.telemetry.step_peaks",  # via measured_record
+    "gpumem_tui.ui.config",  # the config file's parser: the themes need only ui.config_dir
+    "gpumem_tui.telemetry.probed_state",  # the app's probed state: made at the first snapshot
+    "gpumem_tui.telemetry.measured_context",  # via probed_state
+    "gpumem_tui.ui.history",  # the curves' store: made at the first snapshot
+    "gpumem_tui.ui.job_rows",  # a job's group row: with the first job
+    "gpumem_tui.ui.chart_scale",  # the chart's scale: with the first samples
+    "gpumem_tui.ui.chart_samples",  # the chart's drawing with samples
 )
 
 
@@ -232,3 +239,61 @@ async def test_the_filter_box_mounts_on_first_use_in_its_place():
         assert ids == ["processes", "table-empty", "filter", "chart"]
         await pilot.press(*"user1", "escape")
         assert app.filter_box.value == "" and not app.filter_box.display
+
+
+@pytest.mark.asyncio
+async def test_a_resize_to_the_laid_out_size_costs_no_layout_and_a_real_one_lays_out(monkeypatch):
+    """Textual forwards the start-up Resize and the driver's, both of the size the screen is
+    laid out at: the dashboard's screen skips their layouts; a change of size still lays the
+    widgets out at the new size."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from textual.geometry import Size
+    from textual.screen import Screen
+    from ui_fakes import FakeSource
+
+    from gpumem_tui.ui.app import GpuMemApp
+
+    layouts = []
+    original = Screen._refresh_layout
+
+    def counting_layout(screen, size=None, scroll=False):
+        layouts.append(size)
+        return original(screen, size, scroll)
+
+    monkeypatch.setattr(Screen, "_refresh_layout", counting_layout)
+    app = GpuMemApp(FakeSource(steps=1), interval=0.05, side_pane=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        screen = app.screen
+        layouts.clear()
+        screen._screen_resized(Size(120, 40))
+        assert layouts == []
+        await pilot.resize_terminal(100, 30)
+        await pilot.pause()
+        assert Size(100, 30) in layouts
+        assert screen.size == Size(100, 30) and app.chart.size.width == 100
+
+
+def test_imports_out_of_the_collector_pause_it_then_freeze_what_they_made():
+    """Inside: no automatic collection; after: what exists is in the permanent generation
+    (gc.freeze) and collection is back as it was (a collector turned off stays off)."""
+    from gpumem_tui.support.import_gc import ImportsOutOfCollector
+
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        frozen = gc.get_freeze_count()
+        with ImportsOutOfCollector():
+            assert not gc.isenabled()
+            made = [[] for _ in range(100)]  # tracked containers created inside
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= frozen + len(made)
+        gc.disable()
+        with ImportsOutOfCollector():
+            pass
+        assert not gc.isenabled()
+        with pytest.raises(ImportError):
+            with ImportsOutOfCollector():
+                raise ImportError("a failed import inside")
+    finally:
+        (gc.enable if was else gc.disable)()
