@@ -41,6 +41,7 @@ NOT_AT_START_UP = (
     "gpumem_tui.ui.job_rows",  # a job's group row: with the first job
     "gpumem_tui.ui.chart_scale",  # the chart's scale: with the first samples
     "gpumem_tui.ui.chart_samples",  # the chart's drawing with samples
+    "gpumem_tui.ui.poll_record",  # a snapshot taken into the stores: with the first snapshot
 )
 
 

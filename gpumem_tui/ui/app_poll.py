@@ -2,8 +2,8 @@
 
 Each :class:`~gpumem_tui.telemetry.model.Snapshot` the poller posts goes through
 :meth:`DashboardPoll.apply_snapshot`: its figures go into the history (the chart's curves), the
-probes' samples, phase marks and high-water marks into their per-PID stores (bounded), the
-launches into jobs; then the GPU panel, the process table (with the filter), the status line,
+probes' samples, phase marks and high-water marks into their per-PID stores (bounded; both
+by :mod:`gpumem_tui.ui.poll_record`, imported with the first snapshot), the launches into jobs; then the GPU panel, the process table (with the filter), the status line,
 the chart (:mod:`gpumem_tui.ui.app_chart`), the side pane and the alerts are brought up to date.
 """
 
@@ -30,9 +30,6 @@ from gpumem_tui.ui.process_table import row_key
 if TYPE_CHECKING:  # made at the first snapshot (DashboardPoll.probed, .history): not in the first frame
     from gpumem_tui.telemetry.probed_state import ProbedProcesses
     from gpumem_tui.ui.history import HistoryStore
-
-MAX_MARKS_PER_PID = 4096
-MAX_MARK_PIDS = 64
 
 
 class DashboardPoll:
@@ -112,7 +109,10 @@ class DashboardPoll:
         self._previous_snapshot_time = self.snapshot.time if self.snapshot is not None else None
         self.snapshot = snap
         self.poll_error = None
-        self._record(snap)
+        # The stores' bookkeeping comes with the first snapshot: the first frame goes without it.
+        from gpumem_tui.ui.poll_record import record_snapshot
+
+        record_snapshot(self, snap)
         for notice in snap.notices:
             self._show_notice(printable(notice, 1024))
         devices = self.device_panel
@@ -197,93 +197,6 @@ class DashboardPoll:
         self._position_notice = Notification(text, timeout=8, markup=False)
         self.post_message(Notify(self._position_notice))
 
-    def _record(self, snap: Snapshot) -> None:
-        t = snap.time
-        for dev in snap.devices:
-            self.history.add(("gpu", dev.index), t, dev.memory_used_bytes)
-        per_pid: dict[int, int] = {}
-        processes = snap.processes
-        if len(processes) > self.history.max_series // 2:
-            # Thousands of processes: keep curves only for the rows the table shows (what can
-            # be selected) and the charted one, not a series created and evicted per process.
-            wanted = {p.pid for p in self.table.shown}
-            wanted.add(self.chart_pid())
-            processes = tuple(p for p in processes if p.pid in wanted)
-        for p in processes:
-            if p.used_memory_bytes is not None:
-                per_pid[p.pid] = per_pid.get(p.pid, 0) + p.used_memory_bytes
-            if p.start_time is not None:
-                previous = self._proc_start.get(p.pid)
-                if previous is not None and abs(previous - p.start_time) > 1.0:
-                    # the PID now names another process: its curve and estimate start afresh
-                    self.history.drop(("proc", p.pid))
-                    self.process_estimates.clear_user(p.pid)
-                self._proc_start[p.pid] = p.start_time
-        if len(self._proc_start) > 4096:  # churn: keep only the PIDs listed now
-            current = {p.pid for p in snap.processes}
-            self._proc_start = {pid: st for pid, st in self._proc_start.items() if pid in current}
-        for pid, used in per_pid.items():
-            self.history.add(("proc", pid), t, used)
-        for probe in snap.probes:
-            self._record_probe(probe)
-        if self._feeds_probed:
-            self.probed.add_snapshot(snap)
-        self.probe_infos = self.probed.infos()
-        self.process_estimates.keep_probes(self.probe_infos)  # after a seek back: those seen so far
-        gpu_of = {p.pid: p.device_index for p in snap.processes if p.device_index is not None}
-        for pid, info in self.probe_infos.items():  # the device may be known only after the info
-            self.process_estimates.update_probe(info, self.probed.device(pid), self.probed.context(pid))
-            probed = self.process_estimates.probe_estimate(pid)
-            measured = getattr(probed.spec, "measured_context", None) if probed is not None else None
-            if measured is not None and gpu_of.get(pid) is not None:
-                self.gpu_contexts[gpu_of[pid]] = measured
-        if snap.phase_peaks:
-            self._record_phase_peaks(snap.phase_peaks)
-        for mark in snap.phase_marks:
-            key = (mark.time, mark.phase.value, mark.step)
-            seen = self._mark_keys.setdefault(mark.pid, set())
-            if key in seen:
-                continue
-            marks = self.phase_marks.get(mark.pid)
-            if marks is None:
-                marks = self.phase_marks[mark.pid] = deque(maxlen=MAX_MARKS_PER_PID)
-                while len(self.phase_marks) > MAX_MARK_PIDS:
-                    old, _ = self.phase_marks.popitem(last=False)
-                    self._mark_keys.pop(old, None)
-            if len(marks) == marks.maxlen:
-                seen.discard((marks[0].time, marks[0].phase.value, marks[0].step))
-            marks.append(mark)
-            seen.add(key)
-
-    def _record_phase_peaks(self, peaks: Sequence[PhasePeak]) -> None:
-        """Keep the probe's high-water marks per PID, and flag a PID whose per-step peak rises
-        steadily (gpumem_tui.telemetry.step_peaks) in its table row. Its forecast is kept in
-        ``outlooks``: the alerts read it there (computed once per poll)."""
-        from gpumem_tui.analysis.forecast import forecast
-        from gpumem_tui.telemetry.step_peaks import step_peaks
-
-        touched = set()
-        for peak in peaks:
-            kept = self.phase_peaks.get(peak.pid)
-            if kept is None:
-                kept = self.phase_peaks[peak.pid] = deque(maxlen=MAX_MARKS_PER_PID)
-                while len(self.phase_peaks) > MAX_MARK_PIDS:
-                    old, _ = self.phase_peaks.popitem(last=False)
-                    self.table.flags.pop(old, None)
-                    self.outlooks.pop(old, None)
-            kept.append(peak)
-            touched.add(peak.pid)
-        flags = self.table.flags
-        for pid in touched:
-            # the GPU's free memory (+ the process's own) is the limit (gpumem_tui.analysis.forecast)
-            outlook = self.outlooks[pid] = forecast(step_peaks(self.phase_peaks[pid]), self.live_limit(pid))
-            if outlook.drift is None:
-                flags.pop(pid, None)
-            else:
-                when = outlook.short()
-                flags[pid] = "leak? " + outlook.drift.text().replace(" per step", "/step") + (
-                    f", {when}" if when else "")
-
     def live_limit(self, pid: int | None) -> int | None:
         """What ``pid``'s torch allocated may reach on its GPU now (bytes;
         :func:`gpumem_tui.analysis.forecast.snapshot_limit` of the latest poll), or None."""
@@ -299,18 +212,6 @@ class DashboardPoll:
 
             self._process_estimates = ProcessEstimates()
         return self._process_estimates
-
-    def _record_probe(self, probe: ProbeSample) -> None:
-        self.probe_devices[probe.pid] = probe.device
-        samples = self.probe_samples.get(probe.pid)
-        if samples is None:
-            samples = self.probe_samples[probe.pid] = deque(maxlen=MAX_MARKS_PER_PID)
-            while len(self.probe_samples) > MAX_MARK_PIDS:
-                self.probe_samples.popitem(last=False)
-        if not samples or probe.time > samples[-1].time:
-            samples.append(probe)
-        self.history.add(("probe", probe.pid, "allocated"), probe.time, probe.allocated_bytes)
-        self.history.add(("probe", probe.pid, "reserved"), probe.time, probe.reserved_bytes)
 
     # ---- filter: the chart and the pane follow what the table lists ---------------------
     @property

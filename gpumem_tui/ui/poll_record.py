@@ -1,0 +1,125 @@
+"""Taking one snapshot into the dashboard's stores (:meth:`gpumem_tui.ui.app_poll.DashboardPoll.
+apply_snapshot`): the measured curves (history), each probed process's samples, phase marks and
+per-phase high-water marks (bounded per PID and in PIDs), the start times that tell a reused PID,
+the probed processes' state and their estimates.
+
+A module of its own so that the dashboard's first frame, drawn before any snapshot, does not
+compile it on a first start (benchmarks/first_frame.py). Every function takes the app
+(``GpuMemApp``) whose stores it updates.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from gpumem_tui.telemetry.model import PhasePeak, ProbeSample, Snapshot
+
+MAX_MARKS_PER_PID = 4096
+MAX_MARK_PIDS = 64
+
+
+def record_snapshot(app: Any, snap: Snapshot) -> None:
+    """Take ``snap``'s figures into ``app``'s stores: the GPUs' and processes' NVML used memory
+    into the history (a process on several GPUs summed; with thousands of processes only the
+    listed and charted ones), the probes' samples, the probed state and estimates, the phase
+    marks (each once) and the phase peaks."""
+    t = snap.time
+    for dev in snap.devices:
+        app.history.add(("gpu", dev.index), t, dev.memory_used_bytes)
+    per_pid: dict[int, int] = {}
+    processes = snap.processes
+    if len(processes) > app.history.max_series // 2:
+        # Thousands of processes: keep curves only for the rows the table shows (what can
+        # be selected) and the charted one, not a series created and evicted per process.
+        wanted = {p.pid for p in app.table.shown}
+        wanted.add(app.chart_pid())
+        processes = tuple(p for p in processes if p.pid in wanted)
+    for p in processes:
+        if p.used_memory_bytes is not None:
+            per_pid[p.pid] = per_pid.get(p.pid, 0) + p.used_memory_bytes
+        if p.start_time is not None:
+            previous = app._proc_start.get(p.pid)
+            if previous is not None and abs(previous - p.start_time) > 1.0:
+                # the PID now names another process: its curve and estimate start afresh
+                app.history.drop(("proc", p.pid))
+                app.process_estimates.clear_user(p.pid)
+            app._proc_start[p.pid] = p.start_time
+    if len(app._proc_start) > 4096:  # churn: keep only the PIDs listed now
+        current = {p.pid for p in snap.processes}
+        app._proc_start = {pid: st for pid, st in app._proc_start.items() if pid in current}
+    for pid, used in per_pid.items():
+        app.history.add(("proc", pid), t, used)
+    for probe in snap.probes:
+        _record_probe(app, probe)
+    if app._feeds_probed:
+        app.probed.add_snapshot(snap)
+    app.probe_infos = app.probed.infos()
+    app.process_estimates.keep_probes(app.probe_infos)  # after a seek back: those seen so far
+    gpu_of = {p.pid: p.device_index for p in snap.processes if p.device_index is not None}
+    for pid, info in app.probe_infos.items():  # the device may be known only after the info
+        app.process_estimates.update_probe(info, app.probed.device(pid), app.probed.context(pid))
+        probed = app.process_estimates.probe_estimate(pid)
+        measured = getattr(probed.spec, "measured_context", None) if probed is not None else None
+        if measured is not None and gpu_of.get(pid) is not None:
+            app.gpu_contexts[gpu_of[pid]] = measured
+    if snap.phase_peaks:
+        _record_phase_peaks(app, snap.phase_peaks)
+    for mark in snap.phase_marks:
+        key = (mark.time, mark.phase.value, mark.step)
+        seen = app._mark_keys.setdefault(mark.pid, set())
+        if key in seen:
+            continue
+        marks = app.phase_marks.get(mark.pid)
+        if marks is None:
+            marks = app.phase_marks[mark.pid] = deque(maxlen=MAX_MARKS_PER_PID)
+            while len(app.phase_marks) > MAX_MARK_PIDS:
+                old, _ = app.phase_marks.popitem(last=False)
+                app._mark_keys.pop(old, None)
+        if len(marks) == marks.maxlen:
+            seen.discard((marks[0].time, marks[0].phase.value, marks[0].step))
+        marks.append(mark)
+        seen.add(key)
+
+def _record_phase_peaks(app: Any, peaks: Sequence[PhasePeak]) -> None:
+    """Keep the probe's high-water marks per PID, and flag a PID whose per-step peak rises
+    steadily (gpumem_tui.telemetry.step_peaks) in its table row. Its forecast is kept in
+    ``outlooks``: the alerts read it there (computed once per poll)."""
+    from gpumem_tui.analysis.forecast import forecast
+    from gpumem_tui.telemetry.step_peaks import step_peaks
+
+    touched = set()
+    for peak in peaks:
+        kept = app.phase_peaks.get(peak.pid)
+        if kept is None:
+            kept = app.phase_peaks[peak.pid] = deque(maxlen=MAX_MARKS_PER_PID)
+            while len(app.phase_peaks) > MAX_MARK_PIDS:
+                old, _ = app.phase_peaks.popitem(last=False)
+                app.table.flags.pop(old, None)
+                app.outlooks.pop(old, None)
+        kept.append(peak)
+        touched.add(peak.pid)
+    flags = app.table.flags
+    for pid in touched:
+        # the GPU's free memory (+ the process's own) is the limit (gpumem_tui.analysis.forecast)
+        outlook = app.outlooks[pid] = forecast(step_peaks(app.phase_peaks[pid]), app.live_limit(pid))
+        if outlook.drift is None:
+            flags.pop(pid, None)
+        else:
+            when = outlook.short()
+            flags[pid] = "leak? " + outlook.drift.text().replace(" per step", "/step") + (
+                f", {when}" if when else "")
+
+
+def _record_probe(app: Any, probe: ProbeSample) -> None:
+    app.probe_devices[probe.pid] = probe.device
+    samples = app.probe_samples.get(probe.pid)
+    if samples is None:
+        samples = app.probe_samples[probe.pid] = deque(maxlen=MAX_MARKS_PER_PID)
+        while len(app.probe_samples) > MAX_MARK_PIDS:
+            app.probe_samples.popitem(last=False)
+    if not samples or probe.time > samples[-1].time:
+        samples.append(probe)
+    app.history.add(("probe", probe.pid, "allocated"), probe.time, probe.allocated_bytes)
+    app.history.add(("probe", probe.pid, "reserved"), probe.time, probe.reserved_bytes)
