@@ -68,12 +68,12 @@ async def test_a_new_curve_repaints_only_its_rows_and_shows_the_new_drawing():
 
 
 def test_a_row_measured_as_one_string_equals_strips_own_measure():
-    """braille.strip measures the row once; it must cut and pad exactly as Strip does."""
+    """memory_chart.strip measures the row once; it must cut and pad exactly as Strip does."""
     from rich.segment import Segment
     from rich.style import Style
     from textual.strip import Strip
 
-    from gpumem_tui.ui.braille import strip
+    from gpumem_tui.ui.memory_chart import strip
 
     base = Style(bgcolor="black")
     red = Style(color="red")

@@ -3,7 +3,8 @@
 Drawing the memory chart ourselves instead of through plotext: plotext rebuilds its whole
 canvas, axes and ANSI output in Python on every change (~15-30 ms a frame), which at one
 frame a second was a large part of the dashboard's idle CPU. This canvas only sets dots in
-a bytearray and turns rows into Textual ``Strip`` objects (Rich segments) directly.
+a bytearray and turns rows into Rich segments directly (made into Textual ``Strip`` objects
+by :func:`gpumem_tui.ui.memory_chart.strip`).
 
 Coordinates: a plot area of ``width`` x ``height`` character cells has ``2 * width`` x
 ``4 * height`` braille dots (Unicode "Braille Patterns" block, U+2800 + one bit per dot: dots
@@ -17,10 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
-from textual.strip import Strip
 
 # Braille bit of dot (column 0-1, row 0-3) inside a cell (Unicode: dots 1,2,3,7 left; 4,5,6,8 right).
 _BRAILLE_BITS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))
@@ -154,15 +153,4 @@ class Canvas:
         return out
 
 
-def strip(segments: list[Segment], width: int, base: Style | None) -> Strip:
-    """A Strip of exactly ``width`` cells from ``segments`` (cut or padded in ``base``).
-
-    The row is measured once, as one string (``rich.cells.cell_len``), not segment by
-    segment as Strip would: a plot row has a segment per colour run, and measuring them was a
-    third of drawing the plot."""
-    length = cell_len("".join(segment.text for segment in segments))
-    line = Strip(segments, length)
-    return line if length == width else line.adjust_cell_length(width, base)
-
-
-__all__ = ["Canvas", "strip"]
+__all__ = ["Canvas"]

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.color import Color, ColorParseError
@@ -45,7 +46,9 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak
-from gpumem_tui.ui.braille import Canvas, strip
+
+if TYPE_CHECKING:  # imported by render_plot once there is something to draw: not in the first frame
+    from gpumem_tui.ui.braille import Canvas
 
 class CurveSpec(NamedTuple):
     """One measured curve: legend label, points (epoch seconds, bytes), theme colour variable.
@@ -266,6 +269,17 @@ def _x_tick_labels(tick_cols: dict[int, str], plot_w: int) -> str:
     return "".join(labels)
 
 
+def strip(segments: list[Segment], width: int, base: Style | None) -> Strip:
+    """A Strip of exactly ``width`` cells from ``segments`` (cut or padded in ``base``).
+
+    The row is measured once, as one string (``rich.cells.cell_len``), not segment by
+    segment as Strip would: a plot row has a segment per colour run, and measuring them was a
+    third of drawing the plot."""
+    length = cell_len("".join(segment.text for segment in segments))
+    line = Strip(segments, length)
+    return line if length == width else line.adjust_cell_length(width, base)
+
+
 def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int, base: Style) -> list[Strip]:
     """The plot commands (see :class:`MemoryPlot`) as ``height`` strips of ``width`` cells."""
     width, height = max(int(width), 1), max(int(height), 1)
@@ -286,7 +300,10 @@ def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int,
     margin = max([len(str(label)) for label in ylabels] + [1])
     plot_w = max(width - margin - 2, 1)
     plot_h = max(height - (3 if compact else 5), 1)
-    canvas = Canvas(plot_w, plot_h)
+    # The empty chart (the first frame's) sets no dot: its rows are blank without a canvas, and
+    # the braille canvas's module is compiled only once there is something to draw.
+    canvas: Canvas | None = None
+    blank = [Segment(" " * plot_w, base)]  # an empty canvas row, as Canvas.row_segments gives it
 
     def bounded(value: float) -> float:  # absurd inputs land far off the canvas, never inf/nan
         return 0.0 if value != value else max(-1e9, min(1e9, value))
@@ -297,7 +314,11 @@ def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int,
     def dot_y(y: float, cells: int) -> float:
         return bounded((1.0 - (y - ylo) / (yhi - ylo)) * (cells - 1))
 
-    _draw_on_canvas(canvas, curves, vlines, dot_x, dot_y, plot_w, plot_h)
+    if curves or vlines:
+        from gpumem_tui.ui.braille import Canvas
+
+        canvas = Canvas(plot_w, plot_h)
+        _draw_on_canvas(canvas, curves, vlines, dot_x, dot_y, plot_w, plot_h)
     tick_rows = {}
     for value, label in zip(yvals, ylabels):
         row = round(dot_y(value, plot_h))
@@ -314,7 +335,8 @@ def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int,
     for row in range(plot_h):
         label = tick_rows.get(row)
         left = (label.rjust(margin) + "┤") if label is not None else (pad + "│")
-        rows.append([Segment(left, base), *canvas.row_segments(row, base), Segment("│", base)])
+        cells = canvas.row_segments(row, base) if canvas is not None else blank
+        rows.append([Segment(left, base), *cells, Segment("│", base)])
     bottom = "".join("┬" if col in tick_cols else "─" for col in range(plot_w))
     rows.append([Segment(pad + "└" + bottom + "┘", base)])
     rows.append([Segment(pad + _x_tick_labels(tick_cols, plot_w), base)])
