@@ -21,9 +21,8 @@ from typing import Any
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingsMap
-from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 from textual.worker import Worker, WorkerState
 
 from gpumem_tui.telemetry.model import TelemetrySource
@@ -34,6 +33,7 @@ from gpumem_tui.ui.app_poll import DashboardPoll
 from gpumem_tui.ui.app_screens import DashboardScreens, screens_module, size_class
 from gpumem_tui.ui.device_panel import DevicePanel
 from gpumem_tui.ui.memory_chart import MemoryChart
+from gpumem_tui.ui.plain_lines import KeptFooter, KeptHorizontal, KeptScreen, KeptVertical
 from gpumem_tui.ui.poller import Poller, PollFailed, SnapshotReady
 from gpumem_tui.ui.process_table import ProcessTable
 from gpumem_tui.ui.themes import DEFAULT_THEME, ThemeSet
@@ -133,7 +133,7 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
         self.status_bar = Static(id="status")
         self.replay_bar = Static(id="replay-status")
         self.device_panel = DevicePanel(id="devices")
-        self._left_column = Vertical(id="left")
+        self._left_column = KeptVertical(id="left")
         self.table = ProcessTable(id="processes")
         self.filter_box = Input(placeholder="filter: user:NAME gpu:N words (Enter keeps, Esc clears)", id="filter")
         self._filter_mounted = False  # it mounts on first use (action_filter)
@@ -156,13 +156,13 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
         yield self.status_bar
         yield self.replay_bar
         yield self.device_panel
-        with Horizontal(id="main"):
+        with KeptHorizontal(id="main"):
             with self._left_column:
                 yield self.table
                 yield self.table_empty
                 # the filter box (hidden until `/`) mounts there on first use: DashboardActions.action_filter
                 yield self.chart
-        yield Footer(compact=self.size_class != "wide")  # the size class was set above
+        yield KeptFooter(compact=self.size_class != "wide")  # the size class was set above
 
     def on_mount(self) -> None:
         self._show_theme_notices()
@@ -183,7 +183,9 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
             self.call_after_refresh(self._mount_side_pane)
 
     def get_default_screen(self) -> Screen:
-        screen = super().get_default_screen()
+        # Textual's default screen (App.get_default_screen), handing back its background lines
+        # while they are unchanged (gpumem_tui.ui.plain_lines)
+        screen = KeptScreen(id="_default")
         screen.AUTO_FOCUS = ""  # no focus in the first frame: _after_first_frame gives it
         return screen
 

@@ -47,6 +47,7 @@ from textual.widget import Widget
 
 from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak
 from gpumem_tui.ui.braille import Canvas, strip
+from gpumem_tui.ui.plain_lines import KeptLines, PlainStylesCache
 from gpumem_tui.support.units import GiB, MiB, format_bytes
 
 TOTAL_SCALE_LIMIT = 2.5  # the total line stays on scale while total <= 2.5 x the largest value
@@ -251,6 +252,7 @@ class MemoryPlot(Widget):
 
     def __init__(self, *, id: str | None = None, ops: Sequence[tuple[str, tuple, dict]] = ()) -> None:  # noqa: A002
         super().__init__(id=id)
+        self._styles_cache = PlainStylesCache()  # its lines skip Textual's box styling (none is set)
         self._ops: list[tuple[str, tuple, dict]] = list(ops)  # the commands to draw (see draw)
         self._lines: list[Strip] | None = None
         self._built_for: tuple | None = None
@@ -484,7 +486,7 @@ def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int,
     ]
 
 
-class MemoryChart(Vertical):
+class MemoryChart(KeptLines, Vertical):
     """Chart of memory over time with bands, total line and phase marks (see module doc)."""
 
     DEFAULT_CSS = """
