@@ -48,3 +48,20 @@ def test_a_row_merges_runs_of_one_style_over_the_base():
         Segment("⠉⠉", BASE + RED), Segment("  ", BASE), Segment("⠁", BASE + BLUE), Segment(" ", BASE)]
     assert canvas.row_segments(0, None) == [
         Segment("⠉⠉", RED), Segment("  ", None), Segment("⠁", BLUE), Segment(" ", None)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 30), st.integers(1, 6),
+       st.lists(st.tuples(coordinate, coordinate, coordinate, coordinate,
+                          st.sampled_from([RED, BLUE, Style(color="red"), BASE, None])), max_size=8),
+       st.sampled_from([BASE, None]))
+def test_a_braille_row_is_the_row_drawn_cell_by_cell(width, height, lines, base):
+    """row_segments' fast path (braille only: text by translate, runs of marked cells) gives
+    the segments of the cell-by-cell walk, equal styles (not only identical ones) merged."""
+    canvas = Canvas(width, height)
+    for x0, y0, x1, y1, style in lines:
+        canvas.line(x0, y0, x1, y1, style)
+    for row in range(height):
+        fast = canvas.row_segments(row, base)
+        assert fast == canvas._row_by_cells(row, base)
+        assert [s.text for s in fast] == [s.text for s in canvas._row_by_cells(row, base)]

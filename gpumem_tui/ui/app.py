@@ -26,10 +26,9 @@ with ImportsOutOfCollector():
     from textual import on
     from textual.app import App, ComposeResult
     from textual.binding import Binding, BindingsMap
-    from textual.containers import Horizontal, Vertical
     from textual.geometry import Size
     from textual.screen import Screen
-    from textual.widgets import Footer, Input, Static
+    from textual.widgets import Input, Static
     from textual.worker import Worker, WorkerState
 
     from gpumem_tui.telemetry.model import TelemetrySource
@@ -40,6 +39,7 @@ with ImportsOutOfCollector():
     from gpumem_tui.ui.app_screens import DashboardScreens, screens_module, size_class
     from gpumem_tui.ui.device_panel import DevicePanel
     from gpumem_tui.ui.memory_chart import MemoryChart
+    from gpumem_tui.ui.plain_lines import KeptFooter, KeptHorizontal, KeptScreen, KeptVertical
     from gpumem_tui.ui.poller import Poller, PollFailed, SnapshotReady
     from gpumem_tui.ui.process_table import ProcessTable
     from gpumem_tui.ui.themes import DEFAULT_THEME, ThemeSet
@@ -48,7 +48,7 @@ with ImportsOutOfCollector():
 __all__ = ["CHART_WINDOWS", "SIGNAL_BINDINGS", "GpuMemApp", "binding_defaults", "size_class"]
 
 
-class DashboardScreen(Screen):
+class DashboardScreen(KeptScreen):
     """The dashboard's screen: Textual's default one, less the layouts for "resizes" to the
     size it is already laid out at.
 
@@ -158,7 +158,7 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
         self.status_bar = Static(id="status")
         self.replay_bar = Static(id="replay-status")
         self.device_panel = DevicePanel(id="devices")
-        self._left_column = Vertical(id="left")
+        self._left_column = KeptVertical(id="left")
         self.table = ProcessTable(id="processes")
         self.filter_box = Input(placeholder="filter: user:NAME gpu:N words (Enter keeps, Esc clears)", id="filter")
         self._filter_mounted = False  # it mounts on first use (action_filter)
@@ -181,13 +181,13 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
         yield self.status_bar
         yield self.replay_bar
         yield self.device_panel
-        with Horizontal(id="main"):
+        with KeptHorizontal(id="main"):
             with self._left_column:
                 yield self.table
                 yield self.table_empty
                 # the filter box (hidden until `/`) mounts there on first use: DashboardActions.action_filter
                 yield self.chart
-        yield Footer(compact=self.size_class != "wide")  # the size class was set above
+        yield KeptFooter(compact=self.size_class != "wide")  # the size class was set above
 
     def on_mount(self) -> None:
         self._show_theme_notices()
@@ -208,7 +208,9 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
             self.call_after_refresh(self._mount_side_pane)
 
     def get_default_screen(self) -> Screen:
-        screen = DashboardScreen(id="_default")  # as Textual's App.get_default_screen names it
+        # Textual's default screen (App.get_default_screen) less same-size layouts, handing
+        # back its background lines while they are unchanged (gpumem_tui.ui.plain_lines)
+        screen = DashboardScreen(id="_default")
         screen.AUTO_FOCUS = ""  # no focus in the first frame: _after_first_frame gives it
         return screen
 

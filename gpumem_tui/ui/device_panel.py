@@ -6,6 +6,8 @@ the error in place of the figures; a single field that could not be read shows i
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 from rich.text import Text
@@ -97,8 +99,9 @@ class DevicePanel(LineTable):
         rows = {}
         for dev in devices:
             row = str(dev.index)
-            same = old.get(row) == dev
-            rows[row] = self._cells[row] if same else self._row(dev, used_style, free_style, narrow, bar_width)
+            before = old.get(row)
+            rows[row] = self._cells[row] if before == dev else self._row(dev, used_style, free_style, narrow, bar_width,
+                                                                          before, self._cells.get(row))
         self.devices = devices
         headers = [Text(label, style="bold") for label in (
             "GPU", "NAME", "MEMORY" if narrow else "MEMORY USED / TOTAL", "USAGE", "UTIL", "TEMP", "POWER")]
@@ -108,21 +111,52 @@ class DevicePanel(LineTable):
             return
         self.defer_repaint = self.fit_width is None or sum(self.column_widths) > self.fit_width
 
-    def _row(self, dev: DeviceSample, used_style: str, free_style: str, narrow: bool, bar_width: int) -> list[Text]:
-        name_limit = 16 if narrow else 40
-        name = cells.safe(dev.name.removeprefix("NVIDIA "), limit=name_limit) if dev.name and narrow else (
-            cells.safe(dev.name, limit=name_limit) if dev.name else None)
-        name = name if name is not None else cells.missing(dev.error and "-" or dev.reason("name"))
-        util = (
-            cells.missing("-") if dev.error
-            else cells.percent(dev.utilization_gpu_percent, dev.reason("utilization_gpu_percent"))
-        )
-        return [
-            Text(str(dev.index), justify="right"),
-            name,
-            cells.device_memory(dev, compact=bool(narrow)),
-            cells.bar(cells.device_fraction(dev), bar_width, used_style, free_style),
-            util,
-            cells.temperature(dev),
-            cells.power(dev),
-        ]
+    def _row(self, dev: DeviceSample, used_style: str, free_style: str, narrow: bool, bar_width: int,
+             before: DeviceSample | None = None, shown: list[Text] | None = None) -> list[Text]:
+        """The cells of ``dev``'s row. ``before`` / ``shown``: the sample the row shows now and
+        its cells, drawn with the same look; a cell whose fields (:data:`_CELL_FIELDS`) are
+        unchanged is kept (the same Text: the table then neither measures nor styles it again)."""
+        keep = before is not None and shown is not None and len(shown) == len(_CELL_FIELDS) \
+            and before.error == dev.error and before.field_errors == dev.field_errors
+        cells_ = []
+        for column, (fields, draw) in enumerate(zip(_CELL_FIELDS, _CELL_DRAW)):
+            if keep and fields(before) == fields(dev):  # type: ignore[arg-type]
+                cells_.append(shown[column])  # type: ignore[index]
+            else:
+                cells_.append(draw(dev, used_style, free_style, narrow, bar_width))
+        return cells_
+
+
+def _name(dev: DeviceSample, narrow: bool) -> Text:
+    name_limit = 16 if narrow else 40
+    name = cells.safe(dev.name.removeprefix("NVIDIA "), limit=name_limit) if dev.name and narrow else (
+        cells.safe(dev.name, limit=name_limit) if dev.name else None)
+    return name if name is not None else cells.missing(dev.error and "-" or dev.reason("name"))
+
+
+def _util(dev: DeviceSample) -> Text:
+    if dev.error:
+        return cells.missing("-")
+    return cells.percent(dev.utilization_gpu_percent, dev.reason("utilization_gpu_percent"))
+
+
+#: Each column's cell: how it is drawn (sample, bar styles, narrow, bar width) and the sample
+#: fields it shows besides ``error`` and ``field_errors`` (a row keeps a cell while they are equal).
+_CELL_DRAW: tuple[Callable[[DeviceSample, str, str, bool, int], Text], ...] = (
+    lambda dev, used, free, narrow, width: Text(str(dev.index), justify="right"),
+    lambda dev, used, free, narrow, width: _name(dev, narrow),
+    lambda dev, used, free, narrow, width: cells.device_memory(dev, compact=bool(narrow)),
+    lambda dev, used, free, narrow, width: cells.bar(cells.device_fraction(dev), width, used, free),
+    lambda dev, used, free, narrow, width: _util(dev),
+    lambda dev, used, free, narrow, width: cells.temperature(dev),
+    lambda dev, used, free, narrow, width: cells.power(dev),
+)
+_CELL_FIELDS: tuple[Callable[[DeviceSample], Any], ...] = (
+    attrgetter("index"),
+    attrgetter("name"),
+    attrgetter("memory_used_bytes", "memory_total_bytes"),
+    attrgetter("memory_used_bytes", "memory_total_bytes"),
+    attrgetter("utilization_gpu_percent"),
+    attrgetter("temperature_c"),
+    attrgetter("power_draw_w", "power_limit_w"),
+)

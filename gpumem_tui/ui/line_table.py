@@ -25,6 +25,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from gpumem_tui.ui.plain_lines import PlainStylesCache
 from gpumem_tui.ui.scrollbars import RememberingScrollBar
 
 #: Blank cells on each side of a cell (DataTable's default ``cell_padding``).
@@ -144,6 +145,7 @@ class LineTable(ScrollView, can_focus=True):
 
     def __init__(self, show_cursor: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self._styles_cache = PlainStylesCache()  # its lines skip Textual's box styling (none is set)
         self._show_cursor = show_cursor
         self._keys: list[str] = []  # row keys, in order
         self._index: dict[str, int] = {}  # row key -> its position

@@ -46,6 +46,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak
+from gpumem_tui.ui.plain_lines import KeptLines, PlainStylesCache
 
 if TYPE_CHECKING:  # imported by render_plot once there is something to draw: not in the first frame
     from gpumem_tui.ui.braille import Canvas
@@ -127,6 +128,7 @@ class MemoryPlot(Widget):
 
     def __init__(self, *, id: str | None = None, ops: Sequence[tuple[str, tuple, dict]] = ()) -> None:  # noqa: A002
         super().__init__(id=id)
+        self._styles_cache = PlainStylesCache()  # its lines skip Textual's box styling (none is set)
         self._ops: list[tuple[str, tuple, dict]] = list(ops)  # the commands to draw (see draw)
         self._lines: list[Strip] | None = None
         self._built_for: tuple | None = None
@@ -352,7 +354,7 @@ def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int,
     ]
 
 
-class MemoryChart(Vertical):
+class MemoryChart(KeptLines, Vertical):
     """Chart of memory over time with bands, total line and phase marks (see module doc)."""
 
     DEFAULT_CSS = """

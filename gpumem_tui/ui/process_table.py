@@ -508,7 +508,7 @@ class ProcessTable(LineTable):
             old = sources.get(key)  # the sample the row's cells show
             previous = old_cells.get(key) if old is not None and self._flags_shown.get(key) == flag else None
             if previous is not None and index not in on_screen and (
-                    old != p or (timed and p.start_time is not None) or key in pending):
+                    (timed and p.start_time is not None) or key in pending or old != p):  # the sample compare last: ~3 us
                 new_rows[key], new_sources[key], new_pending[key] = previous, old, p  # drawn later
                 continue
             new_rows[key] = self._cells_for(p, old, previous, flag, visible)

@@ -74,13 +74,13 @@ def build() -> Any:
     """The side pane widget (id ``side``), or None when the panel widgets are not available."""
     if not available():
         return None
-    from textual.containers import Vertical
     from textual.widgets import TabbedContent, TabPane
 
     from gpumem_tui.ui.comparison_view import ComparisonView
     from gpumem_tui.ui.estimator_panel import EstimatorPanel
+    from gpumem_tui.ui.plain_lines import KeptVertical
 
-    class SidePane(Vertical):
+    class SidePane(KeptVertical):
         """Tabs: the estimator form and the predicted-vs-measured table."""
 
         def compose(self):  # noqa: ANN202
