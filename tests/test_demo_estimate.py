@@ -8,13 +8,11 @@ probe's published setup no longer configures the estimator (attention, dropout, 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from demo_inprocess import run_demo_job
 
 import torch  # noqa: F401 -- installed by setup (README): missing is a failure
 
@@ -23,20 +21,19 @@ from gpumem_tui.analysis.process_estimate import compare_snapshots  # noqa: E402
 from gpumem_tui.telemetry.model import Snapshot  # noqa: E402
 from gpumem_tui.telemetry.probe_source import ProbeSource  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 GROUP = "activations+logits_and_loss+optimizer_intermediates"
+# one xdist worker runs them all (--dist loadgroup): the jobs run in that process, and a worker
+# that has not imported transformers yet pays for it once, not once per worker
+pytestmark = pytest.mark.xdist_group("demo-estimate")
 
 
 def _run_demo_job(tmp_path: Path, model: str, *args: str) -> Snapshot:
-    """Run the demo job (``model`` hf or builtin, small) to completion with the probe; one
+    """Run the demo job (``model`` hf or builtin, small) to completion with the probe, in this
+    process (tests/demo_inprocess.py: the same figures as a child's, without its imports); one
     snapshot of all it streamed."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), TRANSFORMERS_VERBOSITY="error")
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpumem_tui.demo.job", "--steps", "3", "--probe-dir", str(tmp_path),
-         "--model", model, "--quiet", "--threads", "1", *args],
-        capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr
+    code = run_demo_job(["--steps", "3", "--probe-dir", str(tmp_path), "--model", model, "--quiet",
+                         "--threads", "1", *args])
+    assert code == 0
     reading = ProbeSource(tmp_path, alive=lambda pid, create_time: False).poll()
     assert reading.probe_infos and reading.probes
     return Snapshot(time=time.time(), probes=reading.probes, probe_infos=reading.probe_infos,

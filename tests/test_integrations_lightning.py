@@ -53,8 +53,9 @@ def lit() -> types.SimpleNamespace:
     return types.SimpleNamespace(pl=pl, integration=integration, Wrapper=Wrapper, TwoOptimizers=TwoOptimizers)
 
 
-def test_lightning_job_recorded_and_compared_within_one_percent(tmp_path):
-    trace, pid = record_job("lightning", tmp_path, "--steps", "4")
+def test_lightning_job_recorded_and_compared_within_one_percent(tmp_path, lit):
+    # (lit: Lightning imported once, on the worker that runs this module's tests, the job in-process)
+    trace, pid = record_job("lightning", tmp_path, "--steps", "4")  # the job in this process
     setup = setup_of(trace, pid)
     assert (setup["batch"], setup["seq"], setup["task"]) == (BATCH, SEQ, "train")
     assert setup["framework"] == "lightning" and setup["zero_grad"] == "before_backward"

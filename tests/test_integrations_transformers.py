@@ -23,7 +23,7 @@ from gpumem_tui.integrations.transformers import GpumemCallback, trainer_setup
 
 
 def test_trainer_job_recorded_and_compared_within_one_percent(tmp_path):
-    trace, pid = record_job("trainer", tmp_path, "--steps", "4")
+    trace, pid = record_job("trainer", tmp_path, "--steps", "4")  # the job in this process
     setup = setup_of(trace, pid)
     # what the callback read from the framework
     assert (setup["batch"], setup["seq"], setup["task"]) == (BATCH, SEQ, "train")

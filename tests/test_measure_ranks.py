@@ -57,6 +57,16 @@ def _refused(*args: str) -> subprocess.CompletedProcess:
     return run_cli("measure", *args, cwd=ROOT)
 
 
+def _in_process(*args: str) -> subprocess.CompletedProcess:
+    """``gpumem-tui measure ARGS`` run in this process (tests/cli_inprocess.py), its ranks forked
+    from it as the command forks them from its own process: the report on stdout and the exit
+    code as a child interpreter gives them, without the ~7 s of CPU a child spends importing
+    torch, transformers and torch's memory trackers (this process has them already).
+    :func:`test_cli_rank_refusal_names_the_rank_and_exits_2` keeps ``python -m gpumem_tui
+    measure --nproc`` as a real process."""
+    return run_cli("measure", *args, cwd=ROOT)
+
+
 def _meta_params(config: dict) -> list[tuple[str, tuple[int, ...], int]]:
     """(name, shape, bytes) of every parameter, built on the meta device independently of measure."""
     return _meta_params_of(json.dumps(config, sort_keys=True))
@@ -281,10 +291,16 @@ def test_cli_rank_refusal_names_the_rank_and_exits_2():
 
 # --- one case live -------------------------------------------------------------------------------
 
+#: the live runs share one xdist worker (--dist loadgroup): the first pays for the imports
+#: measure needs in this process (torch's memory trackers, the model's modules), the second not
+LIVE_GROUP = "measure-ranks-live"
+
+
 @pytest.mark.slow
+@pytest.mark.xdist_group(LIVE_GROUP)
 def test_live_ddp_world_2_matches_the_saved_case():
     saved = _cases()["llama-tiny-ddp-w2"]
-    done = _cli(str(LLAMA), "--on", "cpu", "--nproc", "2", "--strategy", "ddp", "--bucket-cap-mb", "25", *JOB, "--json")
+    done = _in_process(str(LLAMA), "--on", "cpu", "--nproc", "2", "--strategy", "ddp", "--bucket-cap-mb", "25", *JOB, "--json")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["world_size"] == 2 and data["strategy"] == saved["strategy"]
@@ -303,11 +319,12 @@ def test_live_ddp_world_2_matches_the_saved_case():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(LIVE_GROUP)
 def test_live_text_report_over_tcp_names_every_rank_and_the_worst():
     with socket.socket() as probe:  # a port free a moment ago: the TCP rendezvous path
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    done = _cli(str(LLAMA), "--on", "cpu", "--nproc", "2", "--strategy", "fsdp2", "--port", str(port), *JOB)
+    done = _in_process(str(LLAMA), "--on", "cpu", "--nproc", "2", "--strategy", "fsdp2", "--port", str(port), *JOB)
     assert done.returncode == 0, done.stderr
     rows = [line.split()[0] for line in done.stdout.splitlines() if line[:1].isdigit()]
     assert rows == ["0", "1"]

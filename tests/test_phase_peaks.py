@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,9 +15,9 @@ from gpumem_tui.telemetry.probe_source import ProbeSource
 from gpumem_tui.telemetry.replay import ReplaySource, TraceRecorder
 from gpumem_tui.telemetry.serialize import snapshot_from_dict, snapshot_to_dict
 from gpumem_tui.ui.chart_scale import envelope
+from demo_inprocess import run_demo_job
 from waiting import settle
 
-ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
 
 
@@ -194,14 +191,11 @@ def _trace_of_demo_job(tmp_path: Path) -> tuple[Path, int]:
     """Run the CPU demo job with a sampler slower than its steps; write its streams as a
     trace of one snapshot per half second (like ``record``), with a host row for the job."""
     probe_dir = tmp_path / "probes"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpumem_tui.demo.job", "--steps", "4", "--probe-dir", str(probe_dir),
-         "--model", "builtin", "--quiet", "--threads", "1", "--probe-interval", "30", "--pause", "0.25",
-         "--layers", "2", "--hidden", "64", "--heads", "2", "--vocab", "2048", "--batch", "2", "--seq", "64"],
-        capture_output=True, text=True, timeout=120, env=env, cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr
+    # in this process (tests/demo_inprocess.py): the job's code and streams without a child's imports
+    code = run_demo_job(["--steps", "4", "--probe-dir", str(probe_dir), "--model", "builtin", "--quiet",
+                         "--threads", "1", "--probe-interval", "30", "--pause", "0.25", "--layers", "2",
+                         "--hidden", "64", "--heads", "2", "--vocab", "2048", "--batch", "2", "--seq", "64"])
+    assert code == 0
     reading = ProbeSource(probe_dir, alive=lambda pid, ct: False).poll()
     (info,) = reading.probe_infos
     assert len(reading.phase_peaks) >= 4 * 3

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_inprocess import run_cli
 
 import torch
 import transformers  # noqa: F401  (the dev extra installs it)
@@ -97,8 +98,9 @@ def _one_device(info: ProbeInfo) -> ProbeInfo:
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
 def test_job_compare_reports_every_rank_from_the_job_plan(tmp_path, strategy):
     trace, port = _record_job(tmp_path, strategy)
-    out = subprocess.run([sys.executable, "-m", "gpumem_tui", "compare", str(trace), "--json"],
-                         env=_env(), capture_output=True, text=True, timeout=300)
+    # compare in this process (tests/cli_inprocess.py): its output without a child interpreter;
+    # the integration tests run ``python -m gpumem_tui compare`` as a child
+    out = run_cli("compare", str(trace), "--json", env=_env())
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import aiohttp
 import psutil
 import pytest
+from cli_inprocess import run_cli
 
 from gpumem_tui.remote.serve import dashboard_argv
 from waiting import wait_until
@@ -46,8 +47,9 @@ def test_the_served_dashboard_is_readonly_unless_signals_are_allowed():
 
 
 def _serve(*args, timeout=30):
-    return subprocess.run([sys.executable, "-m", "gpumem_tui", "serve", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    """``gpumem-tui serve ARGS`` refusing its input, in this process (tests/cli_inprocess.py): the
+    same exit code and output without a child interpreter; the tests below run serve for real."""
+    return run_cli("serve", *args, timeout=timeout)
 
 
 def _one_line_exit_2(r: subprocess.CompletedProcess, says: str) -> None:
