@@ -94,3 +94,31 @@ def test_a_source_closed_between_polls_is_closed_at_once():
     assert not threads[0].is_alive()
     poller.close_source()
     assert closed.is_set()
+
+
+def test_a_poll_counts_as_stuck_only_while_the_source_has_not_answered():
+    # The watchdog's "the last poll has been running for N s (NVML or /proc not answering)"
+    # reads in_flight_seconds: a result already posted but not yet handled by a busy event loop
+    # (a machine under load) is not a source that does not answer.
+    entered, release = threading.Event(), threading.Event()
+
+    class Source:
+        def poll(self) -> Snapshot:
+            entered.set()
+            release.wait(timeout=60)
+            return Snapshot(time=1.0)
+
+        def close(self) -> None:
+            pass
+
+    messages: queue.Queue = queue.Queue()
+    poller = Poller(_app(messages), Source(), 1.0)
+    poller.start()
+    assert entered.wait(timeout=30)
+    poller._started_at -= 30.0  # the source has been answering for 30 s
+    assert poller.in_flight_seconds() >= 30.0
+    release.set()
+    message = messages.get(timeout=30)  # answered and posted; the app has not handled it
+    assert isinstance(message, SnapshotReady)
+    assert poller.in_flight_seconds() == 0.0
+    poller.stop()

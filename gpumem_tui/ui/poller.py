@@ -74,6 +74,7 @@ class Poller:
         self._in_flight = False
         self._polling = False  # the worker is inside poll() (read under _lock)
         self._started_at: float | None = None
+        self._answered = False  # the source's poll() of the poll in flight has returned
         self._wake = threading.Event()  # set: the worker runs one poll
 
     def start(self) -> None:
@@ -110,8 +111,10 @@ class Poller:
         self._launch()
 
     def in_flight_seconds(self) -> float:
-        """How long the current poll has been running (0 when none is)."""
-        if not self._in_flight or self._started_at is None:
+        """How long the source has been answering the current poll, in seconds (0 when no poll
+        is in flight or its ``poll()`` has returned: a result waiting for a busy UI to handle it
+        is not a source that does not answer)."""
+        if not self._in_flight or self._answered or self._started_at is None:
             return 0.0
         return time.monotonic() - self._started_at
 
@@ -139,6 +142,7 @@ class Poller:
         if self._stopped or self._in_flight:
             return
         self._in_flight = True
+        self._answered = False
         self._started_at = time.monotonic()
         with self._lock:
             self._wake.set()
@@ -178,10 +182,12 @@ class Poller:
         try:
             snapshot = self.source.poll()
         except Exception as exc:  # noqa: BLE001 -- any failure must become a visible status
+            self._answered = True
             self.failures += 1
             text = " ".join(str(exc).split()) or "no message"
             message = PollFailed(f"{type(exc).__name__}: {text}", time.perf_counter() - started)
         else:
+            self._answered = True
             self.polls += 1
             message = SnapshotReady(snapshot, time.perf_counter() - started)
         if not self._stopped:
