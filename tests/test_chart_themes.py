@@ -70,12 +70,9 @@ def unreadable_text(strips) -> list[str]:
 
 
 def _theme_names() -> list[str]:
-    async def names() -> list[str]:
-        app = GpuMemApp(FakeSource(), interval=0.05, themes=load_themes(), side_pane=False)
-        async with app.run_test(size=(80, 24)):
-            return sorted(app.available_themes)
-
-    return asyncio.run(names())
+    # The app registers its themes when built (GpuMemApp.__init__): no need to run it, which
+    # every xdist worker did while collecting this module.
+    return sorted(GpuMemApp(FakeSource(), interval=0.05, themes=load_themes(), side_pane=False).available_themes)
 
 
 THEMES = _theme_names()
@@ -88,7 +85,9 @@ def test_every_bundled_and_ansi_theme_is_checked():
 @pytest.mark.parametrize("theme", THEMES)
 def test_chart_text_is_readable(theme):
     async def run() -> tuple[list[str], str]:
-        app = GpuMemApp(FakeSource(), interval=0.05, themes=load_themes(), side_pane=False, theme=theme)
+        # One poll draws the chart (the first comes right after the first frame); a 0.05 s
+        # interval had the app take and draw a dozen more while the test looked.
+        app = GpuMemApp(FakeSource(), interval=1.0, themes=load_themes(), side_pane=False, theme=theme)
         async with app.run_test(size=(160, 48)) as pilot:
             app.theme = theme
             await settle(pilot, lambda: app.chart.curves and app.chart.now is not None, what="a drawn chart")

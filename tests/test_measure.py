@@ -181,12 +181,13 @@ def test_tiny_case_matches_the_estimator(tiny_cpu):
     assert error <= 0.05, f"peak: predicted {predicted.peak_bytes:,} vs measured {tiny_cpu.peak_bytes:,}"
 
 
-def test_foreach_adamw_holds_one_state_sized_copy():
+def test_foreach_adamw_holds_one_state_sized_copy(tiny_meta):
     # The CUDA default (foreach) keeps list-wide temporaries: torch._foreach_sqrt over every
     # exp_avg_sq = one state-sized copy of all parameters; the CPU default (single tensor) holds
-    # temporaries of one parameter at a time.
-    single = run(MeasureRequest(config=TINY, batch=1, seq=16, on="meta", optimizer_impl="single"))
-    foreach = run(MeasureRequest(config=TINY, batch=1, seq=16, on="meta", optimizer_impl="foreach"))
+    # temporaries of one parameter at a time. The single-tensor run is the module's tiny_meta
+    # (optimizer_impl "single" is MeasureRequest's default); the foreach run has its shape.
+    single = tiny_meta
+    foreach = run(MeasureRequest(config=TINY, batch=B, seq=S, on="meta", attention="eager", optimizer_impl="foreach"))
     params, _ = _param_and_buffer_bytes(TINY, torch.float32)
     step = {p["name"]: p["live_bytes"] for p in foreach.phases}["optimizer_step"]
     base = {p["name"]: p["live_bytes"] for p in foreach.phases}["zero_grad"]  # params + states + grads
@@ -195,9 +196,9 @@ def test_foreach_adamw_holds_one_state_sized_copy():
     assert single_step < step
 
 
-def test_grad_accumulation_keeps_gradients_through_the_next_micro_batch():
-    one = run(MeasureRequest(config=TINY, batch=B, seq=S, on="meta"))
-    accum = run(MeasureRequest(config=TINY, batch=B, seq=S, on="meta", grad_accum=2))
+def test_grad_accumulation_keeps_gradients_through_the_next_micro_batch(tiny_meta):
+    one = tiny_meta  # the same request without grad_accum, measured once for the module
+    accum = run(MeasureRequest(config=TINY, batch=B, seq=S, on="meta", attention="eager", grad_accum=2))
     params, _ = _param_and_buffer_bytes(TINY, torch.float32)
     # the second micro-batch runs forward and backward with every fp32 gradient allocated
     assert accum.components_bytes["gradients"] == params

@@ -121,4 +121,7 @@ def test_a_poll_counts_as_stuck_only_while_the_source_has_not_answered():
     message = messages.get(timeout=30)  # answered and posted; the app has not handled it
     assert isinstance(message, SnapshotReady)
     assert poller.in_flight_seconds() == 0.0
-    poller.stop()
+    poller.rearm(message.poll_seconds)  # the next poll (the source answers at once now)
+    poller._started_at -= 30.0
+    poller.stop()  # a poll stopped is not waited for, answered or not
+    assert poller.in_flight_seconds() == 0.0

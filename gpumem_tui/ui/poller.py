@@ -113,8 +113,8 @@ class Poller:
     def in_flight_seconds(self) -> float:
         """How long the source has been answering the current poll, in seconds (0 when no poll
         is in flight or its ``poll()`` has returned: a result waiting for a busy UI to handle it
-        is not a source that does not answer)."""
-        if not self._in_flight or self._answered or self._started_at is None:
+        is not a source that does not answer; after :meth:`stop` no result is waited for)."""
+        if self._stopped or not self._in_flight or self._answered or self._started_at is None:
             return 0.0
         return time.monotonic() - self._started_at
 
