@@ -299,3 +299,22 @@ def test_imports_out_of_the_collector_pause_it_then_freeze_what_they_made():
                 raise ImportError("a failed import inside")
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_once_up_the_dashboard_freezes_its_heap_and_runs_young_passes_less_often():
+    # In a child: freeze_gc changes the whole process's collector, which a test worker must keep.
+    code = (
+        "import gc, json\n"
+        "from gpumem_tui.ui.app_common import YOUNG_GENERATION_THRESHOLD, freeze_gc\n"
+        "kept = [[] for _ in range(1000)]\n"
+        "before = gc.get_threshold()\n"
+        "freeze_gc()\n"
+        "print(json.dumps([before, gc.get_threshold(), gc.get_freeze_count(), YOUNG_GENERATION_THRESHOLD]))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr
+    before, after, frozen, young = json.loads(out.stdout)
+    assert before[0] < young and after == [young, before[1], before[2]]
+    assert frozen >= 1000  # the lists kept above are out of the collector's reach
