@@ -115,17 +115,9 @@ class Canvas:
 
     def _walk(self, xa: int, ya: int, dx: int, dy: int, steps: int, style: Style | None, quads: bool) -> None:
         """The dots of :meth:`line` one by one, for ``steps`` steps (a clipped line)."""
-        width, height = self.width, self.height
-        cells, styles = (self._quads, self._styles) if quads else (self._braille, self._styles)
-        row_shift = 1 if quads else 2
+        put = self.quad if quads else self.dot
         for i in range(steps + 1):
-            x = round(xa + dx * i / steps)
-            y = round(ya + dy * i / steps)
-            col, row = x >> 1, y >> row_shift
-            if 0 <= col < width and 0 <= row < height:
-                index = row * width + col
-                cells[index] |= (1 << ((y & 1) * 2 + (x & 1))) if quads else _BRAILLE_BITS[y & 3][x & 1]
-                styles[index] = style
+            put(round(xa + dx * i / steps), round(ya + dy * i / steps), style)
 
     def polyline(self, points: Sequence[tuple[float, float]], style: Style | None, quads: bool = False) -> None:
         """Lines through consecutive points (dot or quadrant coordinates)."""
