@@ -11,13 +11,27 @@ compile it on a first start (benchmarks/first_frame.py). Every function takes th
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpumem_tui.telemetry.model import PhasePeak, ProbeSample, Snapshot
 
 MAX_MARKS_PER_PID = 4096
 MAX_MARK_PIDS = 64
+
+
+def _kept_for(store: Any, pid: int, evicted: Callable[[int], None] | None = None) -> deque:
+    """``store[pid]`` (an OrderedDict of PID -> deque), made on first use with room for
+    :data:`MAX_MARKS_PER_PID` items; past :data:`MAX_MARK_PIDS` PIDs the oldest PID's deque is
+    dropped and ``evicted(that PID)`` called."""
+    kept = store.get(pid)
+    if kept is None:
+        kept = store[pid] = deque(maxlen=MAX_MARKS_PER_PID)
+        while len(store) > MAX_MARK_PIDS:
+            old, _ = store.popitem(last=False)
+            if evicted is not None:
+                evicted(old)
+    return kept
 
 
 def record_snapshot(app: Any, snap: Snapshot) -> None:
@@ -71,16 +85,12 @@ def record_snapshot(app: Any, snap: Snapshot) -> None:
         seen = app._mark_keys.setdefault(mark.pid, set())
         if key in seen:
             continue
-        marks = app.phase_marks.get(mark.pid)
-        if marks is None:
-            marks = app.phase_marks[mark.pid] = deque(maxlen=MAX_MARKS_PER_PID)
-            while len(app.phase_marks) > MAX_MARK_PIDS:
-                old, _ = app.phase_marks.popitem(last=False)
-                app._mark_keys.pop(old, None)
+        marks = _kept_for(app.phase_marks, mark.pid, lambda old: app._mark_keys.pop(old, None))
         if len(marks) == marks.maxlen:
             seen.discard((marks[0].time, marks[0].phase.value, marks[0].step))
         marks.append(mark)
         seen.add(key)
+
 
 def _record_phase_peaks(app: Any, peaks: Sequence[PhasePeak]) -> None:
     """Keep the probe's high-water marks per PID, and flag a PID whose per-step peak rises
@@ -89,16 +99,13 @@ def _record_phase_peaks(app: Any, peaks: Sequence[PhasePeak]) -> None:
     from gpumem_tui.analysis.forecast import forecast
     from gpumem_tui.telemetry.step_peaks import step_peaks
 
+    def forget(old: int) -> None:
+        app.table.flags.pop(old, None)
+        app.outlooks.pop(old, None)
+
     touched = set()
     for peak in peaks:
-        kept = app.phase_peaks.get(peak.pid)
-        if kept is None:
-            kept = app.phase_peaks[peak.pid] = deque(maxlen=MAX_MARKS_PER_PID)
-            while len(app.phase_peaks) > MAX_MARK_PIDS:
-                old, _ = app.phase_peaks.popitem(last=False)
-                app.table.flags.pop(old, None)
-                app.outlooks.pop(old, None)
-        kept.append(peak)
+        _kept_for(app.phase_peaks, peak.pid, forget).append(peak)
         touched.add(peak.pid)
     flags = app.table.flags
     for pid in touched:
@@ -114,11 +121,7 @@ def _record_phase_peaks(app: Any, peaks: Sequence[PhasePeak]) -> None:
 
 def _record_probe(app: Any, probe: ProbeSample) -> None:
     app.probe_devices[probe.pid] = probe.device
-    samples = app.probe_samples.get(probe.pid)
-    if samples is None:
-        samples = app.probe_samples[probe.pid] = deque(maxlen=MAX_MARKS_PER_PID)
-        while len(app.probe_samples) > MAX_MARK_PIDS:
-            app.probe_samples.popitem(last=False)
+    samples = _kept_for(app.probe_samples, probe.pid)
     if not samples or probe.time > samples[-1].time:
         samples.append(probe)
     app.history.add(("probe", probe.pid, "allocated"), probe.time, probe.allocated_bytes)
