@@ -267,7 +267,7 @@ class ProcessTable(LineTable):
     @property
     def jobs_shown(self) -> bool:
         """True while a job's group row is listed (the footer then shows its key)."""
-        return any(not isinstance(e, ProcessSample) for e in self.entries)  # _is_group, inlined: per poll
+        return any(map(_is_group, self.entries))
 
     def header_label(self, column: int | str) -> str:  # type: ignore[override]
         """The header of ``column`` (a visible column's key, or a position) as drawn.
@@ -493,7 +493,7 @@ class ProcessTable(LineTable):
         if self._job_of:  # with the first job: not in the first frame
             from gpumem_tui.ui.job_rows import group_cells, rank_label
         for index, p in enumerate(self.entries):
-            if not isinstance(p, ProcessSample):  # a group row (_is_group, inlined: per row and poll)
+            if _is_group(p):
                 key = p.key
                 held = self._group_cells.get(key)
                 group_cells_now[key] = held if held is not None and held[:2] == (p, self.visible_columns) \
