@@ -95,12 +95,10 @@ async def play_to_the_end(app: GpuMemApp, source: ReplaySource, pilot) -> None:
         source.resume()
         await _wait_for(done, "the replay did not reach its end", 120.0)
         source.pause()
-        # Freeze between two polls: a poll launched but not yet picked up by the poll thread
-        # when the poller stops is never run, yet stays "in flight" (ui/poller.py), and the
-        # app's watchdog then put "the last poll has been running for N s" in the status line
-        # of a test drawn a few seconds later (seen under load: test_size_snapshots, medium).
-        # The check and the stop run in one step of the app's loop: no poll starts between them.
-        await _wait_for(lambda: app.poller.in_flight_seconds() == 0.0, "a poll never finished", 120.0)
+        # Freeze between two polls: a result posted before the stop would still be applied
+        # after it. The check and the stop run in one step of the app's loop: no poll starts
+        # between them.
+        await _wait_for(lambda: not app.poller.in_flight, "a poll never finished", 120.0)
         app.poller.stop()  # freeze: nothing changes after this point
 
 

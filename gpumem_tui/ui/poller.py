@@ -110,6 +110,11 @@ class Poller:
             self._timer = None
         self._launch()
 
+    @property
+    def in_flight(self) -> bool:
+        """A poll was launched and its result is not handled yet (:meth:`rearm` not called)."""
+        return self._in_flight
+
     def in_flight_seconds(self) -> float:
         """How long the source has been answering the current poll, in seconds (0 when no poll
         is in flight or its ``poll()`` has returned: a result waiting for a busy UI to handle it
