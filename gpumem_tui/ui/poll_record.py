@@ -109,8 +109,11 @@ def _record_phase_peaks(app: Any, peaks: Sequence[PhasePeak]) -> None:
         touched.add(peak.pid)
     flags = app.table.flags
     for pid in touched:
+        kept = app.phase_peaks.get(pid)
+        if kept is None:  # a snapshot with more than MAX_MARK_PIDS PIDs: dropped by a later one
+            continue
         # the GPU's free memory (+ the process's own) is the limit (gpumem_tui.analysis.forecast)
-        outlook = app.outlooks[pid] = forecast(step_peaks(app.phase_peaks[pid]), app.live_limit(pid))
+        outlook = app.outlooks[pid] = forecast(step_peaks(kept), app.live_limit(pid))
         if outlook.drift is None:
             flags.pop(pid, None)
         else:
