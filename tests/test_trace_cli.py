@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 
 import pytest
@@ -11,6 +13,7 @@ from gpumem_tui import cli
 from gpumem_tui.telemetry import record_cli
 from gpumem_tui.telemetry.model import PhaseMark, Phase, ProbeInfo, ProbeSample, Snapshot
 from gpumem_tui.telemetry.replay import ReplaySource, TraceRecorder, read_trace
+from waiting import wait_until
 
 
 class CountingSource:
@@ -54,7 +57,17 @@ def test_record_cli_without_nvml_records_probes(tmp_path, no_nvml, capsys):
               "cpu_live_tensors": 4096}
     (probe_dir / "1.jsonl").write_text(json.dumps(info) + "\n" + json.dumps(sample) + "\n")
     out = tmp_path / "t.jsonl"
-    code = cli.main(["record", "-o", str(out), "--duration", "0.3", "--interval", "0.1", "--probe-dir", str(probe_dir)])
+
+    def stop_after_two_snapshots() -> None:
+        # As a user stops it (Ctrl-C), once the trace holds its header and two whole snapshot
+        # lines: a --duration would leave the count to the machine's speed (a first poll slower
+        # than the duration under load gave one snapshot)
+        wait_until(lambda: out.exists() and out.read_bytes().count(b"\n") >= 3, what="two snapshots recorded")
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=stop_after_two_snapshots, daemon=True).start()
+    code = cli.main(["record", "-o", str(out), "--duration", "120", "--interval", "0.1", "--probe-dir",
+                     str(probe_dir)])  # the duration is a hang guard
     assert code == 0
     captured = capsys.readouterr()
     assert str(out.resolve()) in captured.out and "no NVML" in captured.err
