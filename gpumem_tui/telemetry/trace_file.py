@@ -43,6 +43,8 @@ TRACE_VERSION = 1
 HEADER_LIMIT = 1 << 20
 #: Longest snapshot line read (bytes): 64 GPUs x 1000 processes is ~20 MiB as JSON.
 LINE_LIMIT = 64 << 20
+#: The first two bytes of every gzip member (RFC 1952, section 2.3.1): a compressed trace.
+GZIP_MAGIC = b"\x1f\x8b"
 #: A record this many seconds later than a record after it is out of order and skipped.
 OUT_OF_ORDER_SECONDS = 60.0
 #: Most items kept per list of one record; the rest are dropped with a notice. 4096
@@ -107,6 +109,9 @@ def parse_header(path: Path, line: bytes) -> dict[str, Any]:
     """The header dict of the first line. Raises TraceError (one line naming the file)."""
     if not line.strip():
         raise TraceError(f"{path}: empty trace file")
+    if line.startswith(GZIP_MAGIC):
+        # record writes plain JSON lines; a trace someone compressed is read after gunzip
+        raise TraceError(f"{path}: gzip-compressed: decompress it first (gunzip -k), then replay the .jsonl")
     if len(line) > HEADER_LIMIT:
         raise TraceError(f"{path}: not a gpumem-tui trace (the first line is longer than {format_limit(HEADER_LIMIT)})")
     try:
