@@ -111,7 +111,7 @@ def parse_header(path: Path, line: bytes) -> dict[str, Any]:
         raise TraceError(f"{path}: empty trace file")
     if line.startswith(GZIP_MAGIC):
         # record writes plain JSON lines; a trace someone compressed is read after gunzip
-        raise TraceError(f"{path}: gzip-compressed: decompress it first (gunzip -k), then replay the .jsonl")
+        raise TraceError(f"{path}: gzip-compressed: decompress it first (gunzip -k), then open the .jsonl")
     if len(line) > HEADER_LIMIT:
         raise TraceError(f"{path}: not a gpumem-tui trace (the first line is longer than {format_limit(HEADER_LIMIT)})")
     try:
