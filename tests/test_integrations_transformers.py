@@ -48,7 +48,7 @@ def _args(tmp_path, **changes):
 def test_trainer_setup_reads_the_training_arguments(tmp_path):
     import torch
     import transformers
-    from gpumem_tui.integrations.transformers import GpumemCallback, trainer_setup
+    from gpumem_tui.integrations.transformers import trainer_setup
     checkpointing = "activation_checkpointing" if hasattr(transformers.TrainingArguments, "activation_checkpointing") \
         else "gradient_checkpointing"
     args = _args(tmp_path, gradient_accumulation_steps=4, bf16=True, optim="adamw_torch", **{checkpointing: True})
@@ -73,7 +73,7 @@ def _our_warnings(caught) -> list[str]:
 
 
 def test_an_unusable_probe_directory_warns_once_and_training_goes_on(tmp_path, monkeypatch):
-    from gpumem_tui.integrations.transformers import GpumemCallback, trainer_setup
+    from gpumem_tui.integrations.transformers import GpumemCallback
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)  # writable by every user: the probe refuses it
@@ -91,7 +91,7 @@ def test_an_unusable_probe_directory_warns_once_and_training_goes_on(tmp_path, m
 
 def test_a_second_probe_in_the_process_warns_once_and_training_goes_on(tmp_path, monkeypatch):
     import torch
-    from gpumem_tui.integrations.transformers import GpumemCallback, trainer_setup
+    from gpumem_tui.integrations.transformers import GpumemCallback
     import gpumem_tui.probe
 
     probes = tmp_path / "probes"
@@ -112,7 +112,7 @@ def test_a_second_probe_in_the_process_warns_once_and_training_goes_on(tmp_path,
 
 def test_a_model_it_cannot_read_warns_once(tmp_path):
     import transformers
-    from gpumem_tui.integrations.transformers import GpumemCallback, trainer_setup
+    from gpumem_tui.integrations.transformers import GpumemCallback
     callback = GpumemCallback()
     state, control = transformers.TrainerState(), transformers.TrainerControl()
     with warnings.catch_warnings(record=True) as caught:
@@ -128,7 +128,7 @@ def test_a_model_it_cannot_read_warns_once(tmp_path):
 def test_first_batch_without_a_sequence_warns_once_and_training_goes_on(tmp_path, monkeypatch):
     import torch
     import transformers
-    from gpumem_tui.integrations.transformers import GpumemCallback, trainer_setup
+    from gpumem_tui.integrations.transformers import GpumemCallback
     probes = tmp_path / "probes"
     probes.mkdir(mode=0o700)
     monkeypatch.setenv("GPUMEM_TUI_PROBE_DIR", str(probes))
@@ -155,7 +155,7 @@ def test_first_batch_without_a_sequence_warns_once_and_training_goes_on(tmp_path
 
 def test_an_unknown_transformers_version_warns_once(monkeypatch):
     # the package as sys.modules holds it now (transformers swaps its module object while importing)
-    from gpumem_tui.integrations.transformers import GpumemCallback, trainer_setup
+    from gpumem_tui.integrations.transformers import GpumemCallback
     monkeypatch.setattr(sys.modules["transformers"], "__version__", "9.0.0")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

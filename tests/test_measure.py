@@ -6,11 +6,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from cli_inprocess import run_cli
 
 from gpumem_tui.measure.runner import COMPONENTS, MeasureError, MeasureRequest, run  # noqa: E402
+
+if TYPE_CHECKING:  # the tests import torch themselves (tests/conftest.py: torch_in_process)
+    import torch
 
 # torch_in_process: these tests import torch here; under xdist they share one worker (tests/conftest.py)
 pytestmark = [pytest.mark.torch, pytest.mark.torch_in_process]
