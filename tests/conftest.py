@@ -167,6 +167,7 @@ _HAD_TORCH = pytest.StashKey[bool]()
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
+    # before the test's fixtures: one of them may be what imports torch
     item.stash[_HAD_TORCH] = "torch" in sys.modules
     return (yield)
 

@@ -127,7 +127,7 @@ def test_job_compare_reports_every_rank_from_the_job_plan(tmp_path, strategy):
             (one_device > rank["peak_predicted_bytes"])
 
 
-@pytest.mark.torch_in_process  # the torch jobs above run in child processes, these here
+@pytest.mark.torch_in_process  # torch in this process (the jobs above run it in theirs)
 def test_tracker_counts_a_dtensor_at_its_local_shard(tmp_path):
     """A DTensor sharded over a (faked) 2-row global shape: its storage reports the global
     bytes; the tracker must count the local shard's (what this rank holds)."""
