@@ -25,9 +25,9 @@ apt_install_missing chromium chromium "the browser test of gpumem-tui serve need
 # run each: pytest 269 s with -n 4, 288 s with -n 3; each worker also collects the whole
 # suite, ~2.5 s of CPU since torch is imported only by the worker that runs the tests marked
 # torch_in_process, ~9.5 s before; more workers than 4 still cost that much each).
-# GPUMEM_TEST_WORKERS=0 runs it in one process. --dist loadgroup: tests sharing a module-scoped fixture (a Prometheus server, a
-# loaded model, a replayed dashboard) stay on one worker, so it
-# is built once (tests/conftest.py marks them). -rs: every skip is listed with its reason;
+# GPUMEM_TEST_WORKERS=0 runs it in one process. --dist loadgroup: tests sharing a
+# module-scoped fixture (a Prometheus server, a loaded model, a replayed dashboard) stay on one
+# worker, so it is built once (tests/conftest.py marks them). -rs: every skip is listed with its reason;
 # --durations: the slowest tests, where the suite's time goes.
 # Bytecode cache on: a machine that sets PYTHONDONTWRITEBYTECODE (this sandbox and CI do) would
 # compile the package again in every worker and in every `python -m gpumem_tui` a test starts.
