@@ -23,10 +23,11 @@ apt_install_missing chromium chromium "the browser test of gpumem-tui serve need
 # -n: the tests run on several worker processes. Much of the suite's time is child processes
 # starting and answering, so more workers than cores pays: 4 on 2 cores (a quiet machine, one
 # run each: pytest 269 s with -n 4, 288 s with -n 3; each worker also collects the whole
-# suite, ~15 s of CPU, which argues against many more). GPUMEM_TEST_WORKERS=0 runs it in one
-# process. --dist loadgroup: tests sharing a module-scoped fixture (a Prometheus server, a
-# loaded model, a replayed dashboard) stay on one worker, so it
-# is built once (tests/conftest.py marks them). -rs: every skip is listed with its reason;
+# suite, ~2.5 s of CPU since torch is imported only by the worker that runs the tests marked
+# torch_in_process, ~9.5 s before; more workers than 4 still cost that much each).
+# GPUMEM_TEST_WORKERS=0 runs it in one process. --dist loadgroup: tests sharing a
+# module-scoped fixture (a Prometheus server, a loaded model, a replayed dashboard) stay on one
+# worker, so it is built once (tests/conftest.py marks them). -rs: every skip is listed with its reason;
 # --durations: the slowest tests, where the suite's time goes.
 # Bytecode cache on: a machine that sets PYTHONDONTWRITEBYTECODE (this sandbox and CI do) would
 # compile the package again in every worker and in every `python -m gpumem_tui` a test starts.

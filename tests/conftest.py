@@ -95,14 +95,27 @@ def h100_trace() -> Path:
 # --- test-suite speed (w-tspeed): running under pytest-xdist -----------------------------------
 
 
+#: the xdist group of the tests marked ``torch_in_process`` (pyproject.toml's markers)
+TORCH_GROUP = "torch-in-process"
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks (--dist loadgroup)
 def pytest_collection_modifyitems(config, items):
     """Keep the tests of a module that share a module- or class-scoped fixture on one xdist
     worker: under ``--dist loadgroup`` (scripts/test.sh) each group runs on a single worker, so
     an expensive shared fixture (a Prometheus server with its exporters, a model measured once)
     is built once, not once per worker that happens to get one of its tests. Tests without such a
-    fixture are spread one by one. Harmless without xdist (the mark is only read by it)."""
+    fixture are spread one by one. Harmless without xdist (the mark is only read by it).
+
+    Tests marked ``torch_in_process`` (they import torch in the test process) all go to one
+    group, so one worker imports torch (and transformers, peft...) instead of all of them: the
+    test modules import it inside the tests, not at the top, which made every worker import it
+    while collecting (~6 s of a worker's ~9.5 s collection CPU). That group's tests then share
+    their module-scoped fixtures on that one worker too."""
     for item in items:
+        if item.get_closest_marker("torch_in_process") is not None:
+            item.add_marker(pytest.mark.xdist_group(TORCH_GROUP))
+            continue
         fixture_defs = getattr(item, "_fixtureinfo", None)
         if fixture_defs is None:
             continue
@@ -146,3 +159,29 @@ def pytest_collection_finish(session):
 
     gc.collect()
     gc.freeze()
+
+
+# --- test-suite speed (w-collect): torch only on the worker that runs the torch tests ----------
+_HAD_TORCH = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    # before the test's fixtures: one of them may be what imports torch
+    item.stash[_HAD_TORCH] = "torch" in sys.modules
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """Fail a test that imported torch in this process without the ``torch_in_process`` mark:
+    under xdist it would run on any worker, which then pays seconds of CPU for torch (and its
+    heap weighs on every later garbage collection there); with the mark it joins the one worker
+    that has it (pytest_collection_modifyitems above). A test that failed already keeps its own
+    error."""
+    result = yield
+    if not item.stash.get(_HAD_TORCH, True) and "torch" in sys.modules \
+            and item.get_closest_marker("torch_in_process") is None:
+        raise AssertionError(f"{item.nodeid} imported torch in the test process: mark it "
+                             "@pytest.mark.torch_in_process (tests/conftest.py)")
+    return result

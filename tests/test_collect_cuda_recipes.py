@@ -96,6 +96,7 @@ def test_nvml_sampler_keeps_the_peak_after_memory_drops(monkeypatch) -> None:  #
     assert sampler.peak == 3 * GiB
 
 
+@pytest.mark.torch_in_process
 def test_checkpoint_flavour_is_read_from_the_model() -> None:
     import json
 

@@ -14,17 +14,15 @@ from pathlib import Path
 import pytest
 from demo_inprocess import run_demo_job
 
-import torch  # noqa: F401 -- installed by setup (README): missing is a failure
-
 from gpumem_tui.analysis.comparison import spec_from_probe_info  # noqa: E402
 from gpumem_tui.analysis.process_estimate import compare_snapshots  # noqa: E402
 from gpumem_tui.telemetry.model import Snapshot  # noqa: E402
 from gpumem_tui.telemetry.probe_source import ProbeSource  # noqa: E402
 
 GROUP = "activations+logits_and_loss+optimizer_intermediates"
-# one xdist worker runs them all (--dist loadgroup): the jobs run in that process, and a worker
-# that has not imported transformers yet pays for it once, not once per worker
-pytestmark = pytest.mark.xdist_group("demo-estimate")
+# the jobs run in this process: the worker that runs the torch tests runs them all (--dist
+# loadgroup, tests/conftest.py), so one worker pays for importing torch and transformers
+pytestmark = pytest.mark.torch_in_process
 
 
 def _run_demo_job(tmp_path: Path, model: str, *args: str) -> Snapshot:

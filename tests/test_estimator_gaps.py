@@ -122,6 +122,7 @@ def test_eager_softmax_dtype_under_autocast_depends_on_device_and_mask():
 
 
 @pytest.mark.parametrize("model_type, attention", [("bert", "sdpa"), ("gpt2", "eager")])
+@pytest.mark.torch_in_process
 def test_cpu_autocast_estimate_matches_live_measurement(tmp_path, model_type, attention):
     import torch  # noqa: F401 -- installed by setup (README): missing is a failure
     import transformers  # noqa: F401 -- installed by setup (README): missing is a failure

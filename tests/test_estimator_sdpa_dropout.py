@@ -105,6 +105,7 @@ def test_math_path_upcasts_16_bit_attention_to_fp32():
 # -- live: torch on the real CPU (small shapes, a few seconds) --------------------------------
 
 
+@pytest.mark.torch_in_process
 def test_cpu_dispatcher_picks_math_with_dropout():
     import torch
     from torch.nn.attention import SDPBackend
@@ -128,6 +129,7 @@ def test_cpu_dispatcher_picks_math_with_dropout():
     ],
     ids=["gpt2-bf16", "gpt2-fp32-b1", "llama-gqa-bf16"],
 )
+@pytest.mark.torch_in_process
 def test_estimate_matches_live_cpu_measurement(tmp_path, config, spec):
     import torch  # noqa: F401 -- installed by setup (README): missing is a failure
     import transformers  # noqa: F401 -- installed by setup (README): missing is a failure

@@ -13,13 +13,14 @@ import time
 
 import pytest
 
-import torch
-
 import gpumem_tui.probe as gprobe  # noqa: E402
 from gpumem_tui import cli  # noqa: E402
 from gpumem_tui.telemetry.model import Snapshot  # noqa: E402
 from gpumem_tui.telemetry.probe_source import ProbeSource  # noqa: E402
 from gpumem_tui.telemetry.replay import TraceRecorder  # noqa: E402
+
+# torch_in_process: these tests import torch here; under xdist they share one worker (tests/conftest.py)
+pytestmark = pytest.mark.torch_in_process
 
 MiB = 1 << 20
 KEPT_BYTES = 256 * 1024 * 4  # one float32 tensor of 256 Ki elements kept per step: 1 MiB
@@ -28,6 +29,7 @@ STEPS = 24
 
 def leaky_job(directory) -> int:  # returns the tensors kept
     """A tiny training loop that keeps one tensor per step (a leak of KEPT_BYTES per step)."""
+    import torch
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)

@@ -7,16 +7,17 @@ import time
 import types
 import warnings
 
-import torch
+import pytest
 
 from integration_jobs import BATCH, SEQ, tiny_gpt2
 from integration_record import run_job_here
 
-from gpumem_tui.integrations.accelerate import accelerator_setup, attach
-from gpumem_tui.integrations.model_setup import model_setup, unwrap_optimizer
 from gpumem_tui.analysis.process_estimate import compare_snapshots
 from gpumem_tui.telemetry.model import Snapshot
 from gpumem_tui.telemetry.probe_source import ProbeSource
+
+# torch_in_process: these tests import torch here; under xdist they share one worker (tests/conftest.py)
+pytestmark = pytest.mark.torch_in_process
 
 
 def test_accelerate_loop_streams_a_setup_the_estimator_matches(tmp_path):
@@ -38,6 +39,8 @@ def test_accelerate_loop_streams_a_setup_the_estimator_matches(tmp_path):
 
 
 def test_accelerator_setup_reads_rank_world_size_precision_and_zero():
+    import torch
+    from gpumem_tui.integrations.accelerate import accelerator_setup
     accelerator = types.SimpleNamespace(
         num_processes=4, process_index=2, local_process_index=0, gradient_accumulation_steps=8,
         mixed_precision="bf16", distributed_type=types.SimpleNamespace(value="DEEPSPEED"),
@@ -51,6 +54,7 @@ def test_accelerator_setup_reads_rank_world_size_precision_and_zero():
 
 
 def test_attach_with_an_object_it_cannot_read_warns_once(tmp_path):
+    from gpumem_tui.integrations.accelerate import attach
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         session = attach(types.SimpleNamespace(unwrap_model=lambda m: m), object(), None, batch=2, seq=8,
@@ -62,6 +66,7 @@ def test_attach_with_an_object_it_cannot_read_warns_once(tmp_path):
 
 
 def test_lora_model_publishes_task_rank_and_targets():
+    from gpumem_tui.integrations.model_setup import model_setup
     import peft  # here, not at the top: importing it costs every xdist worker seconds at collection
 
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -79,6 +84,8 @@ def test_lora_model_publishes_task_rank_and_targets():
 
 
 def test_plain_model_and_wrapped_optimizer():
+    import torch
+    from gpumem_tui.integrations.model_setup import model_setup, unwrap_optimizer
     model = tiny_gpt2()
     assert model_setup(model) == {}
     inner = torch.optim.SGD(model.parameters(), lr=0.1)

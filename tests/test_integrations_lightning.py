@@ -12,10 +12,12 @@ import types
 import warnings
 
 import pytest
-import torch
 
 from integration_jobs import BATCH, SEQ, tiny_gpt2
 from integration_record import compare_json, phase_order, record_job, setup_of
+
+# torch_in_process: these tests import torch here; under xdist they share one worker (tests/conftest.py)
+pytestmark = pytest.mark.torch_in_process
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +25,7 @@ def lit() -> types.SimpleNamespace:
     """lightning.pytorch, our integration module and the test LightningModules, imported by the
     tests that use them (not at collection: Lightning costs ~4 s of CPU to import, in every xdist
     worker that collects this file; module scope keeps these tests on one worker)."""
+    import torch
     import lightning.pytorch as pl
 
     from gpumem_tui.integrations import lightning as integration
@@ -76,6 +79,7 @@ def test_the_probe_follows_the_inner_model_only_when_it_holds_every_parameter(li
 
 
 def test_lightning_setup_reads_the_trainer(lit):
+    import torch
     trainer = types.SimpleNamespace(accumulate_grad_batches=4, precision="bf16-mixed", world_size=8,
                                     global_rank=3, local_rank=1, strategy=object())
     model = tiny_gpt2()
@@ -86,6 +90,7 @@ def test_lightning_setup_reads_the_trainer(lit):
 
 
 def test_a_setup_it_cannot_follow_warns_once_and_training_goes_on(tmp_path, monkeypatch, lit):
+    import torch
     probes = tmp_path / "probes"
     probes.mkdir(mode=0o700)
     monkeypatch.setenv("GPUMEM_TUI_PROBE_DIR", str(probes))

@@ -13,13 +13,13 @@ import sys
 import types
 import warnings
 
-import torch
-import transformers
+import pytest
 
 from integration_jobs import BATCH, SEQ, token_rows, tiny_gpt2
 from integration_record import compare_json, phase_order, record_job, setup_of
 
-from gpumem_tui.integrations.transformers import GpumemCallback, trainer_setup
+# torch_in_process: these tests import torch here; under xdist they share one worker (tests/conftest.py)
+pytestmark = pytest.mark.torch_in_process
 
 
 def test_trainer_job_recorded_and_compared_within_one_percent(tmp_path):
@@ -39,12 +39,16 @@ def test_trainer_job_recorded_and_compared_within_one_percent(tmp_path):
 
 
 def _args(tmp_path, **changes):
+    import transformers
     base = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=BATCH, max_steps=2, use_cpu=True,
                 report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True, learning_rate=1e-4)
     return transformers.TrainingArguments(**{**base, **changes})
 
 
 def test_trainer_setup_reads_the_training_arguments(tmp_path):
+    import torch
+    import transformers
+    from gpumem_tui.integrations.transformers import trainer_setup
     checkpointing = "activation_checkpointing" if hasattr(transformers.TrainingArguments, "activation_checkpointing") \
         else "gradient_checkpointing"
     args = _args(tmp_path, gradient_accumulation_steps=4, bf16=True, optim="adamw_torch", **{checkpointing: True})
@@ -58,6 +62,7 @@ def test_trainer_setup_reads_the_training_arguments(tmp_path):
 
 
 def _train(tmp_path, callback, model=None):
+    import transformers
     trainer = transformers.Trainer(model=model or tiny_gpt2(), args=_args(tmp_path),
                                    train_dataset=token_rows(2 * BATCH), callbacks=[callback])
     return trainer.train()
@@ -68,6 +73,7 @@ def _our_warnings(caught) -> list[str]:
 
 
 def test_an_unusable_probe_directory_warns_once_and_training_goes_on(tmp_path, monkeypatch):
+    from gpumem_tui.integrations.transformers import GpumemCallback
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)  # writable by every user: the probe refuses it
@@ -84,6 +90,8 @@ def test_an_unusable_probe_directory_warns_once_and_training_goes_on(tmp_path, m
 
 
 def test_a_second_probe_in_the_process_warns_once_and_training_goes_on(tmp_path, monkeypatch):
+    import torch
+    from gpumem_tui.integrations.transformers import GpumemCallback
     import gpumem_tui.probe
 
     probes = tmp_path / "probes"
@@ -103,6 +111,8 @@ def test_a_second_probe_in_the_process_warns_once_and_training_goes_on(tmp_path,
 
 
 def test_a_model_it_cannot_read_warns_once(tmp_path):
+    import transformers
+    from gpumem_tui.integrations.transformers import GpumemCallback
     callback = GpumemCallback()
     state, control = transformers.TrainerState(), transformers.TrainerControl()
     with warnings.catch_warnings(record=True) as caught:
@@ -116,6 +126,9 @@ def test_a_model_it_cannot_read_warns_once(tmp_path):
 
 
 def test_first_batch_without_a_sequence_warns_once_and_training_goes_on(tmp_path, monkeypatch):
+    import torch
+    import transformers
+    from gpumem_tui.integrations.transformers import GpumemCallback
     probes = tmp_path / "probes"
     probes.mkdir(mode=0o700)
     monkeypatch.setenv("GPUMEM_TUI_PROBE_DIR", str(probes))
@@ -142,6 +155,7 @@ def test_first_batch_without_a_sequence_warns_once_and_training_goes_on(tmp_path
 
 def test_an_unknown_transformers_version_warns_once(monkeypatch):
     # the package as sys.modules holds it now (transformers swaps its module object while importing)
+    from gpumem_tui.integrations.transformers import GpumemCallback
     monkeypatch.setattr(sys.modules["transformers"], "__version__", "9.0.0")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -6,16 +6,18 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from cli_inprocess import run_cli
 
-import torch
-import transformers  # noqa: F401 -- installed by setup (README): missing is a failure
-
 from gpumem_tui.measure.runner import COMPONENTS, MeasureError, MeasureRequest, run  # noqa: E402
 
-pytestmark = pytest.mark.torch
+if TYPE_CHECKING:  # the tests import torch themselves (tests/conftest.py: torch_in_process)
+    import torch
+
+# torch_in_process: these tests import torch here; under xdist they share one worker (tests/conftest.py)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_in_process]
 
 B, S, V, H, L = 2, 64, 1000, 128, 2
 TINY = {"model_type": "gpt2", "n_layer": L, "n_embd": H, "n_head": 4, "vocab_size": V, "n_positions": 256}
@@ -28,6 +30,7 @@ TINY_LLAMA = {
 
 def _param_and_buffer_bytes(config: dict, dtype: torch.dtype) -> tuple[int, int]:
     """Exact parameter and buffer storage bytes, built independently of the runner."""
+    import torch
     import transformers
 
     cfg = dict(config)
@@ -65,6 +68,7 @@ def test_components_sum_to_peak(tiny_meta):
 
 
 def test_parameters_and_optimizer_states_are_exact(tiny_meta):
+    import torch
     params, buffers = _param_and_buffer_bytes(TINY, torch.float32)
     assert tiny_meta.components_bytes["parameters"] == params + buffers
     n = tiny_meta.total_params
@@ -186,6 +190,7 @@ def test_foreach_adamw_holds_one_state_sized_copy(tiny_meta):
     # exp_avg_sq = one state-sized copy of all parameters; the CPU default (single tensor) holds
     # temporaries of one parameter at a time. The single-tensor run is the module's tiny_meta
     # (optimizer_impl "single" is MeasureRequest's default); the foreach run has its shape.
+    import torch
     single = tiny_meta
     foreach = run(MeasureRequest(config=TINY, batch=B, seq=S, on="meta", attention="eager", optimizer_impl="foreach"))
     params, _ = _param_and_buffer_bytes(TINY, torch.float32)
@@ -197,6 +202,7 @@ def test_foreach_adamw_holds_one_state_sized_copy(tiny_meta):
 
 
 def test_grad_accumulation_keeps_gradients_through_the_next_micro_batch(tiny_meta):
+    import torch
     one = tiny_meta  # the same request without grad_accum, measured once for the module
     accum = run(MeasureRequest(config=TINY, batch=B, seq=S, on="meta", attention="eager", grad_accum=2))
     params, _ = _param_and_buffer_bytes(TINY, torch.float32)
@@ -206,6 +212,7 @@ def test_grad_accumulation_keeps_gradients_through_the_next_micro_batch(tiny_met
 
 
 def test_classification_head_replaces_the_lm_head():
+    import torch
     import transformers
 
     cfg = dict(TINY_LLAMA)

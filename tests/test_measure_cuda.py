@@ -34,6 +34,7 @@ def test_contradictory_or_bad_flags_exit_2_with_one_line(capsys, argv, words):
     assert words in _one_line_exit_2(capsys, argv)
 
 
+@pytest.mark.torch_in_process
 def test_no_cuda_build_or_no_gpu_is_one_line(capsys):
     import torch
     if torch.cuda.is_available():
@@ -59,6 +60,7 @@ def _tiny(torch, dtype):
     return transformers.AutoModelForCausalLM.from_config(cfg, dtype=dtype, attn_implementation="sdpa")
 
 
+@pytest.mark.torch_in_process
 def test_peft_lora_adapters_are_fp32_and_counted_as_the_estimator_does():
     import torch
     import peft  # noqa: F401 -- installed by setup (README): missing is a failure
@@ -77,6 +79,7 @@ def test_peft_lora_adapters_are_fp32_and_counted_as_the_estimator_does():
     assert C.gradient_bytes(architecture_from_config(dict(TINY_LLAMA)), spec) == 4 * n
 
 
+@pytest.mark.torch_in_process
 def test_peft_lora_on_meta_and_bad_targets():
     import torch
     import peft  # noqa: F401 -- installed by setup (README): missing is a failure
@@ -92,6 +95,7 @@ def test_peft_lora_on_meta_and_bad_targets():
 
 
 @pytest.mark.parametrize("new_tokens, logits", [(5, "last"), (0, "all"), (0, "last")])
+@pytest.mark.torch_in_process
 def test_inference_modes_run_on_cpu(new_tokens, logits):
     import torch
     from gpumem_tui.measure.cuda import _Stats, run_steps
@@ -103,6 +107,7 @@ def test_inference_modes_run_on_cpu(new_tokens, logits):
     assert set(phases) == {"forward", "_before"}
 
 
+@pytest.mark.torch_in_process
 def test_training_loop_runs_on_cpu_and_reports_three_phases():
     import torch
     import contextlib

@@ -20,18 +20,14 @@ from pathlib import Path
 import pytest
 from cli_inprocess import run_cli
 
-import torch
-import transformers  # noqa: F401 -- installed by setup (README): missing is a failure
-
-import torch.distributed as dist  # noqa: E402
-
 from gpumem_tui.estimator.spec import TrainingSpec  # noqa: E402
 from gpumem_tui.measure.parallel import STRATEGIES, ParallelSpec, max_ranks  # noqa: E402
 from gpumem_tui.measure.ranks import RankFailure, launch  # noqa: E402
 from gpumem_tui.measure.runner import COMPONENTS  # noqa: E402
 from waiting import wait_until  # noqa: E402
 
-pytestmark = pytest.mark.torch
+# torch_in_process: these tests import torch here; under xdist they share one worker (tests/conftest.py)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_in_process]
 
 ROOT = Path(__file__).resolve().parent.parent
 RANKS = ROOT / "tests" / "data" / "ranks"
@@ -74,6 +70,7 @@ def _meta_params(config: dict) -> list[tuple[str, tuple[int, ...], int]]:
 
 @functools.lru_cache(maxsize=None)
 def _meta_params_of(config_json: str) -> list[tuple[str, tuple[int, ...], int]]:
+    import torch
     import transformers
 
     cfg = json.loads(config_json)
@@ -237,6 +234,7 @@ def test_cli_busy_port_exits_2():
 # --- a rank that fails takes the others down ------------------------------------------------------
 
 def _fail_on_rank_1(rank: int, world: int, marker: str, how: str, rank0: str) -> dict:
+    import torch.distributed as dist
     if rank == 1:
         if how == "raise":
             raise ValueError("boom on purpose")
@@ -291,14 +289,12 @@ def test_cli_rank_refusal_names_the_rank_and_exits_2():
 
 # --- one case live -------------------------------------------------------------------------------
 
-#: the live runs share one xdist worker (--dist loadgroup): the first pays for the imports
-#: measure needs in this process (torch's memory trackers, the model's modules), the second not
-LIVE_GROUP = "measure-ranks-live"
-
+# (on the torch worker, as every test here: the first live run pays for the imports measure needs
+# in this process, torch's memory trackers and the model's modules, the second not)
 
 @pytest.mark.slow
-@pytest.mark.xdist_group(LIVE_GROUP)
 def test_live_ddp_world_2_matches_the_saved_case():
+    import torch
     saved = _cases()["llama-tiny-ddp-w2"]
     done = _in_process(str(LLAMA), "--on", "cpu", "--nproc", "2", "--strategy", "ddp", "--bucket-cap-mb", "25", *JOB, "--json")
     assert done.returncode == 0, done.stderr
@@ -319,7 +315,6 @@ def test_live_ddp_world_2_matches_the_saved_case():
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group(LIVE_GROUP)
 def test_live_text_report_over_tcp_names_every_rank_and_the_worst():
     with socket.socket() as probe:  # a port free a moment ago: the TCP rendezvous path
         probe.bind(("127.0.0.1", 0))

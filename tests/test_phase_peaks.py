@@ -147,6 +147,7 @@ def test_probe_source_reads_peak_records_and_counts_bad_ones(tmp_path):
 # -- the probe -----------------------------------------------------------------------------
 
 
+@pytest.mark.torch_in_process
 def test_probe_writes_each_phase_high_water_mark(tmp_path):
     import torch
     import gpumem_tui.probe
@@ -216,6 +217,7 @@ def _trace_of_demo_job(tmp_path: Path) -> tuple[Path, int]:
     return trace, info.pid
 
 
+@pytest.mark.torch_in_process
 def test_replayed_envelope_reaches_the_measured_peak_and_the_prediction(tmp_path):
     import torch  # noqa: F401 -- installed by setup (README): missing is a failure
     import textual  # noqa: F401 -- installed by setup (README): missing is a failure
@@ -248,6 +250,7 @@ def test_replayed_envelope_reaches_the_measured_peak_and_the_prediction(tmp_path
 # -- CUDA split, with torch's CUDA memory statistics played by a CPU tensor tracker ---------
 
 
+@pytest.mark.torch_in_process
 def test_cuda_peak_split_names_what_the_probe_knows(tmp_path, monkeypatch):
     """The CUDA path of the probe on a CPU model: ``torch.cuda``'s allocated / peak figures
     come from a live-tensor tracker (what they count on a GPU), so every part of the split can

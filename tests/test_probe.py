@@ -8,12 +8,13 @@ import time
 
 import pytest
 
-import torch
-
 import gpumem_tui.probe as gprobe  # noqa: E402
 from gpumem_tui.telemetry.model import Phase  # noqa: E402
 from gpumem_tui.telemetry.probe_source import ProbeSource  # noqa: E402
 from waiting import wait_until  # noqa: E402
+
+# torch_in_process: these tests import torch here; under xdist they share one worker (tests/conftest.py)
+pytestmark = pytest.mark.torch_in_process
 
 
 def records(probe) -> list[dict]:
@@ -25,6 +26,7 @@ def marks(recs: list[dict]) -> list[tuple[str, int]]:
 
 
 def tiny():
+    import torch
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -36,6 +38,7 @@ def param_bytes(model) -> int:
 
 
 def train_step(model, opt, batch=4):
+    import torch
     x = torch.randn(batch, 32)
     loss = model(x).square().mean()
     loss.backward()
@@ -61,6 +64,7 @@ def attach(tmp_path):
 
 
 def test_phases_in_order_and_categories_exact(attach):
+    import torch
     model, opt = tiny()
     probe = attach(model, opt, batch=4, seq=1)
     for _ in range(2):
@@ -94,6 +98,7 @@ def test_phases_in_order_and_categories_exact(attach):
 
 
 def test_a_peak_between_samples_is_recorded_with_its_time_and_split(attach):
+    import torch
     model, opt = tiny()
     probe = attach(model, opt, hooks=False)
     base = probe._tracker.live_bytes
@@ -114,6 +119,7 @@ def test_a_peak_between_samples_is_recorded_with_its_time_and_split(attach):
 
 
 def test_peak_in_the_first_optimizer_step_names_the_new_states(attach):
+    import torch
     model, opt = tiny()
     probe = attach(model, opt)
     train_step(model, opt)
@@ -130,6 +136,7 @@ def test_peak_in_the_first_optimizer_step_names_the_new_states(attach):
 def test_cuda_record_names_the_torch_figures(attach, monkeypatch, tmp_path):
     """No GPU here: the CUDA branch runs against stubbed torch.cuda figures, to check that
     the stream names them for what they are and the reader maps them to allocated/reserved."""
+    import torch
     model, opt = tiny()
     probe = attach(model, opt, track_tensors=False)
     figures = {"memory_allocated": 300 << 20, "memory_reserved": 512 << 20, "max_memory_allocated": 400 << 20}
@@ -180,6 +187,7 @@ def test_published_setup(attach):
 
 
 def test_tracker_counts_new_storages_once_and_frees_them(attach):
+    import torch
     model, opt = tiny()
     probe = attach(model, opt)
     tracker = probe._tracker
@@ -201,6 +209,7 @@ def test_tracker_counts_new_storages_once_and_frees_them(attach):
 
 
 def test_gradient_accumulation_keeps_the_step_and_inference_counts_forwards(attach):
+    import torch
     model, opt = tiny()
     probe = attach(model, opt)
     for _ in range(2):  # two micro-batches, one optimizer step
@@ -220,6 +229,7 @@ def test_gradient_accumulation_keeps_the_step_and_inference_counts_forwards(atta
 
 
 def test_watch_loss_marks_backward_when_the_loss_backward_starts(attach):
+    import torch
     model, opt = tiny()
     probe = attach(model, opt, hooks=False)  # no model hooks: only watch_loss can mark it
     probe.mark("forward")
@@ -235,6 +245,7 @@ def test_watch_loss_marks_backward_when_the_loss_backward_starts(attach):
 
 
 def test_explicit_phase_api_without_hooks(attach):
+    import torch
     model, opt = tiny()
     probe = attach(model, opt, hooks=False)
     with probe.phase("forward"):
@@ -326,6 +337,7 @@ def test_probe_source_reads_the_stream(attach, tmp_path):
 
 
 def test_hf_model_config_is_published(attach):
+    import torch
     import transformers
     config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=16,
                                      bos_token_id=0, eos_token_id=0)
@@ -367,6 +379,7 @@ def test_a_sample_taken_while_the_training_thread_allocates_still_adds_up(attach
     """The sampling thread walks the parameters while training goes on: a tensor freed in
     between must not leave categories summing above the live bytes (found as a flaky end-to-end
     demo test under load). Here the 'training thread' frees a tensor during the first read."""
+    import torch
     model, opt = tiny()
     probe = attach(model, opt)
     train_step(model, opt)
@@ -391,6 +404,7 @@ def test_the_sampling_thread_never_reads_param_grad(attach):
     """autograd stores ``param.grad`` without the GIL, so the sampling thread reading it during
     backward could crash the job (SIGSEGV seen in benchmark runs): it takes the gradient bytes
     from the tracker's 'gradients' label instead, and they agree with the gradients."""
+    import torch
     import threading
 
     model, opt = tiny()

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 
-import torch
+import gpumem_tui.probe
+from gpumem_tui.analysis.comparison import spec_from_probe_info
+from gpumem_tui.telemetry.probe_source import ProbeSource
 
-import gpumem_tui.probe  # noqa: E402
-from gpumem_tui.analysis.comparison import spec_from_probe_info  # noqa: E402
-from gpumem_tui.telemetry.probe_source import ProbeSource  # noqa: E402
+# torch_in_process: these tests import torch here; under xdist they share one worker (tests/conftest.py)
+pytestmark = pytest.mark.torch_in_process
 
 V = 96
 
@@ -28,21 +30,29 @@ class _Output(dict):
             raise AttributeError(name) from None
 
 
-class _TinyLM(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.emb = torch.nn.Embedding(V, 16)
-        self.head = torch.nn.Linear(16, V)
+def _tiny_lm():
+    """A one-layer LM whose forward returns an HF-style output (the loss and the logits)."""
+    import torch  # here, not at the top: importing it costs every xdist worker seconds at collection
 
-    def forward(self, ids):
-        logits = self.head(self.emb(ids))
-        loss = torch.nn.functional.cross_entropy(logits.view(-1, V), ids.view(-1))
-        return _Output(loss, logits)
+    class TinyLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(V, 16)
+            self.head = torch.nn.Linear(16, V)
+
+        def forward(self, ids):
+            logits = self.head(self.emb(ids))
+            loss = torch.nn.functional.cross_entropy(logits.view(-1, V), ids.view(-1))
+            return _Output(loss, logits)
+
+    return TinyLM()
 
 
 def _train(tmp_path, keep: bool, steps: int = 2):
+    import torch
+
     torch.manual_seed(0)
-    model = _TinyLM()
+    model = _tiny_lm()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     config = {"model_type": "gpt2", "vocab_size": V, "n_embd": 16, "n_layer": 1, "n_head": 2, "n_positions": 8}
     probe = gpumem_tui.probe.attach(model, opt, batch=3, seq=8, config=config, directory=tmp_path,

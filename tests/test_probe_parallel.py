@@ -22,11 +22,6 @@ from pathlib import Path
 
 import pytest
 
-import torch
-import transformers  # noqa: F401  (the dev extra installs it)
-# imported once here: the forked ranks inherit it instead of importing it each (seconds each)
-import transformers.models.llama.modeling_llama  # noqa: E402,F401
-
 from gpumem_tui.estimator.architecture import architecture_from_config  # noqa: E402
 from gpumem_tui.estimator.estimate import estimate  # noqa: E402
 from gpumem_tui.estimator.parallel import ParallelPlan  # noqa: E402
@@ -37,7 +32,8 @@ from gpumem_tui.measure.ranks import launch  # noqa: E402
 from gpumem_tui.analysis.process_estimate import from_probe_info  # noqa: E402
 from gpumem_tui.telemetry.model import ProbeInfo  # noqa: E402
 
-pytestmark = pytest.mark.torch
+# torch_in_process: these tests import torch here; under xdist they share one worker (tests/conftest.py)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_in_process]
 
 LLAMA = json.loads((Path(__file__).parent / "data" / "ranks" / "configs" / "llama-tiny.json").read_text())
 BATCH, SEQ = 2, 32
@@ -64,6 +60,7 @@ def _checkpoint(model, how: str) -> None:
 def _hsdp_bf16(model) -> None:
     """HSDP over a (replicate 2, shard 1) mesh with bf16 parameters over fp32 ones (FSDP2
     ``MixedPrecisionPolicy``), each block then the root, as torchtitan shards a model."""
+    import torch
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -76,6 +73,7 @@ def _hsdp_bf16(model) -> None:
 
 def _probed_rank(rank: int, nproc: int, spec: ParallelSpec, ckpt: str, env: dict[str, str]) -> dict:
     """One rank: build, wrap, probe, one training step; return the probe's last info record."""
+    import torch
     import transformers
 
     import gpumem_tui.probe
@@ -112,6 +110,11 @@ def _probed_rank(rank: int, nproc: int, spec: ParallelSpec, ckpt: str, env: dict
 
 
 def _run(spec: ParallelSpec, ckpt: str = "none", env: dict[str, str] | None = None) -> list[dict]:
+    # imported here, in the test process, before the ranks fork: they inherit it instead of
+    # importing it each (seconds each); not at the top, where every xdist worker would pay for
+    # it while collecting (these tests run on one worker: tests/conftest.py)
+    import transformers.models.llama.modeling_llama  # noqa: F401  (the dev extra installs it)
+
     return launch(_probed_rank, (spec, ckpt, env or {}), spec.world_size, timeout_s=120)
 
 

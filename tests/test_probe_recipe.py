@@ -19,68 +19,23 @@ from pathlib import Path
 
 import pytest
 
-import torch
-import transformers
-import peft
-
 import gpumem_tui.probe  # noqa: E402
 from gpumem_tui.probe.recipe_state import checkpoint_setup, quantization_setup  # noqa: E402
 from gpumem_tui.analysis.process_estimate import from_probe_info  # noqa: E402
 from gpumem_tui.telemetry.model import ProbeInfo  # noqa: E402
 from gpumem_tui.telemetry.probe_source import ProbeSource  # noqa: E402
 
-pytestmark = pytest.mark.torch
+# torch_in_process: these tests import torch here; under xdist they share one worker (tests/conftest.py)
+pytestmark = [pytest.mark.torch, pytest.mark.torch_in_process]
 
 LLAMA = json.loads((Path(__file__).parent / "data" / "ranks" / "configs" / "llama-tiny.json").read_text())
 
 
-class QuantState:  # bitsandbytes.functional.QuantState's fields the probe reads
-    def __init__(self, quant_type: str, nested: bool) -> None:
-        self.quant_type, self.nested, self.blocksize = quant_type, nested, 64
-
-
-class Params4bit(torch.nn.Parameter):  # bitsandbytes.nn.modules.Params4bit: packed uint8 data
-    def __new__(cls, data, quant_type="nf4", compress_statistics=True):
-        self = torch.Tensor._make_subclass(cls, data, False)
-        self.quant_type, self.compress_statistics = quant_type, compress_statistics
-        self.quant_storage = torch.uint8
-        self.quant_state = QuantState(quant_type, compress_statistics)
-        return self
-
-
-class Linear4bit(torch.nn.Module):  # bitsandbytes.nn.Linear4bit: two 4-bit values per byte
-    def __init__(self, d_in: int, d_out: int, compute_dtype=torch.bfloat16) -> None:
-        super().__init__()
-        self.in_features, self.out_features, self.compute_dtype = d_in, d_out, compute_dtype
-        self.weight = Params4bit(torch.zeros(d_in * d_out // 2, 1, dtype=torch.uint8))
-
-
-class Int8Params(torch.nn.Parameter):  # bitsandbytes.nn.modules.Int8Params
-    def __new__(cls, data):
-        return torch.Tensor._make_subclass(cls, data, False)
-
-
-class Linear8bitLt(torch.nn.Module):
-    def __init__(self, d_in: int, d_out: int) -> None:
-        super().__init__()
-        self.weight = Int8Params(torch.zeros(d_out, d_in, dtype=torch.int8))
-
-
-class QuantLinear(torch.nn.Module):  # auto_gptq/nn_modules/qlinear: bits, group_size, packed buffers
-    def __init__(self, bits: int, group_size: int, d_in: int, d_out: int) -> None:
-        super().__init__()
-        self.bits, self.group_size, self.infeatures, self.outfeatures = bits, group_size, d_in, d_out
-        self.register_buffer("qweight", torch.zeros(d_in * bits // 32, d_out, dtype=torch.int32))
-
-
-class WQLinear_GEMM(torch.nn.Module):  # noqa: N801 - autoawq's class name
-    def __init__(self, w_bit: int, group_size: int, d_in: int, d_out: int) -> None:
-        super().__init__()
-        self.w_bit, self.group_size, self.in_features, self.out_features = w_bit, group_size, d_in, d_out
-        self.register_buffer("qweight", torch.zeros(d_in, d_out * w_bit // 32, dtype=torch.int32))
-
-
-def _llama(dtype=torch.bfloat16):
+def _llama(dtype=None):
+    """The tiny Llama of tests/data/ranks, its parameters in ``dtype`` (torch.bfloat16 unless given)."""
+    import torch
+    import transformers
+    dtype = torch.bfloat16 if dtype is None else dtype
     config = transformers.AutoConfig.for_model(**LLAMA)
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
@@ -89,6 +44,7 @@ def _llama(dtype=torch.bfloat16):
 
 def _quantize_layers(model, make) -> int:
     """Replace every layer Linear by ``make(d_in, d_out)`` (what a k-bit loader does)."""
+    import torch
     count = 0
     for layer in model.model.layers:
         for parent in (layer.self_attn, layer.mlp):
@@ -104,6 +60,9 @@ def _setup(probe) -> dict:
 
 
 def test_kbit_preparation_fp32_casts_nf4_and_reentrant_checkpointing(tmp_path):
+    import torch
+    import peft
+    from recipe_stand_ins import Linear4bit
     model = _llama()
     quantized = _quantize_layers(model, lambda i, o: Linear4bit(i, o))
     model.is_loaded_in_4bit = True  # what transformers' bitsandbytes loader sets; peft reads it
@@ -133,6 +92,8 @@ def test_kbit_preparation_fp32_casts_nf4_and_reentrant_checkpointing(tmp_path):
 
 
 def test_quantized_linear_stand_ins_map_to_the_estimators_formats():
+    import torch
+    from recipe_stand_ins import Linear4bit, Linear8bitLt, QuantLinear, WQLinear_GEMM
     for make, expected in (
         (lambda i, o: Linear4bit(i, o), {"method": "nf4", "double_quant": True}),
         (lambda i, o: Linear8bitLt(i, o), {"method": "int8"}),
@@ -158,6 +119,7 @@ def test_gptq_setup_becomes_the_estimate_quant_format(tmp_path):
 
 
 def test_checkpoint_flavours_torch_wrapper_and_hf():
+    import torch
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
 
     model = _llama(torch.float32)
@@ -174,6 +136,7 @@ def test_checkpoint_flavours_torch_wrapper_and_hf():
 
 
 def test_use_cache_of_the_forward_is_published_once_and_read_after_a_torn_line(tmp_path):
+    import torch
     model = _llama(torch.float32)
     probe = gpumem_tui.probe.attach(model, batch=1, seq=8, directory=tmp_path, track_tensors=False)
     ids = torch.zeros(1, 8, dtype=torch.long)
@@ -195,26 +158,9 @@ def test_use_cache_of_the_forward_is_published_once_and_read_after_a_torn_line(t
     assert dict(info.setup)["use_cache"] is False
 
 
-class OffloadDeviceEnum:  # deepspeed.runtime.zero.offload_config.OffloadDeviceEnum member
-    value = "cpu"
-
-
-class DeepSpeedEngine(torch.nn.Module):  # deepspeed/runtime/engine.py: the methods the probe asks
-    def __init__(self, module, stage: int) -> None:
-        super().__init__()
-        self.module, self._stage = module, stage
-
-    def zero_optimization_stage(self) -> int:
-        return self._stage
-
-    def zero_offload_optimizer(self):
-        return type("DeepSpeedZeroOffloadOptimizerConfig", (), {"device": OffloadDeviceEnum()})()
-
-    def zero_offload_param(self):
-        return None
-
-
 def test_deepspeed_engine_stand_in_is_read_without_deepspeed(tmp_path, monkeypatch):
+    import torch
+    from recipe_stand_ins import DeepSpeedEngine
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_RANK", "1")
@@ -233,6 +179,7 @@ def test_deepspeed_engine_stand_in_is_read_without_deepspeed(tmp_path, monkeypat
 
 
 def test_modules_that_only_look_like_the_real_ones_never_stop_attach(tmp_path):
+    import torch
     class CheckpointWrapper(torch.nn.Module):  # no checkpoint_impl, no checkpoint_fn
         def __init__(self) -> None:
             super().__init__()

@@ -29,10 +29,6 @@ from pathlib import Path
 import pytest
 from cli_inprocess import run_cli
 
-import torch
-import transformers  # noqa: F401  (the dev extra installs it)
-
-from gpumem_tui.probe.tracker import LiveTensorTracker  # noqa: E402
 from gpumem_tui.telemetry.probed_state import ProbedProcesses  # noqa: E402
 from gpumem_tui.analysis.process_estimate import compare_summary, from_probe_info  # noqa: E402
 from gpumem_tui.telemetry.model import ProbeInfo  # noqa: E402
@@ -131,9 +127,12 @@ def test_job_compare_reports_every_rank_from_the_job_plan(tmp_path, strategy):
             (one_device > rank["peak_predicted_bytes"])
 
 
+@pytest.mark.torch_in_process  # torch in this process (the jobs above run it in theirs)
 def test_tracker_counts_a_dtensor_at_its_local_shard(tmp_path):
     """A DTensor sharded over a (faked) 2-row global shape: its storage reports the global
     bytes; the tracker must count the local shard's (what this rank holds)."""
+    import torch
+    from gpumem_tui.probe.tracker import LiveTensorTracker
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard
@@ -156,9 +155,12 @@ def test_tracker_counts_a_dtensor_at_its_local_shard(tmp_path):
         dist.destroy_process_group()
 
 
+@pytest.mark.torch_in_process
 def test_tracker_follows_a_storage_resized_in_place():
     """FSDP2 frees an unsharded parameter with ``storage.resize_(0)`` and allocates it again
     with ``storage.resize_(nbytes)``: the tracker's live bytes and peak follow both."""
+    import torch
+    from gpumem_tui.probe.tracker import LiveTensorTracker
     original = torch.UntypedStorage.resize_
     tracker = LiveTensorTracker("cpu")
     tracker.start()
@@ -179,7 +181,10 @@ def test_tracker_follows_a_storage_resized_in_place():
     assert torch.UntypedStorage.resize_ is original  # the last listener out restores torch's
 
 
+@pytest.mark.torch_in_process
 def test_a_resize_of_an_uncounted_storage_changes_nothing():
+    import torch
+    from gpumem_tui.probe.tracker import LiveTensorTracker
     outside = torch.empty(100)  # made before the tracker started, not registered
     tracker = LiveTensorTracker("cpu")
     tracker.start()

@@ -105,6 +105,7 @@ def test_a_group_writable_directory_is_refused_saying_which_and_why(two_users, t
     assert not (probes / "4242.jsonl").exists()
 
 
+@pytest.mark.torch_in_process
 def test_a_refused_directory_warns_once_and_the_training_job_runs_on(two_users, tmp_path):
     import torch
     import gpumem_tui.probe as gprobe

@@ -30,8 +30,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
-from playwright.sync_api import sync_playwright
 from waiting import HANG_TIMEOUT, wait_until
 
 TESTS = Path(__file__).resolve().parent
@@ -134,6 +132,8 @@ def served_dashboard(tmp_path):
 
 def _wait_for_screen(page, *contains: str, timeout_ms: int = int(HANG_TIMEOUT * 1000)) -> str:
     """Waits until the terminal's visible text holds every string of ``contains``; returns that text."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
     try:
         page.wait_for_function(
             f"(want) => {{ const text = ({SCREEN_TEXT})(); return text !== null && want.every((w) => text.includes(w)); }}",
@@ -147,6 +147,10 @@ def _wait_for_screen(page, *contains: str, timeout_ms: int = int(HANG_TIMEOUT * 
 
 
 def test_the_dashboard_runs_in_headless_chromium_and_takes_keys(chromium, served_dashboard, tmp_path):
+    # playwright imported here, not at the top: this is its only test, and every xdist worker
+    # collects this module (~0.2 s of CPU each to import it)
+    from playwright.sync_api import sync_playwright
+
     url, pid = served_dashboard
     assert "?token=" in url  # the URL serve printed: the page and its websocket need the token
     with sync_playwright() as playwright:
