@@ -63,8 +63,8 @@ def test_the_program_exits_with_its_code_and_leaves_its_heap_to_the_os(tmp_path)
             "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
             "runpy.run_module('gpumem_tui', run_name='__main__')\n")
     for args, exit_code in ((["--version"], 0), (["bogus"], 2)):
-        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
-                              env=_env(tmp_path), cwd=tmp_path)
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                              timeout=120, env=_env(tmp_path), cwd=tmp_path)
         assert proc.returncode == exit_code, proc.stderr
         assert proc.stdout.splitlines()[-1] == "frozen at exit: True"
 

@@ -8,9 +8,10 @@ frozen), spent on memory the kernel reclaims at exit in any case. ``gc.freeze()`
 docs) moves every tracked object to the permanent generation, which no collection walks, so the
 shutdown skips them: reference counting still frees what it frees, atexit handlers and
 ``weakref.finalize`` callbacks (temporary directories) still run, and the standard streams are
-still flushed; only the destructors of objects that sit in reference cycles do not run. Call it once the work is
-done, every file closed, right before the process exits -- never in a process that goes on
-(the test suite runs the commands in process: :func:`gpumem_tui.cli.main` does not call it).
+still flushed; only the destructors of objects that sit in reference cycles do not run. Call it
+once the work is done, every file closed, right before the process exits -- never in a process
+that goes on (the test suite runs the commands in process: :func:`gpumem_tui.cli.main` does not
+call it).
 """
 
 from __future__ import annotations
