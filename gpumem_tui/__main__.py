@@ -1,3 +1,3 @@
-from gpumem_tui.cli import main
+from gpumem_tui.cli import run
 
-raise SystemExit(main())
+run()

@@ -55,6 +55,20 @@ def test_help_lists_every_subcommand(tmp_path):
     assert listed == list(SUBCOMMANDS)
 
 
+def test_the_program_exits_with_its_code_and_leaves_its_heap_to_the_os(tmp_path):
+    """``python -m gpumem_tui``: the subcommand's exit code, and the heap frozen (gc.freeze, see
+    gpumem_tui/support/shutdown.py) by the time atexit handlers run, so the interpreter's
+    shutdown does not free a loaded torch object by object."""
+    code = ("import atexit, gc, runpy\n"
+            "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
+            "runpy.run_module('gpumem_tui', run_name='__main__')\n")
+    for args, exit_code in ((["--version"], 0), (["bogus"], 2)):
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                              timeout=120, env=_env(tmp_path), cwd=tmp_path)
+        assert proc.returncode == exit_code, proc.stderr
+        assert proc.stdout.splitlines()[-1] == "frozen at exit: True"
+
+
 def test_version_is_the_package_version(tmp_path):
     proc = _run(tmp_path, "--version")
     assert proc.returncode == 0 and proc.stderr == ""

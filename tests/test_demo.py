@@ -5,11 +5,13 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from demo_inprocess import run_demo_job
 
 from gpumem_tui.demo import cli as demo
 from gpumem_tui.demo import process as demo_process
@@ -97,6 +99,30 @@ def test_owned_probe_dir_is_removed_on_stop():
     assert directory.is_dir()
     job.stop(timeout=30)
     assert not directory.exists()
+
+
+@pytest.mark.parametrize("stopped_in", ["os.nice", "_use_hf"])
+def test_a_stop_while_the_job_starts_ends_it_before_the_model_is_built(tmp_path, monkeypatch, stopped_in):
+    """SIGTERM while the job loads (the dashboard quit in its first seconds): before torch loads
+    (during ``os.nice``) or while transformers loads (``_use_hf``), the job returns 0 without
+    building a model or attaching the probe. Run in this process (tests/demo_inprocess.py);
+    the signal is raised on this process while the job's own handler is installed."""
+    from gpumem_tui.demo import job
+
+    def stop_now(*args):
+        signal.raise_signal(signal.SIGTERM)  # the job's handler runs before this returns
+        return False
+
+    def never(*args):
+        raise AssertionError("the job built its model after it was told to stop")
+
+    target = os if stopped_in == "os.nice" else job
+    monkeypatch.setattr(target, stopped_in.removeprefix("os."), stop_now)
+    monkeypatch.setattr(job, "_build_builtin", never)
+    monkeypatch.setattr(job, "_build_hf", never)
+    code = run_demo_job(["--steps", "0", "--probe-dir", str(tmp_path), "--model", "builtin", "--nice", "5"])
+    assert code == 0
+    assert list(tmp_path.iterdir()) == []  # no probe stream: nothing was attached
 
 
 def test_demo_job_exits_when_its_parent_is_gone(tmp_path):

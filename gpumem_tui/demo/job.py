@@ -12,7 +12,8 @@ CUDA when there is a GPU and on the CPU otherwise, and is instrumented by
 about 0.2-0.5 s per step on two CPU cores and peaks at about 200 MiB of live tensors
 (fp32, b=4, s=128, 4 layers, h=256, V=8192: 5.3 M parameters).
 
-SIGTERM / SIGINT end the job after the current step, closing the probe cleanly.
+SIGTERM / SIGINT end the job after the current step, closing the probe cleanly (while it
+starts: before it imports transformers or builds the model, with no probe stream).
 Exit codes: 0 done, 1 runtime failure, 2 bad arguments (one line on stderr).
 """
 
@@ -180,6 +181,18 @@ def _pick_device(choice: str) -> str:
     return choice
 
 
+def _use_hf(choice: str) -> bool:
+    """Whether ``--model`` ``choice`` builds the transformers model: hf, or auto when transformers
+    imports (it is imported here, the seconds of it included)."""
+    if choice != "auto":
+        return choice == "hf"
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     """Train until ``args.steps`` steps are done (or forever) or a stop signal arrives."""
     stop = {"now": False}
@@ -200,18 +213,17 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
+    # A stop asked for while the job loads (the dashboard quit in its first seconds) ends it
+    # here, before the next seconds of imports and model building: nothing was shown yet.
+    if stop["now"]:
+        return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = _pick_device(args.device)
-    use_hf = args.model == "hf"
-    if args.model == "auto":
-        try:
-            import transformers  # noqa: F401
-        except ImportError:
-            use_hf = False
-        else:
-            use_hf = True
+    use_hf = _use_hf(args.model)
+    if stop["now"]:
+        return 0
     model, config = _build_hf(args) if use_hf else _build_builtin(args)
     model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -279,4 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_code = main()
+    from gpumem_tui.support.shutdown import leave_heap_to_os
+
+    leave_heap_to_os()  # the probe is closed: torch's heap goes to the OS, not freed one by one
+    raise SystemExit(exit_code)

@@ -1,1 +1,2 @@
-"""Small shared pieces: bounded file reads, units, printable text, user config, crash log, signals, CLI parsing."""
+"""Small shared pieces: bounded file reads, units, printable text, user config, crash log, signals,
+CLI parsing, the heap left to the OS at exit."""

@@ -14,6 +14,7 @@ to the WRAPPED model, ``steps`` plain steps (forward with labels, ``loss.backwar
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import warnings
 
@@ -75,3 +76,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Not part of the training loop the test models, and after everything it checks (the probe
+    # closed its stream above, the process group is gone): the interpreter's shutdown would tear
+    # down torch's and transformers' ~2500 modules object by object: 1.2-1.9 s of CPU per rank
+    # measured, 0.2 s with the freeze. Frozen objects (gc.freeze) are left to the OS; atexit
+    # handlers and the flush of stdout still run.
+    gc.freeze()
