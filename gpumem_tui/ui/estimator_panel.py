@@ -65,6 +65,7 @@ _FIELD_LABELS = {
 _PROBE_KEY = "\x00probe"  # Select value of a probed model's config (never a catalogue name)
 _INT_FIELDS = ("batch", "seq", "dp", "tp", "pp", "lora_rank")
 _CSS_PATH = Path(__file__).with_name("estimator_panel.tcss")
+_UNREAD = object()  # no value read for a field (never equal to a field's value)
 _PLAIN_NUMBER = re.compile(r"^\s*[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?\s*$")
 
 
@@ -174,6 +175,10 @@ class EstimatorPanel(VerticalScroll):
         self._generation = 0
         self._solving = False
         self._pending_solve: tuple[Any, ...] | None = None
+        #: the fields' values the last recompute read (id -> value); a field's Changed event
+        #: carrying the value read is no change (_on_field_changed)
+        self._values_read: dict[str | None, Any] = {}
+        self.estimates_run = 0  # recomputes since the panel was built (tests count them)
 
     # ----- layout ----------------------------------------------------------------------------
 
@@ -327,6 +332,11 @@ class EstimatorPanel(VerticalScroll):
         control, focused = getattr(event, "control", None), self.app.focused
         if control is not None and focused is not None and (focused is control or control in focused.ancestors):
             self._user_edit = True
+        # A change the last estimate already read is no change: each field posts its first
+        # value when it mounts, after the form estimated with it (on_mount; 13 estimates of
+        # the same form per start without this). A later change of the field posts its new value.
+        if control is not None and self._values_read.get(control.id, _UNREAD) == getattr(event, "value", _UNREAD):
+            return
         self.recompute()
 
     # ----- the computation -------------------------------------------------------------------
@@ -334,11 +344,19 @@ class EstimatorPanel(VerticalScroll):
     def recompute(self) -> None:
         """Read the form, estimate, and redraw; mark bad fields. Never raises."""
         started = time.perf_counter()
+        self.estimates_run += 1
+        self._values_read = {}
         try:
+            self._values_read = self._field_values()
             self._recompute()
         except Exception as exc:  # noqa: BLE001 - the dashboard must survive estimator bugs
             self._mark_invalid({"": f"estimator failed: {type(exc).__name__}: {exc}"})
         self.last_update_seconds = time.perf_counter() - started
+
+    def _field_values(self) -> dict[str | None, Any]:
+        """Each input field's value by its id (what the estimate reads from the form)."""
+        return {field.id: field.value for field in self.query_one("#est-form").children
+                if isinstance(field, (Input, Select, Checkbox))}
 
     def _recompute(self) -> None:
         from gpumem_tui.estimator.architecture import ArchitectureError
