@@ -235,7 +235,9 @@ class EstimatorPanel(VerticalScroll):
         self._gpu_context = measured_context
         # What the box measured is no edit of the user's: only a change made through a focused
         # field counts as one (_on_field_changed), so this recompute never claims the PID.
-        self.recompute()
+        # Before the fields are mounted, on_mount estimates with it (once, not twice).
+        if self._fields_mounted:
+            self.recompute()
 
     def show_process(self, pid: int | None, process: Any = None, job: Any = None) -> None:
         """The form now belongs to ``pid`` (None: a what-if for no process).

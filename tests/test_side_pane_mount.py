@@ -1,0 +1,146 @@
+"""The side pane's mount does each piece of work once (issue 23: start-up CPU and suite time).
+
+Counted without timing: the footer rebuilds its keys only when the keys shown change and
+styles each new key once; the estimator form estimates once per change of what it reads, not
+again for each field's first value posted when it mounts; the garbage collector stays paused
+while the pane mounts and runs again once it is drawn. benchmarks/side_pane_mount.py gives
+the CPU figures.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from pathlib import Path
+
+import pytest
+from textual.css.stylesheet import Stylesheet
+from textual.widgets import Input, Select
+from textual.widgets._footer import FooterKey
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from test_ui import make_app, side_pane_mounted, wait_for  # noqa: E402
+from ui_fakes import FakeSource  # noqa: E402
+
+from gpumem_tui.ui.estimator_panel import EstimatorPanel  # noqa: E402
+from gpumem_tui.ui.steady_footer import SteadyFooter  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _no_user_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUMEM_TUI_CONFIG_DIR", str(tmp_path / "cfg"))
+
+
+async def _settled(app, pilot) -> None:
+    await wait_for(pilot, lambda: side_pane_mounted(app) and app.snapshot is not None)
+    for _ in range(3):
+        await pilot.pause()
+
+
+async def test_the_footer_rebuilds_its_keys_only_when_they_change_and_styles_each_key_once(monkeypatch):
+    shown: list[tuple] = []
+    styled: dict[int, int] = {}
+    compose, apply = SteadyFooter.compose, Stylesheet.apply
+
+    def recording_compose(footer):
+        shown.append(footer.shown_keys())
+        return compose(footer)
+
+    def counting_apply(stylesheet, node, *args, **kwargs):
+        if isinstance(node, FooterKey):
+            styled[id(node)] = styled.get(id(node), 0) + 1
+        return apply(stylesheet, node, *args, **kwargs)
+
+    monkeypatch.setattr(SteadyFooter, "compose", recording_compose)
+    monkeypatch.setattr(Stylesheet, "apply", counting_apply)
+    app = make_app(FakeSource(), side_pane=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settled(app, pilot)
+        footer = app.query_one(SteadyFooter)
+        keys = list(footer.query(FooterKey))
+        assert keys and len(shown) >= 2  # composed empty, then with the keys once bindings came
+        # the start-up's binding changes (focus, the pane, refresh_bindings) rebuilt the keys
+        # only for a change of what they show
+        assert all(before != after for before, after in zip(shown, shown[1:])), "a rebuild showed the same keys"
+        assert footer.recomposes == len(shown) - 1
+        # each key bound to the footer's compact was styled once, when it mounted (not again
+        # for its compact class: it came with the footer's before the mount); the command
+        # palette's key keeps Textual's way (not bound: compact, as FooterKey starts)
+        bound = [key for key in keys if not key.has_class("-command-palette")]
+        assert bound and {styled.get(id(key)) for key in bound} == {1}
+        assert not any(key.compact or key.has_class("-compact") for key in bound)
+
+
+async def test_footer_keys_of_a_compact_footer_are_compact_as_textual_binds_them():
+    app = make_app(FakeSource(), side_pane=True)
+    async with app.run_test(size=(130, 40)) as pilot:  # medium: a compact footer
+        await _settled(app, pilot)
+        footer = app.query_one(SteadyFooter)
+        assert footer.compact
+        keys = [key for key in footer.query(FooterKey) if not key.has_class("-command-palette")]
+        assert keys and all(key.compact and key.has_class("-compact") for key in keys)
+        await pilot.resize_terminal(160, 48)  # wide: Textual's data binding turns it off
+        await wait_for(pilot, lambda: not footer.compact)
+        await pilot.pause()
+        keys = [key for key in footer.query(FooterKey) if not key.has_class("-command-palette")]
+        assert keys and not any(key.compact or key.has_class("-compact") for key in keys)
+
+
+def _inputs(panel: EstimatorPanel) -> tuple:
+    """Everything an estimate of the form reads: its fields and what the app pushed."""
+    return (tuple(sorted(panel._field_values().items(), key=lambda item: str(item[0]))),
+            panel._gpu_total, panel._gpu_context, id(panel._base_spec), id(panel._probe_arch),
+            panel.process_pid, id(panel._plan))
+
+
+async def test_the_form_estimates_once_per_change_of_what_it_reads(monkeypatch):
+    reads: list[tuple] = []
+    recompute = EstimatorPanel.recompute
+
+    def recording_recompute(panel):
+        reads.append(_inputs(panel))
+        return recompute(panel)
+
+    monkeypatch.setattr(EstimatorPanel, "recompute", recording_recompute)
+    app = make_app(FakeSource(), side_pane=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settled(app, pilot)
+        panel = app.query_one(EstimatorPanel)
+        # the fields' first values (posted as each field mounts) were read by the form's
+        # first estimate: none of them estimated the same form again
+        assert reads and all(before != after for before, after in zip(reads, reads[1:])), \
+            f"{len(reads)} estimates, some of the same inputs"
+        assert panel.estimates_run == len(reads)
+        # a Changed event with the value the form read is no change ...
+        runs = panel.estimates_run
+        batch = panel.query_one("#est-batch", Input)
+        batch.post_message(Input.Changed(batch, batch.value))
+        task = panel.query_one("#est-task", Select)
+        task.post_message(Select.Changed(task, task.value))
+        await pilot.pause()
+        await pilot.pause()
+        assert panel.estimates_run == runs
+        # ... a new value is
+        batch.value = "4"
+        await wait_for(pilot, lambda: panel.estimates_run == runs + 1)
+        await pilot.pause()
+        assert panel.estimates_run == runs + 1 and panel.spec is not None and panel.spec.batch == 4
+
+
+async def test_the_collector_waits_for_the_side_pane_then_runs_again(monkeypatch):
+    during_mount: list[bool] = []
+    on_mount = EstimatorPanel.on_mount
+
+    def recording_on_mount(panel):
+        during_mount.append(gc.isenabled())
+        return on_mount(panel)
+
+    monkeypatch.setattr(EstimatorPanel, "on_mount", recording_on_mount)
+    assert gc.isenabled()
+    app = make_app(FakeSource(), side_pane=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settled(app, pilot)
+        await wait_for(pilot, gc.isenabled, what="the collector running again after the pane's mount")
+    assert during_mount == [False]
+    assert gc.isenabled()
