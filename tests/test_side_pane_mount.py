@@ -144,3 +144,52 @@ async def test_the_collector_waits_for_the_side_pane_then_runs_again(monkeypatch
         await wait_for(pilot, gc.isenabled, what="the collector running again after the pane's mount")
     assert during_mount == [False]
     assert gc.isenabled()
+
+
+def _look(widget) -> list:
+    """Each node under ``widget``: its type, classes, compact / has_value and drawn lines."""
+    from textual.geometry import Region
+
+    nodes = [widget, *widget.walk_children()]
+    return [(type(node).__name__.replace("FormSelect", "Select"), sorted(node.classes),
+             getattr(node, "compact", None), getattr(node, "has_value", None),
+             [[(segment.text, segment.style) for segment in strip]
+              for strip in node.render_lines(Region(0, 0, node.size.width, node.size.height))])
+            for node in nodes]
+
+
+async def test_form_fields_made_compact_before_mount_are_as_textual_makes_them():
+    """The form's fields (estimator_form.compact, FormSelect) end up as Textual's own
+    ``compact=True`` Select, Input and Checkbox: same classes, states and lines."""
+    from textual.app import App
+    from textual.containers import Horizontal, Vertical
+    from textual.widgets import Checkbox
+
+    from gpumem_tui.ui.estimator_form import FormSelect, compact
+
+    options = [("bf16", "bf16"), ("fp16", "fp16"), ("fp32", "fp32")]
+
+    class Pair(App):
+        AUTO_FOCUS = None  # a focused field looks otherwise
+
+        def compose(self):
+            with Horizontal():
+                with Vertical(id="textual"):
+                    yield Select(options, value="fp16", allow_blank=False, compact=True)
+                    yield Input("12", restrict=r"-?[0-9]*", compact=True)
+                    yield Input(placeholder="type", compact=True)
+                    yield Checkbox("fp32 master", False, compact=True)
+                with Vertical(id="ours"):
+                    yield compact(FormSelect(options, value="fp16", allow_blank=False, shows_value=True))
+                    yield compact(Input("12", restrict=r"-?[0-9]*"))
+                    yield compact(Input(placeholder="type"))
+                    yield compact(Checkbox("fp32 master", False))
+
+    app = Pair()
+    async with app.run_test(size=(80, 12)) as pilot:
+        await pilot.pause()
+        await pilot.pause()
+        theirs, ours = (app.query_one(f"#{side}").children for side in ("textual", "ours"))
+        assert len(theirs) == len(ours) == 4
+        for textual_field, our_field in zip(theirs, ours):
+            assert _look(our_field) == _look(textual_field), type(textual_field).__name__
