@@ -193,3 +193,52 @@ async def test_form_fields_made_compact_before_mount_are_as_textual_makes_them()
         assert len(theirs) == len(ours) == 4
         for textual_field, our_field in zip(theirs, ours):
             assert _look(our_field) == _look(textual_field), type(textual_field).__name__
+
+
+async def test_a_comparison_that_keeps_its_heights_is_shown_without_a_layout(monkeypatch):
+    """A poll of a probed job changes the sample count in the figure line: shown without a
+    layout of the screen and without rebuilding the table, and a text that wraps to more lines
+    is laid out to its new height."""
+    from dataclasses import replace
+
+    from textual.app import App
+    from textual.screen import Screen
+    from textual.widgets import DataTable, Static
+    from test_comparison_view import _result
+
+    from gpumem_tui.ui.comparison_view import ComparisonView
+
+    class Host(App):
+        def compose(self):
+            yield ComparisonView()
+
+    layouts = []
+    refresh_layout = Screen._refresh_layout
+
+    def counting_layout(screen, *args, **kwargs):
+        layouts.append(1)
+        return refresh_layout(screen, *args, **kwargs)
+
+    monkeypatch.setattr(Screen, "_refresh_layout", counting_layout)
+    app = Host()
+    async with app.run_test(size=(100, 40)) as pilot:
+        view = app.query_one(ComparisonView)
+        result = _result()
+        view.update_comparison(result, title="job")
+        await pilot.pause()
+        await pilot.pause()
+        figure, table = view.query_one("#cmp-figure", Static), view.query_one(DataTable)
+        rows_before, height_before = table.row_count, figure.size.height
+        assert rows_before > 0 and height_before >= 1
+        layouts.clear()
+        cleared = []
+        monkeypatch.setattr(table, "clear", lambda *a, **k: cleared.append(1) or DataTable.clear(table, *a, **k))
+        view.update_comparison(replace(result, sample_count=result.sample_count + 7), title="job")
+        await pilot.pause()
+        await pilot.pause()
+        assert f"({result.sample_count + 7} samples)" in str(figure.render())
+        assert layouts == [] and cleared == [] and table.row_count == rows_before
+        # a title long enough to wrap the figure line to more rows: laid out to its height
+        view.update_comparison(result, title="a very long job name " * 6)
+        await wait_for(pilot, lambda: figure.size.height > height_before)
+        assert layouts and figure.size.height == figure.visual.get_height(figure.styles, figure.content_size.width)
