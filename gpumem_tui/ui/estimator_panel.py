@@ -76,7 +76,8 @@ class EstimatorPanel(VerticalScroll):
     form has an error), ``architecture``,
     ``spec``, ``invalid_fields`` (field -> message), ``max_batch_value`` (int or None),
     ``budget_bytes`` (the total the fit is checked against, or None), ``solving`` (a
-    largest-batch solve is running or queued in a worker thread).
+    largest-batch solve is running or queued in a worker thread), ``estimates_run`` (how many
+    times the form was read and estimated since it was built).
     """
 
     @property
