@@ -38,10 +38,15 @@ async def _settled(app, pilot) -> None:
         await pilot.pause()
 
 
-async def test_the_footer_rebuilds_its_keys_only_when_they_change_and_styles_each_key_once(monkeypatch):
+async def test_a_start_with_the_pane_does_each_piece_of_work_once(monkeypatch):
+    """One start with the pane (each start is ~1 s of CPU): the footer's key rebuilds and
+    styles, the form's estimates, the collector's pause; then Changed events of the form."""
     shown: list[tuple] = []
     styled: dict[int, int] = {}
+    reads: list[tuple] = []
+    collecting_at_form_mount: list[bool] = []
     compose, apply = SteadyFooter.compose, Stylesheet.apply
+    recompute, on_mount = EstimatorPanel.recompute, EstimatorPanel.on_mount
 
     def recording_compose(footer):
         shown.append(footer.shown_keys())
@@ -52,16 +57,27 @@ async def test_the_footer_rebuilds_its_keys_only_when_they_change_and_styles_eac
             styled[id(node)] = styled.get(id(node), 0) + 1
         return apply(stylesheet, node, *args, **kwargs)
 
+    def recording_recompute(panel):
+        reads.append(_inputs(panel))
+        return recompute(panel)
+
+    def recording_on_mount(panel):
+        collecting_at_form_mount.append(gc.isenabled())
+        return on_mount(panel)
+
     monkeypatch.setattr(SteadyFooter, "compose", recording_compose)
     monkeypatch.setattr(Stylesheet, "apply", counting_apply)
+    monkeypatch.setattr(EstimatorPanel, "recompute", recording_recompute)
+    monkeypatch.setattr(EstimatorPanel, "on_mount", recording_on_mount)
+    assert gc.isenabled()
     app = make_app(FakeSource(), side_pane=True)
     async with app.run_test(size=(160, 48)) as pilot:
         await _settled(app, pilot)
+        # the footer: the start-up's binding changes (focus, the pane, refresh_bindings)
+        # rebuilt its keys only for a change of what they show
         footer = app.query_one(SteadyFooter)
         keys = list(footer.query(FooterKey))
         assert keys and len(shown) >= 2  # composed empty, then with the keys once bindings came
-        # the start-up's binding changes (focus, the pane, refresh_bindings) rebuilt the keys
-        # only for a change of what they show
         assert all(before != after for before, after in zip(shown, shown[1:])), "a rebuild showed the same keys"
         assert footer.recomposes == len(shown) - 1
         # each key bound to the footer's compact was styled once, when it mounted (not again
@@ -70,6 +86,33 @@ async def test_the_footer_rebuilds_its_keys_only_when_they_change_and_styles_eac
         bound = [key for key in keys if not key.has_class("-command-palette")]
         assert bound and {styled.get(id(key)) for key in bound} == {1}
         assert not any(key.compact or key.has_class("-compact") for key in bound)
+
+        # the form: the fields' first values (posted as each field mounts) were read by its
+        # first estimate; none of them, nor a GPU pushed before the mount, estimated again
+        panel = app.query_one(EstimatorPanel)
+        assert reads and all(before != after for before, after in zip(reads, reads[1:])), \
+            f"{len(reads)} estimates, some of the same inputs"
+        assert panel.estimates_run == len(reads)
+
+        # the collector: paused while the pane mounted, running again once it was drawn
+        assert collecting_at_form_mount == [False]
+        await wait_for(pilot, gc.isenabled, what="the collector running again after the pane's mount")
+
+        # a Changed event with the value the form read is no change ...
+        runs = panel.estimates_run
+        batch = panel.query_one("#est-batch", Input)
+        batch.post_message(Input.Changed(batch, batch.value))
+        task = panel.query_one("#est-task", Select)
+        task.post_message(Select.Changed(task, task.value))
+        await pilot.pause()
+        await pilot.pause()
+        assert panel.estimates_run == runs
+        # ... a new value is
+        batch.value = "4"
+        await wait_for(pilot, lambda: panel.estimates_run == runs + 1)
+        await pilot.pause()
+        assert panel.estimates_run == runs + 1 and panel.spec is not None and panel.spec.batch == 4
+    assert gc.isenabled()
 
 
 async def test_footer_keys_of_a_compact_footer_are_compact_as_textual_binds_them():
@@ -92,58 +135,6 @@ def _inputs(panel: EstimatorPanel) -> tuple:
     return (tuple(sorted(panel._field_values().items(), key=lambda item: str(item[0]))),
             panel._gpu_total, panel._gpu_context, id(panel._base_spec), id(panel._probe_arch),
             panel.process_pid, id(panel._plan))
-
-
-async def test_the_form_estimates_once_per_change_of_what_it_reads(monkeypatch):
-    reads: list[tuple] = []
-    recompute = EstimatorPanel.recompute
-
-    def recording_recompute(panel):
-        reads.append(_inputs(panel))
-        return recompute(panel)
-
-    monkeypatch.setattr(EstimatorPanel, "recompute", recording_recompute)
-    app = make_app(FakeSource(), side_pane=True)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await _settled(app, pilot)
-        panel = app.query_one(EstimatorPanel)
-        # the fields' first values (posted as each field mounts) were read by the form's
-        # first estimate: none of them estimated the same form again
-        assert reads and all(before != after for before, after in zip(reads, reads[1:])), \
-            f"{len(reads)} estimates, some of the same inputs"
-        assert panel.estimates_run == len(reads)
-        # a Changed event with the value the form read is no change ...
-        runs = panel.estimates_run
-        batch = panel.query_one("#est-batch", Input)
-        batch.post_message(Input.Changed(batch, batch.value))
-        task = panel.query_one("#est-task", Select)
-        task.post_message(Select.Changed(task, task.value))
-        await pilot.pause()
-        await pilot.pause()
-        assert panel.estimates_run == runs
-        # ... a new value is
-        batch.value = "4"
-        await wait_for(pilot, lambda: panel.estimates_run == runs + 1)
-        await pilot.pause()
-        assert panel.estimates_run == runs + 1 and panel.spec is not None and panel.spec.batch == 4
-
-
-async def test_the_collector_waits_for_the_side_pane_then_runs_again(monkeypatch):
-    during_mount: list[bool] = []
-    on_mount = EstimatorPanel.on_mount
-
-    def recording_on_mount(panel):
-        during_mount.append(gc.isenabled())
-        return on_mount(panel)
-
-    monkeypatch.setattr(EstimatorPanel, "on_mount", recording_on_mount)
-    assert gc.isenabled()
-    app = make_app(FakeSource(), side_pane=True)
-    async with app.run_test(size=(160, 48)) as pilot:
-        await _settled(app, pilot)
-        await wait_for(pilot, gc.isenabled, what="the collector running again after the pane's mount")
-    assert during_mount == [False]
-    assert gc.isenabled()
 
 
 def _look(widget) -> list:
