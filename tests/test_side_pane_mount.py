@@ -115,6 +115,35 @@ async def test_a_start_with_the_pane_does_each_piece_of_work_once(monkeypatch):
     assert gc.isenabled()
 
 
+async def test_a_form_shown_for_a_process_without_an_estimate_is_estimated_once_on_mount(monkeypatch):
+    """No probe: the selected process has no estimate, so showing it estimates nothing; the
+    form's mount estimates it once, with the GPU total pushed before the mount -- not left to
+    the fields' first values posted as they mount (no change: they are ignored)."""
+    from dataclasses import replace
+
+    from gpumem_tui.support.units import GiB
+
+    class Unprobed(FakeSource):
+        def poll(self):
+            return replace(super().poll(), probes=(), probe_infos=(), phase_marks=())
+
+    callers: list[str] = []
+    recompute = EstimatorPanel.recompute
+
+    def recording_recompute(panel):
+        callers.append(sys._getframe(1).f_code.co_name)
+        return recompute(panel)
+
+    monkeypatch.setattr(EstimatorPanel, "recompute", recording_recompute)
+    app = make_app(Unprobed(), side_pane=True)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settled(app, pilot)
+        panel = app.query_one(EstimatorPanel)
+        assert panel.process_pid is not None and panel.estimate is not None
+        assert panel.budget_bytes == 40 * GiB  # GPU 0 of the fake source
+        assert callers == ["on_mount"]
+
+
 async def test_footer_keys_of_a_compact_footer_are_compact_as_textual_binds_them():
     app = make_app(FakeSource(), side_pane=True)
     async with app.run_test(size=(130, 40)) as pilot:  # medium: a compact footer

@@ -198,11 +198,14 @@ class EstimatorPanel(VerticalScroll):
     def on_mount(self) -> None:
         self._fields_mounted = True  # children are mounted before their parent's Mount
         self._sync_enabled()
+        runs = self.estimates_run
         if self._pending_process is not None:
             pid, process, job = self._pending_process
             self._pending_process = None
-            self.show_process(pid, process, job)  # recomputes
-        else:
+            self.show_process(pid, process, job)  # recomputes when the process has an estimate
+        if self.estimates_run == runs:
+            # The form's first estimate (with the GPU total pushed before the mount, if any):
+            # the fields' first values, posted as they mount, are no change then.
             self.recompute()
         # Colours are looked up from the theme when drawn: redraw when the theme changes.
         self.watch(self.app, "theme", self._theme_changed, init=False)
