@@ -2,10 +2,10 @@
 
 Textual's Footer (textual/widgets/_footer.py) recomposes -- removes every key widget, builds
 and styles new ones -- after each change of the screen's bindings (``Footer.bindings_changed``:
-a focus move, ``refresh_bindings``), whether or not the keys it shows changed. At start-up that
-is ~4 recomposes of ~11 keys, of which one changes what is shown (the first focus); each key
-styled again 3 times on its mount (issue 23: ~250 of the ~780 stylesheet applies of a start
-with the side pane). :class:`SteadyFooter` skips a recompose that would show the same keys,
+a focus move, ``refresh_bindings``), whether or not the keys it shows changed. A start with
+the side pane made 4 recomposes of 10-11 keys, of which 2 changed what is shown (the first
+keys, then the first focus's); each key styled 3 times on its mount (issue 23: ~310 of the
+~780 stylesheet applies of that start). :class:`SteadyFooter` skips a recompose that would show the same keys,
 and gives each new key the footer's ``compact`` before it mounts, as the binding Textual sets
 up would a moment later: a key's ``compact`` starts True (``FooterKey.compact``), its watcher
 adds the ``-compact`` class on mount (a restyle of the key), then the data binding sets the
