@@ -39,9 +39,10 @@ with ImportsOutOfCollector():
     from gpumem_tui.ui.app_screens import DashboardScreens, screens_module, size_class
     from gpumem_tui.ui.device_panel import DevicePanel
     from gpumem_tui.ui.memory_chart import MemoryChart
-    from gpumem_tui.ui.plain_lines import KeptFooter, KeptHorizontal, KeptScreen, KeptVertical
+    from gpumem_tui.ui.plain_lines import KeptHorizontal, KeptScreen, KeptVertical
     from gpumem_tui.ui.poller import Poller, PollFailed, SnapshotReady
     from gpumem_tui.ui.process_table import ProcessTable
+    from gpumem_tui.ui.steady_footer import SteadyFooter
     from gpumem_tui.ui.themes import DEFAULT_THEME, ThemeSet
 
 # Imported from here by tests and the launcher: the chart's windows, the signal keys, the size classes.
@@ -175,7 +176,7 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
 
     # ---- layout ---------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        self._gc_pause.pause()  # until the first frame (on_mount)
+        self._gc_pause.pause()  # until the first frame, or the side pane's mount after it
         # The size class before the widgets mount: set after, it restyles every widget again.
         self._apply_size_class(self.size.width, update=False)
         yield self.status_bar
@@ -187,7 +188,7 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
                 yield self.table_empty
                 # the filter box (hidden until `/`) mounts there on first use: DashboardActions.action_filter
                 yield self.chart
-        yield KeptFooter(compact=self.size_class != "wide")  # the size class was set above
+        yield SteadyFooter(compact=self.size_class != "wide")  # the size class was set above
 
     def on_mount(self) -> None:
         self._show_theme_notices()
@@ -216,11 +217,13 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
 
     def _after_first_frame(self) -> None:
         """What the first frame goes without: the focus (on a focus change the footer builds and
-        styles its keys), the first poll (its rows; its thread's GIL) and the garbage collector."""
+        styles its keys), the first poll (its rows; its thread's GIL) and the garbage collector
+        (which waits on for the side pane's mount when one follows: _mount_side_pane)."""
         vars(self.screen_stack[0]).pop("AUTO_FOCUS", None)  # back to the app's rule
         self.table.focus()
         self.poller.start()
-        self._gc_pause.resume()
+        if not self.side_pane_enabled or self.has_side_pane:
+            self._gc_pause.resume()
 
     def _handle_exception(self, error: Exception) -> None:
         """An unexpected error ends the app (Textual's rule) with exit status 1; its

@@ -55,7 +55,8 @@ def is_text_field(widget: object) -> bool:
 
 
 class StartupGcPause:
-    """Automatic garbage collection paused from compose to the first frame.
+    """Automatic garbage collection paused from compose to the first frame (with the side
+    pane, to the first frame that shows it: ``DashboardScreens._mount_side_pane``).
 
     Mounting the dashboard allocates ~100 000 objects (widgets, styles, strips): CPython's
     generational collector (gc module docs, "threshold") ran ~10 young and one full pass over

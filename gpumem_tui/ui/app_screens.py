@@ -72,19 +72,30 @@ class DashboardScreens:
     def _mount_side_pane(self) -> None:
         """Mount the estimator/comparison pane after the first frame.
 
-        Its form is ~170 widgets: styling them takes longer than the rest of the dashboard,
+        Its form is ~90 widgets: styling them takes longer than the rest of the dashboard,
         so the dashboard shows first and the pane follows a moment later.
+
+        The garbage collector, paused since compose (``StartupGcPause``), stays paused until
+        the pane has mounted and been drawn: that allocates ~50 000 objects that mostly stay
+        (widgets, styles, their lines), for which the collector ran ~150 young, ~14 middle and
+        2 full passes over every object of the process in a start with the pane and 8 pauses
+        in a test process (0.2-0.3 s of CPU, gc.callbacks timings; benchmarks/side_pane_mount.py).
         """
         if self.has_side_pane or self._exiting or not self.is_running:
+            self._gc_pause.resume()
             return  # mounted; or a quit came first: #main is being torn down (MountError)
         side = side_pane_module().build()
         if side is None:
             self.side_pane_enabled = False  # its widgets are not installed: there will be none
+            self._gc_pause.resume()
             return
         main = self.screen_stack[0].query_one("#main")
         if not self._side_toggled:
             side.display = self.size.width >= SIDE_PANE_MIN_WIDTH
         self._side_mounting = main.mount(side)
+        # #main runs its callbacks in turn, Textual's wait for this mount first (Widget.mount):
+        # then, once the frame showing the pane is drawn, the collector runs again.
+        main.call_next(self.call_after_refresh, self._gc_pause.resume)
         self._side_widget = side
         self.has_side_pane = True
         self.refresh_bindings()

@@ -118,6 +118,7 @@ class ComparisonView(Vertical):
         super().__init__(id=id, classes=classes)
         self.result: ComparisonResult | None = None
         self.what_if: str | None = None
+        self._rows: list[tuple[str, tuple[Text, ...]]] = []  # what the table shows
 
     def compose(self) -> ComposeResult:
         yield Static("no comparison yet: select a probed process", id="cmp-figure", classes="-none")
@@ -146,68 +147,36 @@ class ComparisonView(Vertical):
         self.result = result
         self.what_if = what_if
         line = self.query_one("#cmp-whatif", Static)
-        line.update(Text(printable(what_if or "", limit=500)))
+        _show(line, Text(printable(what_if or "", limit=500)))
         line.set_class(not what_if, "-none")
-        table = self.query_one(DataTable)
         figure = self.query_one("#cmp-figure", Static)
         notes = self.query_one("#cmp-notes", Static)
-        table.clear()
         if result is None:
             lines = (reason or "no comparison yet: select a probed process").split("\n")  # each line made printable
-            figure.update(Text("\n".join(printable(line, limit=500) for line in lines[:8])))
+            _show(figure, Text("\n".join(printable(line, limit=500) for line in lines[:8])))
             figure.add_class("-none")
-            notes.update("")
+            _show(notes, Text(""))
+            self._show_rows([])
             return
         figure.remove_class("-none")
-        if title:
-            where = f"{printable(title, limit=80)} on {result.device}"
-        else:
-            where = f"pid {result.pid} on {result.device}" if result.pid is not None else result.device
-        phases = ""
-        if result.peak_phase:
-            phases = f"; predicted peak in {result.peak_phase}"
-            if result.measured_peak_phase:
-                phases += f", measured components in {result.measured_peak_phase}"
-        figure.update(
-            Text(
-                f"{where}: components measured as {result.measured_figure} "
-                f"({result.sample_count} sample{'' if result.sample_count == 1 else 's'}){phases}. "
-                "error = predicted - measured"
-            )
-        )
-        for row in result.components:
-            member = not row.is_group and any(
-                other.is_group and row.name in other.components for other in result.components
-            )
-            label = ("  " if member else "") + short_label(row.name)
-            if row.measured_bytes is None:
-                measured = _right("n/m", _NUM, "dim italic")
-            else:
-                measured = _right(_size(row.measured_bytes), _NUM)
-            table.add_row(
-                Text(label, style="dim" if member else ""),
-                _right(_size(row.predicted_bytes), _NUM),
-                measured,
-                _styled_percent(row.error_percent),
-                _right(_signed(row.error_bytes), _NUM),
-                Text(printable(f"{row.name}: {row.source}", limit=300), style="dim"),
-                key=f"c:{row.name}",
-            )
-        for peak in result.peaks:
-            table.add_row(
-                Text(_PEAK.get(peak.figure, f"PEAK {peak.figure}"), style="bold"),
-                _right(_size(peak.predicted_bytes), _NUM, "bold"),
-                _right(_size(peak.measured_bytes), _NUM, "bold"),
-                _styled_percent(peak.error_percent, bold=True),
-                _right(_signed(peak.error_bytes), _NUM),
-                Text(f"{peak.figure}; predicted {peak.predicted_scope}", style="dim"),
-                key=f"p:{peak.figure}",
-            )
+        _show(figure, Text(_figure_line(result, title)))
+        self._show_rows(_rows(result))
         lines = [printable(f"note: {n}", limit=500) for n in result.notes]
         outlook = result.forecast
         if outlook is not None and outlook.drift is not None:  # a steady rise: when it runs out
             lines.insert(0, printable(f"time-to-OOM: {outlook.text()}", limit=500))
-        notes.update(Text("\n".join(lines)))
+        _show(notes, Text("\n".join(lines)))
+
+    def _show_rows(self, rows: list[tuple[str, tuple[Text, ...]]]) -> None:
+        """The table's rows ((key, cells) each), built again only when they changed: a poll
+        of a probed job gives the same rows but for a new sample count (in the figure line)."""
+        if [(key, _look(cells)) for key, cells in rows] == [(key, _look(cells)) for key, cells in self._rows]:
+            return
+        self._rows = rows
+        table = self.query_one(DataTable)
+        table.clear()
+        for key, cells in rows:
+            table.add_row(*cells, key=key)
 
     def cell_texts(self) -> list[list[str]]:
         """Every row's cells as plain text without the alignment padding (for tests and copy-out)."""
@@ -216,6 +185,77 @@ class ComparisonView(Vertical):
         for row_key in table.rows:
             rows.append([str(cell.plain if isinstance(cell, Text) else cell).strip() for cell in table.get_row(row_key)])
         return rows
+
+
+def _figure_line(result: ComparisonResult, title: str | None) -> str:
+    """The line over the table: whose estimate, where, which figure the components are."""
+    if title:
+        where = f"{printable(title, limit=80)} on {result.device}"
+    else:
+        where = f"pid {result.pid} on {result.device}" if result.pid is not None else result.device
+    phases = ""
+    if result.peak_phase:
+        phases = f"; predicted peak in {result.peak_phase}"
+        if result.measured_peak_phase:
+            phases += f", measured components in {result.measured_peak_phase}"
+    return (f"{where}: components measured as {result.measured_figure} "
+            f"({result.sample_count} sample{'' if result.sample_count == 1 else 's'}){phases}. "
+            "error = predicted - measured")
+
+
+def _rows(result: ComparisonResult) -> list[tuple[str, tuple[Text, ...]]]:
+    """(row key, cells) of the table: one row per component, then one per peak figure."""
+    rows: list[tuple[str, tuple[Text, ...]]] = []
+    for row in result.components:
+        member = not row.is_group and any(
+            other.is_group and row.name in other.components for other in result.components
+        )
+        label = ("  " if member else "") + short_label(row.name)
+        if row.measured_bytes is None:
+            measured = _right("n/m", _NUM, "dim italic")
+        else:
+            measured = _right(_size(row.measured_bytes), _NUM)
+        rows.append((f"c:{row.name}", (
+            Text(label, style="dim" if member else ""),
+            _right(_size(row.predicted_bytes), _NUM),
+            measured,
+            _styled_percent(row.error_percent),
+            _right(_signed(row.error_bytes), _NUM),
+            Text(printable(f"{row.name}: {row.source}", limit=300), style="dim"),
+        )))
+    for peak in result.peaks:
+        rows.append((f"p:{peak.figure}", (
+            Text(_PEAK.get(peak.figure, f"PEAK {peak.figure}"), style="bold"),
+            _right(_size(peak.predicted_bytes), _NUM, "bold"),
+            _right(_size(peak.measured_bytes), _NUM, "bold"),
+            _styled_percent(peak.error_percent, bold=True),
+            _right(_signed(peak.error_bytes), _NUM),
+            Text(f"{peak.figure}; predicted {peak.predicted_scope}", style="dim"),
+        )))
+    return rows
+
+
+def _look(texts: tuple[Text, ...]) -> list[tuple[Any, ...]]:
+    """What ``texts`` look like on screen: their characters, base styles and styled spans
+    (rich's ``Text.__eq__`` leaves the base style out)."""
+    return [(text.plain, str(text.style), text.spans, text.justify, text.no_wrap) for text in texts]
+
+
+def _show(widget: Static, text: Text) -> None:
+    """Show ``text`` in ``widget`` (height auto): nothing when it shows that already, and no
+    layout of the screen (every widget placed again, ~20 ms with the pane) while its wrapped
+    height at its width stays the same -- a poll of a probed job changes the figure line's
+    sample count, not its height -- or while it is not laid out (width 0: in the tab not
+    shown, or not mounted yet; the layout that shows it sizes it to what it holds then)."""
+    old = getattr(widget, "_gpumem_shown", None)
+    if old is not None and _look((old,)) == _look((text,)):
+        return
+    widget._gpumem_shown = text  # type: ignore[attr-defined]
+    width = widget.content_size.width
+    before = widget.visual.get_height(widget.styles, width) if width else 0
+    widget.update(text, layout=False)
+    if width and widget.visual.get_height(widget.styles, width) != before:
+        widget.refresh(layout=True)
 
 
 def _styled_percent(value: float | None, bold: bool = False) -> Text:

@@ -9,26 +9,76 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from typing import Any, TypeVar
+
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.widget import Widget
 from textual.widgets import Checkbox, Input, Label, Select
 
+# Select's parts are not exported by textual.widgets (Textual 8.2); the pin (<9) keeps this path.
+from textual.widgets._select import SelectCurrent, SelectOverlay
+
+_Field = TypeVar("_Field", bound=Widget)
+
+#: The class Textual's ``compact`` reactive of Select, Input, Checkbox and OptionList toggles
+#: (``reactive(False, toggle_class="-textual-compact")``; their DEFAULT_CSS styles it).
+_COMPACT_CLASS = "-textual-compact"
+
+
+def compact(field: _Field) -> _Field:
+    """``field`` made compact as its ``compact=True`` argument would, before it mounts.
+
+    Textual's constructors set ``compact`` through the reactive, whose class toggle restyles
+    the widget although it is not mounted yet (``DOMNode.update_node_styles``: a stylesheet
+    pass for nothing, its mount styles it again) -- 17 of the form's fields. The same value
+    and class are set here without that pass.
+    """
+    field.set_reactive(type(field).compact, True)  # type: ignore[attr-defined]
+    field.add_class(_COMPACT_CLASS, update=False)
+    return field
+
+
+class FormSelect(Select[str]):
+    """Textual's Select whose parts start as its mount leaves them.
+
+    On mount a Select shows its value in its SelectCurrent, whose ``has_value`` then adds the
+    ``-has-value`` class (a restyle of it and its three labels), and its SelectOverlay takes
+    the Select's ``compact`` through a data binding (a restyle for the class it toggles).
+    Given before they mount, both states come with their first styling instead
+    (textual/widgets/_select.py: ``SelectCurrent.update``, ``Select.compose``). ``shows_value``:
+    the Select is built with a value (not blank).
+    """
+
+    def __init__(self, *args: Any, shows_value: bool, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._shows_value = shows_value
+
+    def compose(self) -> ComposeResult:
+        for part in super().compose():
+            if isinstance(part, SelectCurrent) and self._shows_value:
+                part.set_reactive(SelectCurrent.has_value, True)
+                part.add_class("-has-value", update=False)
+            elif isinstance(part, SelectOverlay) and self.compact:
+                compact(part)
+            yield part
+
 
 def _select(name: str, values: Sequence[str], value: str, tip: str) -> Select[str]:
-    widget: Select[str] = Select([(v, v) for v in values], value=value, allow_blank=False, compact=True,
-                                 id=f"est-{name}")
+    widget = compact(FormSelect([(v, v) for v in values], value=value, allow_blank=False, id=f"est-{name}",
+                                shows_value=True))
     widget.tooltip = tip
     return widget
 
 
 def _number(name: str, value: str, tip: str, placeholder: str = "") -> Input:
-    widget = Input(value, placeholder=placeholder, restrict=r"-?[0-9]*", compact=True, id=f"est-{name}")
+    widget = compact(Input(value, placeholder=placeholder, restrict=r"-?[0-9]*", id=f"est-{name}"))
     widget.tooltip = tip
     return widget
 
 
 def _wide_input(name: str, placeholder: str, tip: str) -> Input:
-    field = Input(placeholder=placeholder, compact=True, id=f"est-{name}", classes="-wide")
+    field = compact(Input(placeholder=placeholder, id=f"est-{name}", classes="-wide"))
     field.tooltip = tip
     return field
 
@@ -48,15 +98,15 @@ def model_fields(catalogue: Sequence[str], cached_models: Sequence[tuple[str, st
     yield _label("model", "model")
     model_options = [(name, name) for name in catalogue]
     model_options += [(Text(label), path) for label, path in cached_models]
-    model: Select[str] = Select(
+    model = compact(FormSelect(
         model_options,
         value=initial_model if initial_model else Select.BLANK,
         allow_blank=not model_options,
-        compact=True,
         type_to_search=True,
         id="est-model",
         classes="-wide",
-    )
+        shows_value=bool(model_options),  # blank is allowed only without options
+    ))
     model.tooltip = "Bundled model configs: open and type to search"
     yield model
     yield _label("config", "config")
@@ -80,7 +130,7 @@ def setup_fields() -> Iterator[Widget]:
     yield _label("dtype", "dtype")
     yield _select("dtype", DTYPES, "bf16", "Parameter / compute dtype")
     yield _label("mixed_precision", "mixed")
-    mixed = Checkbox("fp32 master", False, compact=True, id="est-mixed_precision")
+    mixed = compact(Checkbox("fp32 master", False, id="est-mixed_precision"))
     mixed.tooltip = "Mixed precision: fp32 master weights and optimizer states, 16-bit compute"
     yield mixed
     yield _label("optimizer", "optim")

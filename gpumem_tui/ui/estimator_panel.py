@@ -65,6 +65,7 @@ _FIELD_LABELS = {
 _PROBE_KEY = "\x00probe"  # Select value of a probed model's config (never a catalogue name)
 _INT_FIELDS = ("batch", "seq", "dp", "tp", "pp", "lora_rank")
 _CSS_PATH = Path(__file__).with_name("estimator_panel.tcss")
+_UNREAD = object()  # no value read for a field (never equal to a field's value)
 _PLAIN_NUMBER = re.compile(r"^\s*[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?\s*$")
 
 
@@ -75,7 +76,8 @@ class EstimatorPanel(VerticalScroll):
     form has an error), ``architecture``,
     ``spec``, ``invalid_fields`` (field -> message), ``max_batch_value`` (int or None),
     ``budget_bytes`` (the total the fit is checked against, or None), ``solving`` (a
-    largest-batch solve is running or queued in a worker thread).
+    largest-batch solve is running or queued in a worker thread), ``estimates_run`` (how many
+    times the form was read and estimated since it was built).
     """
 
     @property
@@ -174,6 +176,10 @@ class EstimatorPanel(VerticalScroll):
         self._generation = 0
         self._solving = False
         self._pending_solve: tuple[Any, ...] | None = None
+        #: the fields' values the last recompute read (id -> value); a field's Changed event
+        #: carrying the value read is no change (_on_field_changed)
+        self._values_read: dict[str | None, Any] = {}
+        self.estimates_run = 0  # recomputes since the panel was built (tests count them)
 
     # ----- layout ----------------------------------------------------------------------------
 
@@ -192,11 +198,14 @@ class EstimatorPanel(VerticalScroll):
     def on_mount(self) -> None:
         self._fields_mounted = True  # children are mounted before their parent's Mount
         self._sync_enabled()
+        runs = self.estimates_run
         if self._pending_process is not None:
             pid, process, job = self._pending_process
             self._pending_process = None
-            self.show_process(pid, process, job)  # recomputes
-        else:
+            self.show_process(pid, process, job)  # recomputes when the process has an estimate
+        if self.estimates_run == runs:
+            # The form's first estimate (with the GPU total pushed before the mount, if any):
+            # the fields' first values, posted as they mount, are no change then.
             self.recompute()
         # Colours are looked up from the theme when drawn: redraw when the theme changes.
         self.watch(self.app, "theme", self._theme_changed, init=False)
@@ -230,7 +239,9 @@ class EstimatorPanel(VerticalScroll):
         self._gpu_context = measured_context
         # What the box measured is no edit of the user's: only a change made through a focused
         # field counts as one (_on_field_changed), so this recompute never claims the PID.
-        self.recompute()
+        # Before the fields are mounted, on_mount estimates with it (once, not twice).
+        if self._fields_mounted:
+            self.recompute()
 
     def show_process(self, pid: int | None, process: Any = None, job: Any = None) -> None:
         """The form now belongs to ``pid`` (None: a what-if for no process).
@@ -327,6 +338,11 @@ class EstimatorPanel(VerticalScroll):
         control, focused = getattr(event, "control", None), self.app.focused
         if control is not None and focused is not None and (focused is control or control in focused.ancestors):
             self._user_edit = True
+        # A change the last estimate already read is no change: each field posts its first
+        # value when it mounts, after the form estimated with it (on_mount; 13 estimates of
+        # the same form per start without this). A later change of the field posts its new value.
+        if control is not None and self._values_read.get(control.id, _UNREAD) == getattr(event, "value", _UNREAD):
+            return
         self.recompute()
 
     # ----- the computation -------------------------------------------------------------------
@@ -334,11 +350,19 @@ class EstimatorPanel(VerticalScroll):
     def recompute(self) -> None:
         """Read the form, estimate, and redraw; mark bad fields. Never raises."""
         started = time.perf_counter()
+        self.estimates_run += 1
+        self._values_read = {}
         try:
+            self._values_read = self._field_values()
             self._recompute()
         except Exception as exc:  # noqa: BLE001 - the dashboard must survive estimator bugs
             self._mark_invalid({"": f"estimator failed: {type(exc).__name__}: {exc}"})
         self.last_update_seconds = time.perf_counter() - started
+
+    def _field_values(self) -> dict[str | None, Any]:
+        """Each input field's value by its id (what the estimate reads from the form)."""
+        return {field.id: field.value for field in self.query_one("#est-form").children
+                if isinstance(field, (Input, Select, Checkbox))}
 
     def _recompute(self) -> None:
         from gpumem_tui.estimator.architecture import ArchitectureError
