@@ -101,6 +101,7 @@ def test_owned_probe_dir_is_removed_on_stop():
     assert not directory.exists()
 
 
+@pytest.mark.torch_in_process  # the job imports torch before it looks at the stop
 @pytest.mark.parametrize("stopped_in", ["os.nice", "_use_hf"])
 def test_a_stop_while_the_job_starts_ends_it_before_the_model_is_built(tmp_path, monkeypatch, stopped_in):
     """SIGTERM while the job loads (the dashboard quit in its first seconds): before torch loads
