@@ -316,7 +316,7 @@ class LineTable(ScrollView, can_focus=True):
         cells list is the one measured last fits the widths already: only the changed rows
         are folded into them (the same widths as measuring every row, without a pass over
         all of them per column: ~0.5 ms a poll with 500 rows, issue 23)."""
-        same_headers = [h.plain for h in headers] == [h.plain for h in self._headers]
+        same_headers = headers is self._headers or [h.plain for h in headers] == [h.plain for h in self._headers]
         if same_headers:
             headers = self._headers  # the same list: the header line's cache stays valid
         count = len(headers)

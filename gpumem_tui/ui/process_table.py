@@ -250,6 +250,8 @@ class ProcessTable(LineTable):
         self._group_cells: dict[str, tuple[JobRow, tuple[str, ...], list[Text]]] = {}
         #: (column, the fields it shows, status, field errors) -> its cell (see :meth:`_render`)
         self._shared_cells: dict[tuple[Any, ...], Text] = {}
+        self._header_key: tuple[Any, ...] = ()  # (columns, sort column, reverse) of _header_cells
+        self._header_cells: list[Text] = []
 
     @property
     def selected_key(self) -> str | None:
@@ -429,11 +431,14 @@ class ProcessTable(LineTable):
         if had_jobs != self.jobs_shown:
             self.refresh_bindings()
         cells_by_key = self._render_rows()
-        headers = [
-            # every header keeps two cells for the arrow, so sorting moves no column
-            Text(_BY_KEY[k].label + ((" ▼" if reverse else " ▲") if k == column else "  "), style="bold")
-            for k in self.visible_columns
-        ]
+        if self._header_key != (self.visible_columns, column, reverse):  # made again only when they change
+            self._header_key = (self.visible_columns, column, reverse)
+            self._header_cells = [
+                # every header keeps two cells for the arrow, so sorting moves no column
+                Text(_BY_KEY[k].label + ((" ▼" if reverse else " ▲") if k == column else "  "), style="bold")
+                for k in self.visible_columns
+            ]
+        headers = self._header_cells
         # The selected row is the charted one: a re-sort that moves it out of view scrolls
         # just enough to keep it in sight (the view stays put while it is in sight).
         in_sight = self.cursor_row in self.rows_on_screen()
