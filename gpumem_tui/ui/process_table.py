@@ -247,6 +247,7 @@ class ProcessTable(LineTable):
         self.expanded: set[str] = set()  # job ids whose rank rows are shown
         #: the rows in display order: a process, or a job's group row
         self.entries: list[ProcessSample | JobRow] = []
+        self._groups_listed = False  # a group row is among the entries (jobs_shown)
         self._group_cells: dict[str, tuple[JobRow, tuple[str, ...], list[Text]]] = {}
         #: (column, the fields it shows, status, field errors) -> its cell (see :meth:`_render`)
         self._shared_cells: dict[tuple[Any, ...], Text] = {}
@@ -276,7 +277,7 @@ class ProcessTable(LineTable):
     @property
     def jobs_shown(self) -> bool:
         """True while a job's group row is listed (the footer then shows its key)."""
-        return any(map(_is_group, self.entries))
+        return self._groups_listed
 
     def header_label(self, column: int | str) -> str:  # type: ignore[override]
         """The header of ``column`` (a visible column's key, or a position) as drawn.
@@ -422,6 +423,8 @@ class ProcessTable(LineTable):
         old_keys = set(self._cells)
         had_jobs = self.jobs_shown
         self.entries, self.shown = self._grouped(ordered)
+        # group rows come only with jobs: no pass over the rows per poll without one
+        self._groups_listed = bool(self._job_of) and any(map(_is_group, self.entries))
         if keep is not None and keep not in {self._entry_key(e) for e in self.entries}:
             job = next((j for p in ordered if row_key(p) == keep and (j := self._job_of.get(p.pid))), None)
             if job is not None:  # its job is collapsed
