@@ -182,6 +182,35 @@ async def test_grow_only_widths_fold_in_only_changed_rows_yet_equal_a_full_measu
         assert table._widths[0] >= 12  # the widest name seen is kept
 
 
+async def test_a_vertical_scroll_repaints_the_rows_but_not_the_header():
+    """The header stays put on a vertical scroll: only the row lines are drawn again (and
+    show the rows from the new offset), the header line is neither drawn nor marked dirty."""
+    app = TableApp()
+    async with app.run_test(size=(40, 6)) as pilot:  # header + 5 rows on screen
+        table = app.query_one(LineTable)
+        table.set_rows(HEADERS, rows(*((f"k{i}", f"name{i}", str(i)) for i in range(20))))
+        await pilot.pause()
+        assert screen_text(table)[1].split() == ["name0", "0"]
+        drawn: list[int] = []
+        original = table.render_line
+
+        def spy(y: int):  # noqa: ANN202
+            drawn.append(y)
+            return original(y)
+
+        table.render_line = spy  # type: ignore[method-assign]
+        table.move_cursor(7)  # below the view: it scrolls by three rows
+        assert table._styles_cache._dirty_lines and 0 not in table._styles_cache._dirty_lines
+        await pilot.pause()
+        assert round(table.scroll_y) == 3
+        assert drawn and 0 not in drawn and set(range(1, 5)) <= set(drawn)
+        table.render_line = original  # type: ignore[method-assign]
+        lines = screen_text(table)
+        assert lines[0].split() == ["NAME", "N"] and lines[1].split() == ["name3", "3"]
+        assert lines[-1].split() == ["name7", "7"]
+        assert [s.text.rstrip() for s in table.render_lines(table.size.region)] == lines
+
+
 async def test_a_click_moves_the_cursor_and_a_second_click_selects():
     app = TableApp()
     async with app.run_test(size=(40, 8)) as pilot:

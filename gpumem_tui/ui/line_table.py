@@ -496,6 +496,18 @@ class LineTable(ScrollView, can_focus=True):
     def on_resize(self) -> None:
         self._scroll_cursor_into_view()
 
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        """ScrollView's (textual/scroll_view.py), but a vertical scroll repaints the rows only:
+        the header line stays put (:meth:`render_line` draws it at the top whatever the
+        offset). The process table scrolls whenever a re-sort moves the charted row out of
+        sight, at every poll for a busy box: its header was drawn and sent again each time."""
+        if self.show_vertical_scrollbar:
+            self.vertical_scrollbar.position = new_value
+        if round(old_value) != round(new_value):
+            width, height = self.size
+            if height > 1:
+                self.refresh(Region(0, 1, width, height - 1))
+
     def action_cursor(self, step: int) -> None:
         self._set_hover(None)
         self.move_cursor(self._cursor_index + step)
