@@ -46,3 +46,28 @@ async def test_a_changed_gpu_keeps_its_unchanged_cells_and_draws_like_a_fresh_pa
         # index, name, utilization, temperature and power unchanged: kept; memory text and bar new
         assert [a is b for a, b in zip(again, before)] == [True, True, False, False, True, True, True]
         assert "23,552" in again[2].plain
+
+
+async def test_a_figure_is_one_cell_shared_by_gpus_and_polls_that_show_it():
+    """GPUs showing the same figure with the same look share its cell, a figure that comes back
+    gets the cell made for it before, and each GPU still shows its own figures."""
+    import dataclasses
+
+    app = PanelApp()
+    async with app.run_test(size=(160, 6)) as pilot:
+        panel = app.query_one(DevicePanel)
+        second = dataclasses.replace(gpu(30), index=1, uuid="GPU-1")
+        panel.show((gpu(20), second), fit_width=160)
+        await pilot.pause()
+        first_row, second_row = panel.get_row("0"), panel.get_row("1")
+        util, temp, memory = 4, 5, 2
+        assert first_row[util] is second_row[util] and first_row[temp] is second_row[temp]
+        assert first_row[memory] is not second_row[memory]  # 20 vs 30 GiB
+        panel.show((gpu(21), second), fit_width=160)
+        await pilot.pause()
+        assert "21,504" in panel.get_row("0")[memory].plain
+        panel.show((gpu(20), second), fit_width=160)  # back to 20 GiB: the cells made for it
+        await pilot.pause()
+        assert panel.get_row("0")[memory] is first_row[memory] and panel.get_row("0")[3] is first_row[3]
+        lines = [panel.render_line(y).text for y in (1, 2)]
+        assert "20,480" in lines[0] and "30,720" in lines[1]

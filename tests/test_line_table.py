@@ -143,6 +143,74 @@ async def test_grow_only_keeps_a_column_wide_while_the_same_rows_stay():
         assert table.column_widths[1] == 3  # rows left: fitted anew
 
 
+def measure_every_row(headers: list[Text], table_rows: dict[str, list[Text]], before: list[int]) -> list[int]:
+    """The widths from every row, grown from ``before`` (the grow_only rule, as LineTable
+    measured before it folded in only the changed rows): header, widest cell, and zip's stop at
+    the shortest row."""
+    widths = [h.cell_len for h in headers]
+    for i, column in enumerate(zip(*([c.cell_len for c in cells] for cells in table_rows.values()))):
+        if i < len(widths):
+            widths[i] = max(widths[i], max(column))
+    return [max(a, b) for a, b in zip(widths, before)]
+
+
+async def test_grow_only_widths_fold_in_only_changed_rows_yet_equal_a_full_measure():
+    """With grow_only the table measures only the rows whose cells list is new (a kept list
+    fits the widths already): after every update the widths are what measuring every row
+    gives, a row of another length included."""
+    import random
+
+    app = TableApp()
+    async with app.run_test(size=(60, 8)) as pilot:
+        await pilot.pause()
+        table = app.query_one(LineTable)
+        rng = random.Random(7)
+        current = rows(*((k, "x" * rng.randint(1, 9), "1" * rng.randint(1, 5)) for k in "abcdef"))
+        table.set_rows(HEADERS, current)
+        for step in range(80):
+            current = dict(current)
+            changing = sorted(key for key in current if key != "a" or not 30 <= step < 50)
+            for key in rng.sample(changing, rng.randint(0, 3)):  # some rows change, others are kept
+                current[key] = [Text("y" * rng.randint(1, 12)), Text("2" * rng.randint(1, 8), justify="right")]
+            if step in (30, 50):  # a row one cell short (kept so for 20 updates), then whole again
+                current["a"] = [Text("z" * rng.randint(1, 20))] + ([] if step == 30 else [Text("3")])
+            if step == 40:  # wider than any figure so far, while the short row stays
+                current["b"] = [Text("w"), Text("9" * 14, justify="right")]
+            expected = measure_every_row(HEADERS, current, table._widths)
+            table.set_rows(HEADERS, current, grow_only=True)
+            assert table._widths == expected, step
+        assert table._widths[0] >= 12  # the widest name seen is kept
+
+
+async def test_a_vertical_scroll_repaints_the_rows_but_not_the_header():
+    """The header stays put on a vertical scroll: only the row lines are drawn again (and
+    show the rows from the new offset), the header line is neither drawn nor marked dirty."""
+    app = TableApp()
+    async with app.run_test(size=(40, 6)) as pilot:  # header + 5 rows on screen
+        table = app.query_one(LineTable)
+        table.set_rows(HEADERS, rows(*((f"k{i}", f"name{i}", str(i)) for i in range(20))))
+        await pilot.pause()
+        assert screen_text(table)[1].split() == ["name0", "0"]
+        drawn: list[int] = []
+        original = table.render_line
+
+        def spy(y: int):  # noqa: ANN202
+            drawn.append(y)
+            return original(y)
+
+        table.render_line = spy  # type: ignore[method-assign]
+        table.move_cursor(7)  # below the view: it scrolls by three rows
+        assert table._styles_cache._dirty_lines and 0 not in table._styles_cache._dirty_lines
+        await pilot.pause()
+        assert round(table.scroll_y) == 3
+        assert drawn and 0 not in drawn and set(range(1, 5)) <= set(drawn)
+        table.render_line = original  # type: ignore[method-assign]
+        lines = screen_text(table)
+        assert lines[0].split() == ["NAME", "N"] and lines[1].split() == ["name3", "3"]
+        assert lines[-1].split() == ["name7", "7"]
+        assert [s.text.rstrip() for s in table.render_lines(table.size.region)] == lines
+
+
 async def test_a_click_moves_the_cursor_and_a_second_click_selects():
     app = TableApp()
     async with app.run_test(size=(40, 8)) as pilot:

@@ -84,6 +84,43 @@ async def test_the_short_way_is_taken_for_plain_lines(monkeypatch: pytest.Monkey
             assert textual_lines == textuals, STYLES[index]
 
 
+class SameLines(Lines):
+    """Lines that hand back the same strip for a line drawn again (as LineTable's cache)."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._styles_cache = PlainStylesCache()
+        self.kept: dict[int, Strip] = {}
+
+    def render_line(self, y: int) -> Strip:
+        if y not in self.kept:
+            self.kept[y] = super().render_line(y).adjust_cell_length(self.size.width)
+        return self.kept[y]
+
+
+class Same(App[None]):
+    def compose(self) -> ComposeResult:
+        yield SameLines(id="same")
+
+
+async def test_a_line_drawn_again_the_same_gives_the_same_strips() -> None:
+    """A plain widget's line as wide as the widget is handed on as it is (not copied): a line
+    drawn again, unchanged, comes out as the same strip, and so does its filtered strip (the
+    compositor's divide cache then holds too); the strips equal Textual's own."""
+    app = Same()
+    async with app.run_test(size=(30, 6)) as pilot:
+        await pilot.pause()
+        widget = app.query_one(SameLines)
+        cache = widget._styles_cache
+        assert isinstance(cache, PlainStylesCache)
+        region = widget.region.size.region
+        first = cache.render_widget(widget, region)
+        cache.set_dirty(region)  # every line drawn again
+        again = cache.render_widget(widget, region)
+        assert all(a is b for a, b in zip(first, again)) and len(first) == region.height
+        assert again == StylesCache().render_widget(widget, region)
+
+
 class KeptStatic(KeptLines, Static):
     pass
 

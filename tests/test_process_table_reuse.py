@@ -89,3 +89,43 @@ async def test_rows_off_screen_are_rendered_when_drawn_and_show_the_newest_figur
         assert not any(" 1,000 MiB" in line or " 1 MiB " in line for line in bottom)
         # the column fits the widest figure shown
         assert table.column_widths[mem] >= len("80,000 MiB") + 2
+
+
+async def test_a_figure_is_one_cell_shared_by_rows_and_polls_that_show_it():
+    """The same figure (with the same status and field errors) is one cell, whichever row or
+    poll shows it, so the table lays it out once; another status is a cell of its own, and
+    every row still shows its own figures."""
+    from gpumem_tui.telemetry.model import ProcessStatus
+
+    app = TableApp()
+    async with app.run_test(size=(160, 10)) as pilot:
+        table = app.query_one(ProcessTable)
+        two = (
+            ProcessSample(100, 0, ProcessType.COMPUTE, 3 * GiB, 20.0, "alice", "a.py", 1.0, GiB, None),
+            ProcessSample(200, 1, ProcessType.COMPUTE, 3 * GiB, 20.0, "bob", "b.py", 1.0, GiB, None),
+        )
+        table.show(two, now=1000.0)
+        await pilot.pause()
+        columns = table.visible_columns
+        mem, sm, command = columns.index("mem"), columns.index("sm"), columns.index("command")
+        first, second = table.get_row("100:0"), table.get_row("200:1")
+        assert first[mem] is second[mem] and first[sm] is second[sm]  # one cell for "3,072 MiB", "20%"
+        assert first[command] is not second[command]  # a command is its row's own
+        moved = tuple(dataclasses.replace(p, used_memory_bytes=GiB * (4 if p.pid == 100 else 3), sm_percent=21.0)
+                      for p in two)
+        table.show(moved, now=1001.0)
+        await pilot.pause()
+        assert table.get_row("100:0")[mem].plain == "4,096 MiB" and table.get_row("200:1")[mem] is second[mem]
+        table.show(two, now=1002.0)  # back to the first figures: the same cells again
+        await pilot.pause()
+        assert table.get_row("100:0")[mem] is first[mem] and table.get_row("100:0")[sm] is first[sm]
+        gone = tuple(dataclasses.replace(p, status=ProcessStatus.EXITED, used_memory_bytes=None,
+                                         field_errors=(("used_memory_bytes", "exited"),)) if p.pid == 200 else p
+                     for p in two)
+        table.show(gone, now=1003.0)
+        await pilot.pause()
+        assert table.get_row("200:1")[mem].plain == "exited" and table.get_row("200:1")[mem] is not first[mem]
+        assert table.get_row("100:0")[mem].plain == "3,072 MiB"
+        lines = [table.render_line(y).text for y in range(1, 3)]
+        assert any("3,072 MiB" in line and "a.py" in line for line in lines)
+        assert any("exited" in line and "b.py" in line for line in lines)

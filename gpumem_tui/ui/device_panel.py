@@ -20,6 +20,7 @@ BAR_WIDTH = 20
 NARROW_BAR_WIDTH = 8
 NARROW_WIDTH = 110  # below this many columns the bar and the name shrink to fit 80 columns
 BAR_COLUMN = 3  # the usage bar's position among the columns
+SHARED_CELLS_LIMIT = 1024  # most shared cells the panel keeps (DevicePanel._row); then it starts afresh
 
 
 class DevicePanel(LineTable):
@@ -38,6 +39,8 @@ class DevicePanel(LineTable):
         #: width of the column under the panel (the process table and the chart, beside the
         #: side pane); None: unknown. See :meth:`show`.
         self.fit_width: int | None = None
+        #: (column, the fields it shows, error, field errors, bar styles, narrow, bar width) -> cell
+        self._shared_cells: dict[tuple[Any, ...], Text] = {}
 
     def on_resize(self) -> None:
         if self.devices and self._shown_key and self._narrow() != self._shown_key[2]:
@@ -103,8 +106,7 @@ class DevicePanel(LineTable):
             rows[row] = self._cells[row] if before == dev else self._row(dev, used_style, free_style, narrow, bar_width,
                                                                           before, self._cells.get(row))
         self.devices = devices
-        headers = [Text(label, style="bold") for label in (
-            "GPU", "NAME", "MEMORY" if narrow else "MEMORY USED / TOTAL", "USAGE", "UTIL", "TEMP", "POWER")]
+        headers = _headers(narrow)
         self.set_rows(headers, rows, grow_only=same_look and rows.keys() == old.keys())
         if self._bar_width(narrow) != bar_width:
             self.show(devices)  # first measure, or the other columns changed: fit the bar again
@@ -115,16 +117,39 @@ class DevicePanel(LineTable):
              before: DeviceSample | None = None, shown: list[Text] | None = None) -> list[Text]:
         """The cells of ``dev``'s row. ``before`` / ``shown``: the sample the row shows now and
         its cells, drawn with the same look; a cell whose fields (:data:`_CELL_FIELDS`) are
-        unchanged is kept (the same Text: the table then neither measures nor styles it again)."""
+        unchanged is kept (the same Text: the table then neither measures nor styles it again).
+        A changed cell is drawn once per value and look, and shared by every GPU and poll that
+        shows it (a cell is never changed once made: ProcessTable._render, issue 23)."""
         keep = before is not None and shown is not None and len(shown) == len(_CELL_FIELDS) \
             and before.error == dev.error and before.field_errors == dev.field_errors
+        shared = self._shared_cells
         cells_ = []
         for column, (fields, draw) in enumerate(zip(_CELL_FIELDS, _CELL_DRAW)):
-            if keep and fields(before) == fields(dev):  # type: ignore[arg-type]
+            value = fields(dev)
+            if keep and fields(before) == value:  # type: ignore[arg-type]
                 cells_.append(shown[column])  # type: ignore[index]
-            else:
-                cells_.append(draw(dev, used_style, free_style, narrow, bar_width))
+                continue
+            key = (column, value, dev.error, dev.field_errors, used_style, free_style, narrow, bar_width)
+            cell = shared.get(key)
+            if cell is None:
+                if len(shared) >= SHARED_CELLS_LIMIT:
+                    shared.clear()
+                cell = shared[key] = draw(dev, used_style, free_style, narrow, bar_width)
+            cells_.append(cell)
         return cells_
+
+
+#: The header cells by narrowness, made at their first use (not at import: no start-up work)
+#: and then kept: a header cell, like any cell, is never changed once made.
+_HEADERS: dict[bool, list[Text]] = {}
+
+
+def _headers(narrow: bool) -> list[Text]:
+    headers = _HEADERS.get(narrow)
+    if headers is None:
+        headers = _HEADERS[narrow] = [Text(label, style="bold") for label in (
+            "GPU", "NAME", "MEMORY" if narrow else "MEMORY USED / TOTAL", "USAGE", "UTIL", "TEMP", "POWER")]
+    return headers
 
 
 def _name(dev: DeviceSample, narrow: bool) -> Text:

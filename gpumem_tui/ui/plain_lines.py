@@ -78,6 +78,11 @@ class PlainStylesCache(StylesCache):
             line = render_content_line(y - first).adjust_cell_length(content_width, inner)
         else:
             line = Strip.blank(content_width, inner)
+        if line.cell_length == size.width:
+            # Textual's last step, Strip(line, size.width), would copy it unchanged. The line
+            # itself is kept instead: one strip less per line, and a line the widget hands back
+            # again (a header redrawn by a scroll) finds its filtered and divided strips cached
+            return line
         return Strip(line, size.width)  # Textual's last step: the line's segments at the widget's width
 
 

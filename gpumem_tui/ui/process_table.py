@@ -90,6 +90,11 @@ COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 NARROW_WIDTH = 110
 NARROW_HIDDEN = frozenset({"type", "rss", "time", "container"})
 _BY_KEY = {c.key: c for c in COLUMNS}
+#: Columns whose cell is drawn from its fields, the status and the field errors alone (a figure,
+#: never decorated): one cell per value, shared by rows and polls (ProcessTable._render).
+SHARED_CELL_COLUMNS = frozenset({"gpu", "pid", "mem", "sm", "cpu", "rss"})
+#: Most shared cells a table keeps; past it the store starts afresh.
+SHARED_CELLS_LIMIT = 4096
 _FIELDS = {c.key: c.shown_fields for c in COLUMNS}
 
 
@@ -242,7 +247,12 @@ class ProcessTable(LineTable):
         self.expanded: set[str] = set()  # job ids whose rank rows are shown
         #: the rows in display order: a process, or a job's group row
         self.entries: list[ProcessSample | JobRow] = []
+        self._groups_listed = False  # a group row is among the entries (jobs_shown)
         self._group_cells: dict[str, tuple[JobRow, tuple[str, ...], list[Text]]] = {}
+        #: (column, the fields it shows, status, field errors) -> its cell (see :meth:`_render`)
+        self._shared_cells: dict[tuple[Any, ...], Text] = {}
+        self._header_key: tuple[Any, ...] = ()  # (columns, sort column, reverse) of _header_cells
+        self._header_cells: list[Text] = []
 
     @property
     def selected_key(self) -> str | None:
@@ -267,7 +277,7 @@ class ProcessTable(LineTable):
     @property
     def jobs_shown(self) -> bool:
         """True while a job's group row is listed (the footer then shows its key)."""
-        return any(map(_is_group, self.entries))
+        return self._groups_listed
 
     def header_label(self, column: int | str) -> str:  # type: ignore[override]
         """The header of ``column`` (a visible column's key, or a position) as drawn.
@@ -413,6 +423,8 @@ class ProcessTable(LineTable):
         old_keys = set(self._cells)
         had_jobs = self.jobs_shown
         self.entries, self.shown = self._grouped(ordered)
+        # group rows come only with jobs: no pass over the rows per poll without one
+        self._groups_listed = bool(self._job_of) and any(map(_is_group, self.entries))
         if keep is not None and keep not in {self._entry_key(e) for e in self.entries}:
             job = next((j for p in ordered if row_key(p) == keep and (j := self._job_of.get(p.pid))), None)
             if job is not None:  # its job is collapsed
@@ -422,11 +434,14 @@ class ProcessTable(LineTable):
         if had_jobs != self.jobs_shown:
             self.refresh_bindings()
         cells_by_key = self._render_rows()
-        headers = [
-            # every header keeps two cells for the arrow, so sorting moves no column
-            Text(_BY_KEY[k].label + ((" ▼" if reverse else " ▲") if k == column else "  "), style="bold")
-            for k in self.visible_columns
-        ]
+        if self._header_key != (self.visible_columns, column, reverse):  # made again only when they change
+            self._header_key = (self.visible_columns, column, reverse)
+            self._header_cells = [
+                # every header keeps two cells for the arrow, so sorting moves no column
+                Text(_BY_KEY[k].label + ((" ▼" if reverse else " ▲") if k == column else "  "), style="bold")
+                for k in self.visible_columns
+            ]
+        headers = self._header_cells
         # The selected row is the charted one: a re-sort that moves it out of view scrolls
         # just enough to keep it in sight (the view stays put while it is in sight).
         in_sight = self.cursor_row in self.rows_on_screen()
@@ -492,6 +507,8 @@ class ProcessTable(LineTable):
         group_cells_now: dict[str, tuple[JobRow, tuple[str, ...], list[Text]]] = {}
         if self._job_of:  # with the first job: not in the first frame
             from gpumem_tui.ui.job_rows import group_cells, rank_label
+        job_of, flags, flags_before = self._job_of, self.flags, self._flags_shown
+        no_flag = (None, None)
         for index, p in enumerate(self.entries):
             if _is_group(p):
                 key = p.key
@@ -501,14 +518,18 @@ class ProcessTable(LineTable):
                 new_rows[key] = group_cells_now[key][2]
                 continue
             key = row_key(p)
-            job = self._job_of.get(p.pid)
-            label = next((rank_label(r) for r in job.ranks if r.pid == p.pid), None) if job is not None else None
-            flag = (self.flags.get(p.pid), label)
+            pid = p.pid
+            job = job_of.get(pid) if job_of else None
+            if job is not None:
+                flag = (flags.get(pid), next((rank_label(r) for r in job.ranks if r.pid == pid), None))
+            else:  # most rows: no rank label, and no flag tuple made per row
+                warning = flags.get(pid) if flags else None
+                flag = no_flag if warning is None else (warning, None)
             flags_shown[key] = flag
             old = sources.get(key)  # the sample the row's cells show
-            previous = old_cells.get(key) if old is not None and self._flags_shown.get(key) == flag else None
+            previous = old_cells.get(key) if old is not None and flags_before.get(key) == flag else None
             if previous is not None and index not in on_screen and (
-                    (timed and p.start_time is not None) or key in pending or old != p):  # the sample compare last: ~3 us
+                    key in pending or (timed and p.start_time is not None) or old != p):  # the sample compare last: ~3 us
                 new_rows[key], new_sources[key], new_pending[key] = previous, old, p  # drawn later
                 continue
             new_rows[key] = self._cells_for(p, old, previous, flag, visible)
@@ -553,18 +574,33 @@ class ProcessTable(LineTable):
         self._widen(cells_)
         return cells_
 
-    @staticmethod
-    def _render(col: Column, p: ProcessSample, now: float, decor: tuple[str | None, str | None]) -> Text:
-        """``decor``: (a warning about the process, e.g. a leak; its rank label in a job)."""
-        cell = col.render(p, now)
-        if isinstance(cell, str):
-            cell = Text(cell)  # plain text: never parsed as markup
+    def _render(self, col: Column, p: ProcessSample, now: float, decor: tuple[str | None, str | None]) -> Text:
+        """``decor``: (a warning about the process, e.g. a leak; its rank label in a job).
+
+        A figure's cell (:data:`SHARED_CELL_COLUMNS`) is made once per value and shared by
+        every row and poll that shows that value: a cell is never changed once made (the
+        table copies one before cutting it), and the table then finds its layout by the
+        cell itself instead of by its text (issue 23: ~5 us a cell, ~40 cells a poll)."""
+        if col.key in SHARED_CELL_COLUMNS:
+            key = (col.key, _FIELDS[col.key](p), p.status, p.field_errors)  # type: ignore[misc]
+            shared = self._shared_cells.get(key)
+            if shared is None:
+                if len(self._shared_cells) >= SHARED_CELLS_LIMIT:
+                    self._shared_cells.clear()
+                shared = self._shared_cells[key] = self._render_cell(col, p, now)
+            return shared
+        cell = self._render_cell(col, p, now)
         flag, label = decor
         if flag and col.key == "command":
             cell = Text(f"[{flag}] ", style="bold") + cell
         if label and col.key == "command":  # a job's rank: indented under its group row
             cell = Text(f"  {label} · ", style="italic") + cell
         return cell
+
+    @staticmethod
+    def _render_cell(col: Column, p: ProcessSample, now: float) -> Text:
+        cell = col.render(p, now)
+        return Text(cell) if isinstance(cell, str) else cell  # plain text: never parsed as markup
 
     def action_sort_next(self) -> None:
         self._sort_step(1)
