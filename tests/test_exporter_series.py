@@ -4,6 +4,8 @@ NVML cannot read left out, never invented."""
 
 from __future__ import annotations
 
+import time
+
 import psutil
 import pytest
 from prometheus_client.exposition import generate_latest
@@ -14,6 +16,7 @@ from fake_pynvml import (
     NVML_ERROR_NOT_SUPPORTED,
 )
 from gpumem_tui.remote.exporter import ExporterState, build_registry
+from gpumem_tui.telemetry.host import MIN_CPU_SECONDS
 from gpumem_tui.telemetry.live import LiveSource
 from gpumem_tui.telemetry.model import ProcessSample, ProcessType, Snapshot
 from gpumem_tui.telemetry.nvml import NvmlSource
@@ -27,7 +30,9 @@ EXTRA_CALLS = ("nvmlDeviceGetClockInfo", "nvmlDeviceGetFanSpeed", "nvmlDeviceGet
 def _scrape(source: LiveSource, polls: int = 1, state: ExporterState | None = None) -> dict[str, dict[tuple, float]]:
     """metric name -> {sorted label items: value} after ``polls`` polls of ``source``."""
     state = state if state is not None else ExporterState()
-    for _ in range(polls):
+    for poll in range(polls):
+        if poll:
+            time.sleep(MIN_CPU_SECONDS)  # host CPU % is measured over at least this long
         state.update(source.poll(), 0.01)
     text = generate_latest(build_registry(state)).decode()
     out: dict[str, dict[tuple, float]] = {}

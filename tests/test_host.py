@@ -11,6 +11,7 @@ import pytest
 
 from gpumem_tui.telemetry import host as host_module
 from gpumem_tui.telemetry.host import (
+    MIN_CPU_SECONDS,
     NAMESPACE_MESSAGE,
     HostEnricher,
     container_from_cgroup,
@@ -44,9 +45,38 @@ def test_own_process_details_and_cpu_after_two_polls(spawn, fast):
     assert first.start_time == pytest.approx(psutil.Process(child.pid).create_time())
     assert first.used_memory_bytes == 1 << 20  # NVML figure untouched
     assert first.cpu_percent is None and first.reason("cpu_percent") == "measuring"
+    time.sleep(MIN_CPU_SECONDS)  # the shortest interval a CPU % is measured over
     (second,) = host.enrich([_gpu(child.pid)])
     assert isinstance(second.cpu_percent, float) and second.cpu_percent >= 0.0
     assert second.reason("cpu_percent") is None
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["proc", "psutil"])
+def test_cpu_percent_is_measured_over_at_least_min_cpu_seconds(spawn, tmp_path, monkeypatch, fast):
+    """Two polls a moment apart measured a busy process's one clock tick (10 ms of CPU time)
+    over 2.4 ms: 413 % of a core for a single thread (an exporter scraped twice at once). A
+    poll sooner than MIN_CPU_SECONDS after the last reading shows that reading, or none yet."""
+    ready = tmp_path / "started"
+    busy = spawn(argv=["python3", "-c", f"open({str(ready)!r}, 'w').close()\nwhile True: pass"])
+    wait_until(ready.exists, what="the child to start its loop")
+    real = time.monotonic
+    clock = [real()]
+    monkeypatch.setattr(host_module.time, "monotonic", lambda: clock[0])
+    host = HostEnricher(in_container=False, fast=fast)
+    polls = []
+    for quick in (False, True, False, True):
+        if quick:  # 2 ms after the poll before, whatever the machine's load
+            clock[0] += 0.002
+        elif polls:  # the real time since the first poll: the CPU time read is real too
+            time.sleep(MIN_CPU_SECONDS)
+            clock[0] = real()
+        (row,) = host.enrich([_gpu(busy.pid)])
+        polls.append((row.cpu_percent, row.reason("cpu_percent")))
+    assert polls[0] == polls[1] == (None, "measuring")  # 2 ms: no figure yet, and none made up
+    cpu, reason = polls[2]
+    # one thread: at most 100 %, plus two 10 ms ticks of reading skew over the interval
+    assert reason is None and 0.0 <= cpu <= 100.0 + 100.0 * 0.02 / MIN_CPU_SECONDS
+    assert polls[3] == polls[2]  # 2 ms after a reading: that reading
 
 
 def test_other_users_process(spawn):

@@ -116,7 +116,8 @@ def test_without_nvml_exit_1_one_line(no_nvml, capsys):
     assert "NVML Shared Library Not Found" in err
 
 
-@pytest.mark.parametrize("argv", [["--bogus"], ["--cpu-interval", "abc"], ["--cpu-interval", "-1"]])
+@pytest.mark.parametrize("argv", [["--bogus"], ["--cpu-interval", "abc"], ["--cpu-interval", "-1"],
+                                  ["--cpu-interval", "0.01"]])  # shorter than a CPU % can be measured over
 def test_bad_arguments_exit_2(fake_nvml, capsys, argv):
     code, out, err = _run(capsys, *argv)
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err

@@ -37,6 +37,11 @@ NO_PERMISSION = "no permission"
 EXITED = "exited"
 ZOMBIE = "zombie"
 FIRST_SAMPLE = "measuring"  # cpu_percent needs two readings
+#: Shortest time (s) a CPU % is measured over. A process's CPU time counts in clock ticks
+#: (10 ms at the usual SC_CLK_TCK of 100, proc(5)): two polls 2.4 ms apart read one tick
+#: as 413 % of a core (seen when the exporter was scraped twice at once). Over 0.05 s a tick
+#: is at most 20 points; a poll sooner than this shows the last reading.
+MIN_CPU_SECONDS = 0.05
 CACHE_SECONDS = 5.0  # keep a PID's details this long after it was last looked up
 
 # /proc/<pid>/cgroup patterns, most specific first: (regex, label template).
@@ -127,7 +132,8 @@ class _Entry:
     errors_t: tuple[tuple[str, str], ...] = ()
     status: ProcessStatus = ProcessStatus.OK
     prev_ticks: int | None = None  # fast path: utime+stime (clock ticks) at prev_time
-    prev_time: float = 0.0
+    prev_time: float = 0.0  # monotonic time of the CPU reading the next one is measured from
+    last_cpu: float | None = None  # the last CPU % measured (over >= MIN_CPU_SECONDS)
 
 
 def pid_in_own_namespace(status_text: str) -> int | None:
@@ -182,7 +188,8 @@ class HostEnricher:
     (an exited process can linger in NVML's list for a moment).
 
     CPU % on the fast path is (utime + stime) ticks / SC_CLK_TCK over the wall time between
-    two polls, x 100 (proc(5), fields 14-15) -- the figure psutil's ``cpu_percent`` computes.
+    two polls, x 100 (proc(5), fields 14-15) -- the figure psutil's ``cpu_percent`` computes;
+    on both paths over at least MIN_CPU_SECONDS (a sooner poll shows the last figure).
     RSS is statm field 2 x page size (proc(5)).
     """
 
@@ -302,12 +309,14 @@ class HostEnricher:
                     "start_time": entry.create_time, "status": ProcessStatus.ZOMBIE, "container": entry.container, "container_pid": entry.container_pid, "launch": entry.launch,
                     "errors": errors + (("cpu_percent", ZOMBIE), ("rss_bytes", ZOMBIE))}
         status = entry.status
-        cpu = None
-        if entry.prev_ticks is None or now <= entry.prev_time:
+        if entry.prev_ticks is None:
+            entry.prev_ticks, entry.prev_time = ticks, now
+        elif now - entry.prev_time >= MIN_CPU_SECONDS:
+            entry.last_cpu = (ticks - entry.prev_ticks) / _CLK_TCK / (now - entry.prev_time) * 100.0
+            entry.prev_ticks, entry.prev_time = ticks, now
+        cpu = entry.last_cpu
+        if cpu is None:
             errors = errors + (("cpu_percent", FIRST_SAMPLE),)
-        else:
-            cpu = (ticks - entry.prev_ticks) / _CLK_TCK / (now - entry.prev_time) * 100.0
-        entry.prev_ticks, entry.prev_time = ticks, now
         try:
             rss = _read_rss(pid)
         except PermissionError:
@@ -344,10 +353,13 @@ class HostEnricher:
         try:
             with entry.proc.oneshot():
                 try:
-                    cpu = entry.proc.cpu_percent(None)
-                    if not entry.primed:
-                        entry.primed = True
-                        cpu = None
+                    if not entry.primed or now - entry.prev_time >= MIN_CPU_SECONDS:
+                        reading = entry.proc.cpu_percent(None)  # since its last call
+                        if entry.primed:
+                            entry.last_cpu = reading
+                        entry.primed, entry.prev_time = True, now
+                    cpu = entry.last_cpu
+                    if cpu is None:
                         errors.append(("cpu_percent", FIRST_SAMPLE))
                 except psutil.AccessDenied:
                     errors.append(("cpu_percent", NO_PERMISSION))

@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description="Print one sample of every GPU and GPU process, then exit.")
     p.add_argument("--json", action="store_true", help="machine-readable JSON (bytes, watts; null when unknown)")
     p.add_argument("--cpu-interval", type=float, default=0.2, metavar="SECONDS",
-                   help="time between the two readings used for CPU %% (default 0.2; 0 leaves CPU %% null)")
+                   help="time between the two readings used for CPU %% (default 0.2, at least 0.05; 0 leaves CPU %% null)")
     return p
 
 
@@ -174,6 +174,7 @@ def take_snapshot(cpu_interval: float = 0.2, *, nvml=None, host=None) -> Snapsho
 
 def main(argv: list[str]) -> int:
     """Entry point for ``gpumem-tui snapshot``; returns the exit code."""
+    from gpumem_tui.telemetry.host import MIN_CPU_SECONDS
     from gpumem_tui.telemetry.nvml import NvmlUnavailable
 
     try:
@@ -183,8 +184,10 @@ def main(argv: list[str]) -> int:
         return 2
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
-    if not args.cpu_interval >= 0 or args.cpu_interval > 60:
-        print(f"{PROG}: --cpu-interval must be between 0 and 60 seconds", file=sys.stderr)
+    if not (args.cpu_interval == 0 or MIN_CPU_SECONDS <= args.cpu_interval <= 60):
+        # CPU time counts in 10 ms ticks: a shorter interval measures nothing (host.py)
+        print(f"{PROG}: --cpu-interval must be 0 (no CPU %) or between {MIN_CPU_SECONDS:g} and 60 seconds",
+              file=sys.stderr)
         return 2
     try:
         snap = take_snapshot(args.cpu_interval)
