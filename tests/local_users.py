@@ -9,8 +9,10 @@ keeps the already imported modules instead of starting a new interpreter.
 
 from __future__ import annotations
 
+import grp  # noqa: F401 -- see below
 import os
 import pickle
+import pwd  # noqa: F401 -- see below
 import secrets
 import shutil
 import subprocess
@@ -24,6 +26,13 @@ from typing import Any
 import pytest
 
 
+# The forked child of run_as cannot import a module from this interpreter's installation
+# (under /root, unreadable to the user it switched to): what the code it runs imports lazily
+# must be imported here first. safe_files.group_is_private imports grp and pwd on first use;
+# without this a child's check answered "not private" (ImportError) unless an earlier test
+# in the same worker had happened to import grp (a CI run failed on it).
+
+
 @dataclass(frozen=True)
 class LocalUser:
     name: str
@@ -34,8 +43,6 @@ class LocalUser:
 def _create(name: str) -> LocalUser:
     subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
                    check=True, capture_output=True)
-    import pwd
-
     entry = pwd.getpwnam(name)
     return LocalUser(name, entry.pw_uid, entry.pw_gid)
 
