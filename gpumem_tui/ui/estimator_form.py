@@ -8,7 +8,6 @@ from :mod:`gpumem_tui.estimator.spec` (imported when the form is built, not at s
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-
 from typing import Any, TypeVar
 
 from rich.text import Text
