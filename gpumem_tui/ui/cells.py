@@ -8,6 +8,8 @@ names, container ids) goes through :func:`gpumem_tui.support.text.printable` and
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.text import Text
 
 from gpumem_tui.telemetry.model import NOT_VISIBLE, DeviceSample, ProcessSample, ProcessStatus
@@ -15,6 +17,28 @@ from gpumem_tui.support.text import printable
 from gpumem_tui.support.units import MiB
 
 MISSING_STYLE = "dim"
+
+
+class SharedCells:
+    """One cell per key, shared by every row and poll that shows it (the process table's and
+    the device panel's figures, issue 23): the table then neither measures nor styles a
+    repeated figure again. A cell is never changed once made (the tables copy one before
+    cutting it). Past ``limit`` cells the store starts afresh, so it stays bounded on a box
+    whose figures never repeat."""
+
+    def __init__(self, limit: int) -> None:
+        self._cells: dict[object, Text] = {}
+        self._limit = limit
+
+    def get(self, key: object, draw: Callable[..., Text], *args: object) -> Text:
+        """The cell for ``key`` (hashable: everything the cell shows), drawn by ``draw(*args)``
+        the first time it is asked for."""
+        cell = self._cells.get(key)
+        if cell is None:
+            if len(self._cells) >= self._limit:
+                self._cells.clear()
+            cell = self._cells[key] = draw(*args)
+        return cell
 
 
 def safe(text: str | None, limit: int = 4096) -> Text:

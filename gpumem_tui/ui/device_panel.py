@@ -39,8 +39,8 @@ class DevicePanel(LineTable):
         #: width of the column under the panel (the process table and the chart, beside the
         #: side pane); None: unknown. See :meth:`show`.
         self.fit_width: int | None = None
-        #: (column, the fields it shows, error, field errors, bar styles, narrow, bar width) -> cell
-        self._shared_cells: dict[tuple[Any, ...], Text] = {}
+        #: a cell per (column, the fields it shows, error, field errors, bar styles, narrow, bar width)
+        self._shared_cells = cells.SharedCells(SHARED_CELLS_LIMIT)
 
     def on_resize(self) -> None:
         if self.devices and self._shown_key and self._narrow() != self._shown_key[2]:
@@ -122,7 +122,6 @@ class DevicePanel(LineTable):
         shows it (a cell is never changed once made: ProcessTable._render, issue 23)."""
         keep = before is not None and shown is not None and len(shown) == len(_CELL_FIELDS) \
             and before.error == dev.error and before.field_errors == dev.field_errors
-        shared = self._shared_cells
         cells_ = []
         for column, (fields, draw) in enumerate(zip(_CELL_FIELDS, _CELL_DRAW)):
             value = fields(dev)
@@ -130,12 +129,7 @@ class DevicePanel(LineTable):
                 cells_.append(shown[column])  # type: ignore[index]
                 continue
             key = (column, value, dev.error, dev.field_errors, used_style, free_style, narrow, bar_width)
-            cell = shared.get(key)
-            if cell is None:
-                if len(shared) >= SHARED_CELLS_LIMIT:
-                    shared.clear()
-                cell = shared[key] = draw(dev, used_style, free_style, narrow, bar_width)
-            cells_.append(cell)
+            cells_.append(self._shared_cells.get(key, draw, dev, used_style, free_style, narrow, bar_width))
         return cells_
 
 

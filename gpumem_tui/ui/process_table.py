@@ -249,8 +249,8 @@ class ProcessTable(LineTable):
         self.entries: list[ProcessSample | JobRow] = []
         self._groups_listed = False  # a group row is among the entries (jobs_shown)
         self._group_cells: dict[str, tuple[JobRow, tuple[str, ...], list[Text]]] = {}
-        #: (column, the fields it shows, status, field errors) -> its cell (see :meth:`_render`)
-        self._shared_cells: dict[tuple[Any, ...], Text] = {}
+        #: a cell per (column, the fields it shows, status, field errors) (see :meth:`_render`)
+        self._shared_cells = cells.SharedCells(SHARED_CELLS_LIMIT)
         self._header_key: tuple[Any, ...] = ()  # (columns, sort column, reverse) of _header_cells
         self._header_cells: list[Text] = []
 
@@ -583,12 +583,7 @@ class ProcessTable(LineTable):
         cell itself instead of by its text (issue 23: ~5 us a cell, ~40 cells a poll)."""
         if col.key in SHARED_CELL_COLUMNS:
             key = (col.key, _FIELDS[col.key](p), p.status, p.field_errors)  # type: ignore[misc]
-            shared = self._shared_cells.get(key)
-            if shared is None:
-                if len(self._shared_cells) >= SHARED_CELLS_LIMIT:
-                    self._shared_cells.clear()
-                shared = self._shared_cells[key] = self._render_cell(col, p, now)
-            return shared
+            return self._shared_cells.get(key, self._render_cell, col, p, now)
         cell = self._render_cell(col, p, now)
         flag, label = decor
         if flag and col.key == "command":
