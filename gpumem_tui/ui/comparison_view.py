@@ -247,10 +247,9 @@ def _show(widget: Static, text: Text) -> None:
     height at its width stays the same -- a poll of a probed job changes the figure line's
     sample count, not its height -- or while it is not laid out (width 0: in the tab not
     shown, or not mounted yet; the layout that shows it sizes it to what it holds then)."""
-    old = getattr(widget, "_gpumem_shown", None)
-    if old is not None and _look((old,)) == _look((text,)):
+    old = widget.content  # what the last update gave it (a str until the first _show)
+    if isinstance(old, Text) and _look((old,)) == _look((text,)):
         return
-    widget._gpumem_shown = text  # type: ignore[attr-defined]
     width = widget.content_size.width
     before = widget.visual.get_height(widget.styles, width) if width else 0
     widget.update(text, layout=False)
