@@ -122,7 +122,7 @@ async def test_a_line_drawn_again_the_same_gives_the_same_strips() -> None:
 
 
 class KeptStatic(KeptLines, Static):
-    pass
+    """A Static that hands back its lines while they are unchanged (the mixin under test)."""
 
 
 class Kept(App[None]):

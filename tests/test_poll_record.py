@@ -40,7 +40,7 @@ class _ManyPidsSource:
                                         peak_bytes=2 << 30, device="cuda") for pid in self.PIDS))
 
     def close(self) -> None:
-        pass
+        """Nothing to release: the source holds no file, thread or handle."""
 
 
 async def test_a_snapshot_naming_more_pids_than_kept_keeps_the_newest_and_the_dashboard_runs():

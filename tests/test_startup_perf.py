@@ -292,7 +292,7 @@ def test_imports_out_of_the_collector_pause_it_then_freeze_what_they_made():
         assert gc.get_freeze_count() >= frozen + len(made)
         gc.disable()
         with ImportsOutOfCollector():
-            pass
+            assert not gc.isenabled()
         assert not gc.isenabled()
         with pytest.raises(ImportError):
             with ImportsOutOfCollector():
