@@ -83,7 +83,7 @@ def test_lightning_integration_falls_back_to_pytorch_lightning():
         # once the line the test reads is printed: the child's shutdown would tear down the
         # ~2900 modules pytorch_lightning loads (torch, torchmetrics, transformers) object by
         # object, 1.1-1.5 s of CPU; frozen objects are left to the OS (stdout is still flushed)
-        "import gc; gc.freeze()\n"
+        "from gpumem_tui.support.shutdown import leave_heap_to_os; leave_heap_to_os()\n"
     )
     proc = _python(code)
     assert proc.returncode == 0, proc.stderr

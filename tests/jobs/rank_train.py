@@ -14,7 +14,6 @@ to the WRAPPED model, ``steps`` plain steps (forward with labels, ``loss.backwar
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import warnings
 
@@ -79,6 +78,7 @@ if __name__ == "__main__":
     # Not part of the training loop the test models, and after everything it checks (the probe
     # closed its stream above, the process group is gone): the interpreter's shutdown would tear
     # down torch's and transformers' ~2500 modules object by object: 1.2-1.9 s of CPU per rank
-    # measured, 0.2 s with the freeze. Frozen objects (gc.freeze) are left to the OS; atexit
-    # handlers and the flush of stdout still run.
-    gc.freeze()
+    # measured, 0.2 s with the freeze (gpumem_tui/support/shutdown.py).
+    from gpumem_tui.support.shutdown import leave_heap_to_os
+
+    leave_heap_to_os()
