@@ -113,6 +113,20 @@ def test_missing_trace_exit_2(tmp_path, capsys, sub):
     assert "cannot read" in one_line_error(capsys)
 
 
+@pytest.mark.parametrize("exists", [True, False], ids=["not-a-trace", "missing"])
+@pytest.mark.parametrize("sub", ["replay", "compare"])
+def test_a_hostile_file_name_is_shown_literally(tmp_path, capsys, sub, exists):
+    """A trace named by someone else (a shared directory, a shell glob) with a terminal escape
+    in its name: the error line shows the escape as text, it does not colour the terminal."""
+    path = tmp_path / "evil\x1b[31mred\x07.jsonl"
+    if exists:
+        path.write_bytes(b"not json at all\n")
+    assert cli.main([sub, str(path)]) == 2
+    line = one_line_error(capsys)
+    assert "\x1b" not in line and "\x07" not in line
+    assert "evil\\x1b[31mred\\x07.jsonl" in line
+
+
 def test_record_to_a_directory_exit_2(tmp_path, capsys):
     assert cli.main(["record", "-o", str(tmp_path)]) == 2
     one_line_error(capsys)

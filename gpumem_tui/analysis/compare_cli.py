@@ -21,6 +21,7 @@ from typing import Any
 
 from gpumem_tui.support.cli_support import InputError, OneLineParser, number_arg, run_parsed
 from gpumem_tui.plots.options import PlotOptions, add_plot_arguments, plot_options
+from gpumem_tui.support.text import printable
 
 _play_position = number_arg(float, strict=False, unit="seconds")
 
@@ -77,11 +78,11 @@ def _compare(args: argparse.Namespace) -> int:
             pids = ", ".join(str(r.get("pid")) for r in result["ranks"])
             raise ComparisonError(f"--plot draws one process; choose a rank with --pid (pids {pids})")
         chart = _chart(args, result, plot) if plot is not None else None
-    except (TraceError, ComparisonError) as exc:
-        print(f"gpumem-tui compare: {exc}", file=sys.stderr)
+    except (TraceError, ComparisonError) as exc:  # a file name, a trace's text: shown literally
+        print(f"gpumem-tui compare: {printable(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"gpumem-tui compare: cannot read {args.trace}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"gpumem-tui compare: cannot read {printable(str(args.trace))}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except ValueError as exc:  # the chart: no sample of the process with a readable time
         print(f"gpumem-tui compare: nothing to plot: {exc}", file=sys.stderr)
@@ -115,7 +116,6 @@ def _chart(args: argparse.Namespace, result: dict[str, Any], plot: PlotOptions) 
 
 def format_comparison(result: dict[str, Any]) -> str:
     """The comparison as a plain-text table (MiB, binary units; error signed, % of measured)."""
-    from gpumem_tui.support.text import printable
     from gpumem_tui.support.units import format_bytes
 
     def format_mib(n: Any) -> str:
@@ -155,7 +155,6 @@ def format_job(result: dict[str, Any]) -> str:
     """A job's comparison (``compare`` of a trace of several ranks): one line per rank
     (predicted vs measured peak in the rank's probe figure, error signed in % of measured),
     the worst rank and the imbalance. Every figure is per rank; MiB are binary."""
-    from gpumem_tui.support.text import printable
     from gpumem_tui.support.units import format_bytes
 
     job = result["job"]
@@ -191,7 +190,6 @@ def format_job(result: dict[str, Any]) -> str:
 
 def _format_measured_only(result: dict[str, Any]) -> str:
     """A process without a prediction: what was measured, then why there is no prediction."""
-    from gpumem_tui.support.text import printable
     from gpumem_tui.support.units import format_bytes
 
     peak = result.get("peak_measured_bytes")
@@ -206,7 +204,6 @@ def _format_measured_only(result: dict[str, Any]) -> str:
 
 def _steps_and_notes(result: dict[str, Any]) -> list[str]:
     """The per-step high-water marks' line, the time-to-OOM line and the notes."""
-    from gpumem_tui.support.text import printable
     from gpumem_tui.support.units import format_bytes
 
     lines = []
