@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -262,10 +263,15 @@ def _gone(pid: int) -> bool:
 @pytest.mark.parametrize("rank0", ["barrier", "busy"])
 @pytest.mark.parametrize("how,text", [("raise", "rank 1 failed: ValueError: boom on purpose"),
                                       ("kill", "rank 1 (pid ")])
-def test_a_failing_rank_is_named_and_stops_the_others(tmp_path, how, text, rank0):
+def test_a_failing_rank_is_named_and_stops_the_others(tmp_path, monkeypatch, how, text, rank0):
     marker = tmp_path / "finished"
+    temp = tmp_path / "temp"  # where torch names its per-rank traceback files
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
     with pytest.raises(RankFailure) as info:
         launch(_fail_on_rank_1, (str(marker), how, rank0), 2, timeout_s=300, start_method="fork")
+    # torch pickled rank 1's traceback into one of them ("raise"); the launch leaves none behind
+    assert not list(temp.glob("pytorch-errorfile-*")), sorted(p.name for p in temp.iterdir())
     assert info.value.rank == 1 and text in str(info.value), str(info.value)
     assert not info.value.bad_input
     if how == "kill":

@@ -83,7 +83,10 @@ def launch(target: Callable[..., dict[str, Any]], args: tuple[Any, ...], nproc: 
         rendezvous = f"tcp://127.0.0.1:{port}" if port is not None else f"file://{out_dir / 'store'}"
         ctx = mp.start_processes(_rank_entry, args=(nproc, rendezvous, str(out_dir), timeout_s, target, args),
                                  nprocs=nproc, join=False, start_method=method)
-        _wait(ctx, out_dir, timeout_s)
+        try:
+            _wait(ctx, out_dir, timeout_s)
+        finally:
+            _remove_torch_error_files(ctx)
         return [json.loads((out_dir / f"rank{i}.json").read_text()) for i in range(nproc)]
 
 
@@ -112,6 +115,20 @@ def _wait(ctx: Any, out_dir: Path, timeout_s: float) -> None:
         if pending and time.monotonic() > deadline:
             _stop(procs)
             raise RankFailure(-1, f"the {len(procs)} ranks did not finish within {timeout_s:g} s (--rank-timeout)")
+
+
+def _remove_torch_error_files(ctx: Any) -> None:
+    """Delete the files torch kept for the ranks' tracebacks.
+
+    ``torch.multiprocessing.start_processes`` names one file per rank in the temporary
+    directory (``ProcessContext.error_files``); its ``_wrap`` pickles the traceback of a rank
+    that raised into it, and nothing removes it (torch/multiprocessing/spawn.py): every failed
+    launch left ``/tmp/pytorch-errorfile-*.pickle`` behind. The cause is read from our own
+    ``rank{i}.err`` (:func:`_cause`), in a directory that goes with the launch.
+    """
+    for name in getattr(ctx, "error_files", ()) or ():
+        with contextlib.suppress(OSError, TypeError):
+            Path(name).unlink(missing_ok=True)
 
 
 def _stop(procs: list[Any]) -> None:
