@@ -21,7 +21,7 @@ from typing import Any
 
 from gpumem_tui.support.cli_support import InputError, OneLineParser, number_arg, run_parsed
 from gpumem_tui.plots.options import PlotOptions, add_plot_arguments, plot_options
-from gpumem_tui.support.text import printable
+from gpumem_tui.support.text import print_error, printable
 
 _play_position = number_arg(float, strict=False, unit="seconds")
 
@@ -70,7 +70,7 @@ def _compare(args: argparse.Namespace) -> int:
     try:
         plot = plot_options(args, sys.stdout)
     except InputError as exc:
-        print(f"gpumem-tui compare: {exc}", file=sys.stderr)
+        print_error("gpumem-tui compare", exc)
         return 2
     try:
         result = compare_trace_ranks(args.trace, pid=args.pid, until=args.until, limit_bytes=args.limit)
@@ -85,7 +85,7 @@ def _compare(args: argparse.Namespace) -> int:
         print(f"gpumem-tui compare: cannot read {printable(str(args.trace))}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     except ValueError as exc:  # the chart: no sample of the process with a readable time
-        print(f"gpumem-tui compare: nothing to plot: {exc}", file=sys.stderr)
+        print_error("gpumem-tui compare", f"nothing to plot: {exc}")
         return 2
     except ImportError as exc:  # a partial installation: say what is missing, no traceback
         missing = "--plot needs plotext" if exc.name == "plotext" else "the estimator is not available"

@@ -24,6 +24,7 @@ from gpumem_tui.estimator.parallel.per_rank import RankEstimate, estimate_job
 from gpumem_tui.estimator.recipes import recipe_for
 from gpumem_tui.estimator.solve import max_batch, max_seq
 from gpumem_tui.plots.options import PlotOptions, add_plot_arguments, plot_options
+from gpumem_tui.support.text import print_error
 from gpumem_tui.support.units import GiB, MiB, parse_bytes
 
 
@@ -303,9 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(argv)
     except _RuntimeFailure as exc:
-        print(f"gpumem-tui estimate: {exc}", file=sys.stderr)
+        print_error("gpumem-tui estimate", exc)
         return 1
     except (ValueError, OverflowError) as exc:  # ArchitectureError, SpecError, argparse errors
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"gpumem-tui estimate: {msg}", file=sys.stderr)
+        print_error("gpumem-tui estimate", msg)
         return 2

@@ -71,6 +71,7 @@ from gpumem_tui.remote.exporter_text import MetricsApp, TextEncoder
 from gpumem_tui.telemetry.probed_state import ProbedProcesses
 from gpumem_tui.analysis.process_estimate import ProcessEstimates
 from gpumem_tui.telemetry.model import PhaseMark, Snapshot
+from gpumem_tui.support.text import print_error
 
 PROG = "gpumem-tui exporter"
 DEFAULT_LISTEN = "127.0.0.1:9835"
@@ -270,7 +271,7 @@ def main(argv: Sequence[str]) -> int:
         args = _parser().parse_args(list(argv))
         host, port = parse_listen(args.listen, args.allow_remote)
     except InputError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        print_error(PROG, exc)
         return 2
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
@@ -288,7 +289,7 @@ def main(argv: Sequence[str]) -> int:
         app = state_app(state)
         server, _thread = serve_metrics(host, port, app, policy)
     except OSError as exc:
-        print(f"{PROG}: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        print_error(PROG, f"cannot listen on {host}:{port}: {exc.strerror or exc}")
         return 2
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -302,7 +303,7 @@ def main(argv: Sequence[str]) -> int:
             error = poll_into(source, state)
             app.prepare()  # encode for the next scrape now, not while it waits
             if error is not None and error != reported:  # one line per new kind of failure, not per poll
-                print(f"{PROG}: poll failed (serving the last good data): {error}", file=sys.stderr, flush=True)
+                print_error(PROG, f"poll failed (serving the last good data): {error}")
             reported = error
             stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
     except KeyboardInterrupt:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from gpumem_tui.remote.fleet import PrometheusClient, PrometheusError, down_notice, format_table, read_fleet
-from gpumem_tui.support.text import printable
+from gpumem_tui.support.text import print_error, printable
 
 
 def main(argv: Sequence[str]) -> int:
@@ -38,7 +38,7 @@ def main(argv: Sequence[str]) -> int:
             raise InputError("--json needs --once")
         client = PrometheusClient(args.prometheus, timeout=args.timeout)
     except (InputError, PrometheusError) as exc:
-        print(f"gpumem-tui fleet: {exc}", file=sys.stderr)
+        print_error("gpumem-tui fleet", exc)
         return 2
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
@@ -67,7 +67,7 @@ def _screen(client: PrometheusClient, interval: float, theme: str | None) -> int
     try:
         config = load_config()
     except ConfigError as exc:  # only an explicit path raises; kept for safety
-        print(f"gpumem-tui fleet: {exc}", file=sys.stderr)
+        print_error("gpumem-tui fleet", exc)
         config = Config()
     themes = load_themes()
     if theme is not None and theme not in known_theme_names(themes):

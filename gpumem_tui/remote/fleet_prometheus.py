@@ -23,8 +23,10 @@ number of seconds between 0 and :data:`MAX_EPOCH` is dropped and counted.
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -47,6 +49,8 @@ MAX_LABEL_CHARS = 1024
 """A label value is cut to this many characters."""
 MAX_EPOCH = 2.0**33
 """Latest plausible sample time, epoch seconds (year 2242)."""
+_UNSENDABLE = re.compile(r"[\x00-\x20\x7f]")
+"""What http.client refuses in a URL (its ``_contains_disallowed_url_pchar_re``)."""
 KEPT_LABELS = frozenset({"instance", "job", "gpu", "name", "modelName", "pid", "command"})
 """The labels fleet reads; the others are dropped while parsing."""
 
@@ -77,9 +81,15 @@ class PrometheusClient:
     """
 
     def __init__(self, url: str, timeout: float = 5.0) -> None:
-        parsed = urllib.parse.urlparse(url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise PrometheusError(f"--prometheus wants an http(s) URL such as http://127.0.0.1:9090, got {url!r}")
+        wanted = f"--prometheus wants an http(s) URL such as http://127.0.0.1:9090, got {url!r}"
+        try:
+            parsed = urllib.parse.urlparse(url)
+            parsed.port  # noqa: B018 -- raises ValueError for a port that is no number in 0-65535
+        except ValueError:  # "Invalid IPv6 URL": an unbalanced bracket in the host
+            raise PrometheusError(wanted) from None
+        # a space or control character: http.client refuses it at the first query (InvalidURL)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname or _UNSENDABLE.search(url):
+            raise PrometheusError(wanted)
         self.url = url.rstrip("/")
         self.timeout = timeout
 
@@ -103,6 +113,9 @@ class PrometheusClient:
             if isinstance(reason, TimeoutError):
                 raise PrometheusError(f"{self.url}: no answer within {self.timeout:g} s") from None
             raise PrometheusError(f"{self.url}: cannot connect ({printable(str(reason), 200)})") from None
+        except http.client.HTTPException as exc:  # no HTTP status line, a body cut short, a bad chunk
+            raise PrometheusError(f"{self.url}: broken HTTP answer ({type(exc).__name__}): "
+                                  "is it a Prometheus server?") from None
 
     def _get(self, path: str, params: Mapping[str, str]) -> Any:
         query = urllib.parse.urlencode({**params, "timeout": f"{self.timeout:g}s"})

@@ -36,6 +36,7 @@ import sys
 
 from gpumem_tui.support.cli_support import InputError, OneLineParser, positive_int
 from gpumem_tui.remote.serve_access import HostRule, canonical_host, is_loopback, is_wildcard, new_token
+from gpumem_tui.support.text import print_error
 
 PROG = "gpumem-tui serve"
 
@@ -110,7 +111,7 @@ def main(argv: list[str]) -> int:
         args = _parser().parse_args(argv)
         allowed_names = _check(args)
     except InputError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        print_error(PROG, exc)
         return 2
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
@@ -121,7 +122,7 @@ def main(argv: list[str]) -> int:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((args.host, args.port))
     except OSError as exc:
-        print(f"{PROG}: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        print_error(PROG, f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")
         return 2
     if not is_loopback(args.host):
         print(f"{PROG}: warning: serving on {args.host}, not loopback: anyone who reaches this port with the "

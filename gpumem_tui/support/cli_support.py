@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Callable, Sequence
+
+from gpumem_tui.support.text import print_error
 
 
 class InputError(ValueError):
@@ -31,7 +32,7 @@ def run_parsed(name: str, parser: argparse.ArgumentParser, argv: Sequence[str],
     try:
         args = parser.parse_args(list(argv))
     except InputError as exc:
-        print(f"gpumem-tui {name}: {exc}", file=sys.stderr)
+        print_error(f"gpumem-tui {name}", exc)
         return 2
     return run(args)
 

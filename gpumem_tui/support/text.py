@@ -21,6 +21,7 @@ Headless: imports nothing beyond the standard library.
 from __future__ import annotations
 
 import re
+import sys
 import unicodedata
 
 DEFAULT_LIMIT = 4096
@@ -132,3 +133,14 @@ def json_safe(text: str | bytes | None) -> str | None:
     if isinstance(text, (bytes, bytearray)):
         return bytes(text).decode("utf-8", "replace")
     return _SURROGATE.sub("\ufffd", text)
+
+
+def print_error(prog: str, message: object) -> None:
+    """Print ``PROG: MESSAGE`` as one line on stderr, the message through :func:`printable`.
+
+    A command's error text often carries what the user or another user's file gave it: a
+    path (from a glob of a shared directory), a config value, an exception's text. Shown raw,
+    an ESC in it drives the user's terminal. ``prog`` is the program's own name, shown as is.
+    """
+    print(f"{prog}: {printable(str(message))}", file=sys.stderr)
+

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumem_tui.support.cli_support import OneLineParser, positive_seconds, run_parsed
+from gpumem_tui.support.text import print_error
 
 
 def main(argv: Sequence[str]) -> int:
@@ -64,7 +65,7 @@ def record(source: Any, output: Path, *, interval: float, duration: float | None
 
 def _record(args: argparse.Namespace) -> int:
     if args.output.is_dir():
-        print(f"gpumem-tui record: {args.output} is a directory", file=sys.stderr)
+        print_error("gpumem-tui record", f"{args.output} is a directory")
         return 2
     from gpumem_tui.telemetry.live import LiveSource
 
@@ -78,7 +79,7 @@ def _record(args: argparse.Namespace) -> int:
         lines = record(source, args.output, interval=args.interval, duration=args.duration, stop=stop,
                        fsync=args.fsync)
     except OSError as exc:
-        print(f"gpumem-tui record: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        print_error("gpumem-tui record", f"cannot write {args.output}: {exc.strerror or exc}")
         return 2
     finally:
         source.close()

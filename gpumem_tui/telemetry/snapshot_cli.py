@@ -31,7 +31,7 @@ from typing import Any
 
 from gpumem_tui.support.cli_support import InputError, OneLineParser
 from gpumem_tui.telemetry.model import NOT_VISIBLE, DeviceSample, ProcessSample, Snapshot, namespace_note
-from gpumem_tui.support.text import json_safe, printable
+from gpumem_tui.support.text import json_safe, print_error, printable
 from gpumem_tui.support.units import format_bytes
 
 PROG = "gpumem-tui snapshot"
@@ -180,7 +180,7 @@ def main(argv: list[str]) -> int:
     try:
         args = _parser().parse_args(argv)
     except InputError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        print_error(PROG, exc)
         return 2
     except SystemExit as exc:  # --help
         return int(exc.code or 0)

@@ -17,6 +17,7 @@ from typing import Any
 from gpumem_tui.support.cli_support import positive_seconds
 from gpumem_tui.ui.config import Config, ConfigError, load_config
 from gpumem_tui.support.crash import DashboardCrashed
+from gpumem_tui.support.text import print_error
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,12 +49,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(args_list)
     except _BadInput as exc:
-        print(f"gpumem-tui: {exc}", file=sys.stderr)
+        print_error("gpumem-tui", exc)
         return 2
     try:
         config = load_config(args.config)
     except ConfigError as exc:
-        print(f"gpumem-tui: {exc}", file=sys.stderr)
+        print_error("gpumem-tui", exc)
         return 2
     from gpumem_tui.ui.themes import known_theme_names, load_themes
 
@@ -88,7 +89,7 @@ def run_dashboard_command(prog: str, **kwargs: Any) -> int:
     except KeyboardInterrupt:
         return 0
     except DashboardCrashed as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+        print_error(prog, exc)
         return 1
     return 0
 
