@@ -173,7 +173,7 @@ class PhaseMemTracker(_mt.MemTracker):
                     key = f"{st.mod_fqn}:{'backward' if peak_state == _mt._ModState.PEAK_BW else 'forward'}"
                     self.module_live[key] = [
                         LiveEntry(w, int(w.mem_consumed), str(getattr(w.reftype, "value", w.reftype)))
-                        for w in self._live.values()
+                        for w in self._live_now()
                     ]
         total = self.current_bytes()
         peak = self.phase_peaks.get(self.phase)
@@ -183,7 +183,7 @@ class PhaseMemTracker(_mt.MemTracker):
             peak.peak_bytes = total
             peak.live = [
                 LiveEntry(w, int(w.mem_consumed), str(getattr(w.reftype, "value", w.reftype)))
-                for w in self._live.values()
+                for w in self._live_now()
             ]
 
     def _update_module_peaks(self, peak_state):  # type: ignore[no-untyped-def]
@@ -215,6 +215,14 @@ class PhaseMemTracker(_mt.MemTracker):
                     self._param_to_grad_hook_handles[param] = (_NoHandle(), _NoHandle())
         return super()._track_module_params_and_buffers(module, install_grad_hooks=install_grad_hooks)
 
+    def _live_now(self) -> list[Any]:
+        """The live storages' infos, copied in one step before anything walks them: building
+        the entries allocates, a garbage collection can then free a storage, and its weakref
+        callback (:meth:`_update_snap`) removes it from ``_live`` -- mid-walk, "dictionary
+        changed size during iteration" (seen once in a rank of ``measure --nproc``). Copying a
+        dict's values allocates no tracked object, so no collection runs inside it."""
+        return list(self._live.values())
+
     # --- public helpers ------------------------------------------------------------------------
     def current_bytes(self) -> int:
         """Live tracked bytes now, summed over devices."""
@@ -232,7 +240,7 @@ class PhaseMemTracker(_mt.MemTracker):
         peak.peak_bytes = total
         peak.live = [
             LiveEntry(w, int(w.mem_consumed), str(getattr(w.reftype, "value", w.reftype)))
-            for w in self._live.values()
+            for w in self._live_now()
         ]
 
     def tag_tensors(self, tensors: Any, tag: str) -> None:
