@@ -116,6 +116,8 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("torch_in_process") is not None:
             item.add_marker(pytest.mark.xdist_group(TORCH_GROUP))
             continue
+        if item.get_closest_marker("xdist_group") is not None:
+            continue  # a group the test names itself (tests/package_source.py: one parse per worker)
         fixture_defs = getattr(item, "_fixtureinfo", None)
         if fixture_defs is None:
             continue

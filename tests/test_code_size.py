@@ -4,32 +4,29 @@ functions cannot grow back unnoticed."""
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
+import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "gpumem_tui"
+from package_source import GROUP, PACKAGE, ModuleSource, package_sources
+
 MAX_MODULE_LINES = 800
 MAX_FUNCTION_LINES = 80
 
+# the package is parsed once per worker for this file, test_import_graph and test_plots
+pytestmark = pytest.mark.xdist_group(GROUP)
 
-def _modules() -> list[Path]:
-    found = sorted(PACKAGE.rglob("*.py"))
+
+def _modules() -> tuple[ModuleSource, ...]:
+    found = package_sources()
     assert len(found) > 100  # the walk sees the package, not an empty folder
     return found
 
 
 def test_no_module_is_over_800_lines():
-    long = {str(p.relative_to(PACKAGE)): n for p in _modules()
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    long = {str(m.path.relative_to(PACKAGE)): m.line_count for m in _modules() if m.line_count > MAX_MODULE_LINES}
     assert long == {}
 
 
 def test_no_function_is_over_80_lines():
-    long = {}
-    for path in _modules():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                length = node.end_lineno - node.lineno + 1
-                if length > MAX_FUNCTION_LINES:
-                    long[f"{path.relative_to(PACKAGE)}:{node.name}"] = length
+    long = {f"{m.path.relative_to(PACKAGE)}:{f.name}": f.lines
+            for m in _modules() for f in m.functions if f.lines > MAX_FUNCTION_LINES}
     assert long == {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -102,10 +103,11 @@ def test_hf_cache_is_found_offline(tmp_path: Path) -> None:
     assert {c.name for c in search_models("qwen3 moe", tmp_path / "hub")} == {"qwen3-30b-a3b"}
 
 
-def _family_cases() -> list[dict]:
+@functools.cache
+def _family_cases() -> tuple[dict, ...]:
     if not FAMILIES_DATA.exists():
-        return []
-    return json.loads(FAMILIES_DATA.read_text())["cases"]
+        return ()
+    return tuple(json.loads(FAMILIES_DATA.read_text())["cases"])
 
 
 def _error(case: dict) -> tuple[float, bool, str]:
@@ -167,6 +169,7 @@ def test_moe_output_states_the_routing_assumption() -> None:
     assert "routing assumption: balanced" in text and "shared expert" in text and "worst case" in text
 
 
+@functools.cache  # the parametrize below and each family's test read it: estimated once per process
 def _per_family() -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for case in _family_cases():

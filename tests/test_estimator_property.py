@@ -34,8 +34,9 @@ from gpumem_tui.estimator.spec import (
 ARCHS = {name: load_architecture(name) for name in catalogue_names()}
 ARCHS["params:3e8"] = architecture_from_params(3e8)  # the coarse --params path
 ARCHS["params:7e10"] = architecture_from_params(7e10)
-# 150 examples that reach the checks (rejected ones, ~3 in 4 of those drawn, are not counted:
-# assume()); the early returns this replaced let about 50 to 70 of 300 reach them.
+# 150 examples that reach the checks (rejected ones are not counted: assume(); about 1 in 5 of
+# those drawn by the first test, 3 in 5 by the second, whose configs are corrupted on purpose);
+# the early returns this replaced let about 50 to 70 of 300 reach them.
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Strategies are built once and reused: hypothesis validates every new strategy object on its
@@ -53,7 +54,9 @@ def _ints(low: int, high: int) -> st.SearchStrategy:
 
 _BOOL = st.booleans()
 _LORA_RANK = st.one_of(st.none(), st.integers(-1, 256))
+_VALID_LORA_RANK = st.one_of(st.none(), st.integers(1, 256))
 _DP = st.sampled_from([1, 2, 8, 1, 0])
+_VALID_DP = st.sampled_from([1, 2, 8, 1])
 _IMPLS = st.sampled_from(("auto", "single", "foreach", "fused"))
 
 
@@ -67,31 +70,52 @@ def _mostly(draw, value, others: st.SearchStrategy):  # noqa: ANN001, ANN202
     return draw(_one_of_mostly(value, others))
 
 
+# About 1 example in 4 is "broken": its fields may take the out-of-range values and the
+# combinations TrainingSpec refuses, which must raise SpecError and nothing else. The others draw
+# each field from the values valid for their task and device. Drawing every example from the
+# full ranges made 4 in 5 of them invalid (dp 0, tp / pp / flash off CUDA, a LoRA rank or KV
+# dtype for the wrong task...), each drawn in full and then rejected: most of these tests' CPU.
+_BROKEN = st.sampled_from((True, False, False, False))
+_VALID_QUANT = {"train": (), "lora": ("int8",), "qlora": ("nf4", "fp4", "gptq", "awq"), "inference": QUANT}
+
+
+def _either(draw, broken: bool, value, valid: st.SearchStrategy, full: st.SearchStrategy):  # noqa: ANN001, ANN202
+    """:func:`_mostly` ``value``, else one of ``full`` (a broken example) or of ``valid``."""
+    return _mostly(draw, value, full if broken else valid)
+
+
 @st.composite
 def spec_kwargs(draw):  # noqa: ANN001, ANN201
     task = draw(_sampled(TASKS))
     lora = task in ("lora", "qlora")
     inference = task == "inference"
+    broken = draw(_BROKEN)
+    device = draw(_sampled(DEVICES))
+    off_cuda = device != "cuda" and not broken  # no tp / pp / FlashAttention there
+    valid_quant = _VALID_QUANT[task]
     return {
         "task": task,
-        "batch": _mostly(draw, draw(_ints(1, 64)), _ints(-2, 4096)),
-        "seq": _mostly(draw, draw(_ints(1, 8192)), _ints(-2, 65536)),
-        "dtype": _mostly(draw, "bf16", _sampled((*DTYPES, "fp64"))),
-        "mixed_precision": _mostly(draw, False, _BOOL),
+        "batch": _either(draw, broken, draw(_ints(1, 64)), _ints(1, 4096), _ints(-2, 4096)),
+        "seq": _either(draw, broken, draw(_ints(1, 8192)), _ints(1, 65536), _ints(-2, 65536)),
+        "dtype": _either(draw, broken, "bf16", _sampled(("bf16", "fp16") if task == "qlora" else DTYPES),
+                         _sampled((*DTYPES, "fp64"))),
+        "mixed_precision": _either(draw, broken, False, _sampled((False,)) if inference else _BOOL, _BOOL),
         "optimizer": draw(_sampled(OPTIMIZERS)),
         "grad_ckpt": _mostly(draw, "none", _sampled(GRAD_CKPT)) if not inference else "none",
-        "attention": draw(_sampled(ATTENTION)),
-        "zero": _mostly(draw, 0, _ints(-1, 4)),
-        "dp": draw(_DP),
-        "tp": _mostly(draw, 1, _sampled((2, 4, 8))),
-        "pp": _mostly(draw, 1, _sampled((2, 4))),
-        "lora_rank": draw(_LORA_RANK) if lora else _mostly(draw, None, _sampled((8,))),
+        "attention": draw(_sampled(("eager", "sdpa") if off_cuda else ATTENTION)),
+        "zero": _either(draw, broken, 0, _sampled((0, 3)) if inference else _ints(0, 3), _ints(-1, 4)),
+        "dp": draw(_DP if broken else _VALID_DP),
+        "tp": 1 if off_cuda else _mostly(draw, 1, _sampled((2, 4, 8))),
+        "pp": 1 if off_cuda else _mostly(draw, 1, _sampled((2, 4))),
+        "lora_rank": (draw(_LORA_RANK if broken else _VALID_LORA_RANK) if lora
+                      else _mostly(draw, None, _sampled((8,))) if broken else None),
         "kv_dtype": (_mostly(draw, None, _sampled(KV_DTYPES)) if inference
-                     else _mostly(draw, None, _sampled(("fp8",)))),
-        "quant": _mostly(draw, "none", _sampled(QUANT)),
-        "device": draw(_sampled(DEVICES)),
+                     else _mostly(draw, None, _sampled(("fp8",))) if broken else None),
+        "quant": (_mostly(draw, "none", _sampled(QUANT)) if broken
+                  else _mostly(draw, "none", _sampled(valid_quant)) if valid_quant else "none"),
+        "device": device,
         "optimizer_impl": draw(_IMPLS),
-        "grad_accum": _mostly(draw, 1, _ints(-1, 8)) if not inference else 1,
+        "grad_accum": _either(draw, broken, 1, _ints(1, 8), _ints(-1, 8)) if not inference else 1,
         "keep_grads": _mostly(draw, False, _sampled((True,))) if not inference else False,
     }
 

@@ -7,12 +7,14 @@ Reads every module's imports with ``ast`` (top-level, deferred inside functions,
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "gpumem_tui"
+from package_source import GROUP, PACKAGE, package_sources
+
+# the package is parsed once per worker for this file, test_code_size and test_plots
+pytestmark = pytest.mark.xdist_group(GROUP)
 
 
 def _module_name(path: Path) -> str:
@@ -21,22 +23,21 @@ def _module_name(path: Path) -> str:
 
 
 def _imports() -> dict[str, set[str]]:
-    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    sources = {_module_name(m.path): m for m in package_sources()}
     graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
+    for name, source in sources.items():
         found: set[str] = set()
-        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
-                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        package = name if source.path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for imp in source.imports:
+            if not imp.is_from:
+                targets = list(imp.names)
+            else:
+                base = imp.module or ""
+                if imp.level:
+                    base = ".".join(package.split(".")[: len(package.split(".")) - imp.level + 1] + ([base] if base else []))
+                targets = [base] + [f"{base}.{alias}" for alias in imp.names]
             for target in targets:
-                if target in modules and target != name:
+                if target in sources and target != name:
                     found.add(target)
         graph[name] = found
     return graph
@@ -44,8 +45,8 @@ def _imports() -> dict[str, set[str]]:
 
 @pytest.fixture(scope="module")
 def graph() -> dict[str, set[str]]:
-    """The package's import graph, read once for the tests of this module (each read parses
-    every module: ~0.9 s of CPU); module scope keeps those tests on one xdist worker."""
+    """The package's import graph, built once for the tests of this module from the parse
+    they share with test_code_size (tests/package_source.py)."""
     return _imports()
 
 

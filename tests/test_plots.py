@@ -3,7 +3,6 @@ width, colour only on a terminal, bad flags, and plotext kept out of the other c
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import io
 import math
@@ -12,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import package_source
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -188,15 +188,19 @@ def test_estimate_without_plot_does_not_import_plotext() -> None:
     assert res.stdout.splitlines()[-1] == "False False"
 
 
+@pytest.mark.xdist_group(package_source.GROUP)  # the package's parse, shared with test_code_size
 def test_the_estimator_core_knows_no_plots() -> None:
     # DESIGN.md rule 1: estimator/ is pure; only its CLI module reaches the plots, lazily
     offenders = []
-    for path in (PACKAGE / "estimator").rglob("*.py"):
+    estimator = PACKAGE / "estimator"
+    modules = [m for m in package_source.package_sources() if m.path.is_relative_to(estimator)]
+    assert len(modules) > 20  # the estimator's modules, not an empty selection
+    for module in modules:
+        path = module.path
         if path.name == "cli.py" and path.parent.name == "estimator":
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        for imp in module.imports:
+            names = [imp.module or ""] if imp.is_from else list(imp.names)
             offenders += [f"{path.name}: {n}" for n in names if n.startswith(("plotext", "gpumem_tui.plots"))]
     assert offenders == []
 

@@ -21,20 +21,26 @@ Byte figures are storage bytes (``untyped_storage().nbytes()``, no allocator rou
 not to reserved memory nor to NVML "used".
 
 It relies on MemTracker internals (``_track``, ``_update_snap``, ``_update_peak_stats``,
-``_curr_mem_snap``, ``_WINFO``), checked against torch 2.13; ``check_supported()`` raises
-``RuntimeError`` with a clear message if they are missing.
+``_curr_mem_snap``, ``_WINFO``; ``memory_tracking``, ``_mod_tracker.parents``, ``_peak_mem``,
+``_peak_mem_snap``, whose peak update it repeats without walking every module at every op),
+checked against torch 2.13; ``check_supported()`` and the constructor raise ``RuntimeError``
+with a clear message if they are missing.
 """
 
 from __future__ import annotations
 
+from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.distributed._tools import mem_tracker as _mt
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401  (documents the base)
+from torch.utils.weak import WeakIdKeyDictionary
 
 _REQUIRED = ("_track", "_update_snap", "_update_peak_stats", "_curr_mem_snap", "_WINFO")
+#: what a MemTracker instance holds that :meth:`PhaseMemTracker._update_module_peaks` uses
+_REQUIRED_STATE = ("memory_tracking", "_mod_tracker", "_peak_mem", "_peak_mem_snap", "_curr_mem_snap")
 
 
 @dataclass
@@ -65,6 +71,27 @@ def check_supported() -> None:
         )
 
 
+class _StatsByModule(WeakIdKeyDictionary):
+    """MemTracker's ``memory_tracking`` (module -> its ``_ModMemStats``), which also keeps
+    each module name's stats at hand (:attr:`by_fqn`): a peak update then visits the modules
+    running now instead of walking every tracked module at every op. Stats of a module that
+    died stay in ``by_fqn`` (updating them changes nothing reported)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_fqn: dict[str, list[Any]] = {}
+
+    def __setitem__(self, module: Any, stats: Any) -> None:
+        super().__setitem__(module, stats)
+        same_name = self.by_fqn.setdefault(stats.mod_fqn, [])
+        if not any(known is stats for known in same_name):
+            same_name.append(stats)
+
+    def clear(self) -> None:
+        super().clear()
+        self.by_fqn.clear()
+
+
 class _NoHandle:
     """Stands in for a hook handle on a frozen parameter (nothing to remove)."""
 
@@ -85,6 +112,11 @@ class PhaseMemTracker(_mt.MemTracker):
     def __init__(self, vocab_size: int = 0, logits_rows: int = 1, *tracker_args: Any) -> None:
         check_supported()
         super().__init__(*tracker_args)  # FSDPPhaseMemTracker passes (module, optimizer) on
+        missing = [name for name in _REQUIRED_STATE if not hasattr(self, name)]
+        if missing:
+            raise RuntimeError(f"torch {torch.__version__}: MemTracker lacks {', '.join(missing)}; "
+                               "gpumem-tui measure is checked against torch 2.13")
+        self.memory_tracking = _StatsByModule()  # empty until the first module runs
         self.phase: str = "setup"
         self.phase_peaks: dict[str, PhasePeak] = {}
         self._live: dict[int, Any] = {}  # id(winfo) -> winfo
@@ -134,14 +166,14 @@ class PhaseMemTracker(_mt.MemTracker):
                 st.mod_fqn: dict(st.local_peak) for st in self.memory_tracking.values()
                 if st.mod_fqn in self.capture_modules
             }
-        super()._update_peak_stats(peak_state)
+        self._update_module_peaks(peak_state)
         if self.capture_modules:
             for st in self.memory_tracking.values():
                 if st.mod_fqn in before and st.local_peak != before[st.mod_fqn]:
                     key = f"{st.mod_fqn}:{'backward' if peak_state == _mt._ModState.PEAK_BW else 'forward'}"
                     self.module_live[key] = [
                         LiveEntry(w, int(w.mem_consumed), str(getattr(w.reftype, "value", w.reftype)))
-                        for w in self._live.values()
+                        for w in self._live_now()
                     ]
         total = self.current_bytes()
         peak = self.phase_peaks.get(self.phase)
@@ -151,8 +183,28 @@ class PhaseMemTracker(_mt.MemTracker):
             peak.peak_bytes = total
             peak.live = [
                 LiveEntry(w, int(w.mem_consumed), str(getattr(w.reftype, "value", w.reftype)))
-                for w in self._live.values()
+                for w in self._live_now()
             ]
+
+    def _update_module_peaks(self, peak_state):  # type: ignore[no-untyped-def]
+        """``MemTracker._update_peak_stats`` (torch 2.13) with the same updates: each running
+        module's peak for ``peak_state`` (with a copy of the snapshot at it) and the global
+        peak. torch walks every tracked module at every op (hundreds in a real model, through a
+        weak-key dictionary) to find the running ones (``ModTracker.parents``, a few names);
+        here the running names are looked up in :attr:`_StatsByModule.by_fqn`."""
+        curr_snap = self._curr_mem_snap
+        by_fqn = self.memory_tracking.by_fqn
+        for name in self._mod_tracker.parents:
+            for mod_stats in by_fqn.get(name, ()):
+                if peak_state in mod_stats.snapshots:
+                    for dev, dev_snap in curr_snap.items():
+                        if mod_stats.local_peak.get(dev, 0) < dev_snap[_mt._TOTAL_KEY]:
+                            mod_stats.local_peak[dev] = dev_snap[_mt._TOTAL_KEY]
+                            mod_stats.snapshots[peak_state][-1][dev] = deepcopy(dev_snap)
+        for dev, dev_snap in curr_snap.items():
+            if self._peak_mem.get(dev, 0) < dev_snap[_mt._TOTAL_KEY]:
+                self._peak_mem[dev] = dev_snap[_mt._TOTAL_KEY]
+                self._peak_mem_snap[dev] = deepcopy(dev_snap)
 
     def _track_module_params_and_buffers(self, module, install_grad_hooks=True):  # type: ignore[no-untyped-def]
         # MemTracker registers a gradient hook on every parameter, which torch refuses for frozen
@@ -162,6 +214,14 @@ class PhaseMemTracker(_mt.MemTracker):
                 if not param.requires_grad and self._param_to_grad_hook_handles.get(param, None) is None:
                     self._param_to_grad_hook_handles[param] = (_NoHandle(), _NoHandle())
         return super()._track_module_params_and_buffers(module, install_grad_hooks=install_grad_hooks)
+
+    def _live_now(self) -> list[Any]:
+        """The live storages' infos, copied in one step before anything walks them: building
+        the entries allocates, a garbage collection can then free a storage, and its weakref
+        callback (:meth:`_update_snap`) removes it from ``_live`` -- mid-walk, "dictionary
+        changed size during iteration" (seen once in a rank of ``measure --nproc``). Copying a
+        dict's values allocates no tracked object, so no collection runs inside it."""
+        return list(self._live.values())
 
     # --- public helpers ------------------------------------------------------------------------
     def current_bytes(self) -> int:
@@ -180,7 +240,7 @@ class PhaseMemTracker(_mt.MemTracker):
         peak.peak_bytes = total
         peak.live = [
             LiveEntry(w, int(w.mem_consumed), str(getattr(w.reftype, "value", w.reftype)))
-            for w in self._live.values()
+            for w in self._live_now()
         ]
 
     def tag_tensors(self, tensors: Any, tag: str) -> None:

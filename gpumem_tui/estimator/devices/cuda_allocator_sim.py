@@ -157,33 +157,34 @@ class CachingAllocator:
             block.size = rounded
             insort(pool, (rest, tail.addr, tail))
         block.free = False
-        self.allocated += block.size
-        if self.allocated > self.peak_allocated:
-            self.peak_allocated = self.allocated
+        allocated = self.allocated = self.allocated + block.size
+        if allocated > self.peak_allocated:
+            self.peak_allocated = allocated
         return block
 
     def release(self, block: Block) -> None:
         """Free a block from :meth:`take` and merge it with free neighbours of its segment
         (``free_block`` / ``try_merge_blocks``)."""
-        self.allocated -= block.size
-        pool = block.pool
-        prev = block.prev
-        if prev is not None and prev.free:  # prev absorbs the block
-            _absorb_next(pool, prev, prev)
-            block = prev
-        else:
-            block.free = True
-        nxt = block.next
-        if nxt is not None and nxt.free:  # the block absorbs next
-            _absorb_next(pool, block, nxt)
-        insort(pool, (block.size, block.addr, block))
+        self.release_all(block)
 
     def release_all(self, *blocks: Block | None) -> None:
-        """:meth:`release` each block given, in order, skipping ``None``."""
-        release = self.release
+        """:meth:`release` each block given, in order, skipping ``None``. (The loop holds the
+        body of ``release`` itself: most frees come here, a call per block less.)"""
         for block in blocks:
-            if block is not None:
-                release(block)
+            if block is None:
+                continue
+            self.allocated -= block.size
+            pool = block.pool
+            prev = block.prev
+            if prev is not None and prev.free:  # prev absorbs the block
+                _absorb_next(pool, prev, prev)
+                block = prev
+            else:
+                block.free = True
+            nxt = block.next
+            if nxt is not None and nxt.free:  # the block absorbs next
+                _absorb_next(pool, block, nxt)
+            insort(pool, (block.size, block.addr, block))
 
     def malloc(self, key: object, nbytes: int) -> int:
         """Allocate ``nbytes`` under ``key``; returns the bytes counted as allocated.

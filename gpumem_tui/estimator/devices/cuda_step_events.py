@@ -352,34 +352,50 @@ def _infer(st: StepShapes) -> SimResult:
         return SimResult(run.alloc.peak_allocated, run.alloc.reserved)
     last = run.a(b * V * e)
     run.f(xn)
+    _decode(run, st, cache, ids, last)
+    return SimResult(run.alloc.peak_allocated, run.alloc.reserved)
+
+
+def _decode(run: Run, st: StepShapes, cache: list[list[Block]], ids: Block, last: Block) -> None:
+    """``generate()``'s decode steps after the prefill: per new token the fp32 logits of the
+    last position, the grown ids, and per layer the one-token activations and the KV cache
+    grown by one position (``DynamicCache.update``: ``torch.cat([cache, new], dim=-2)``, a new
+    tensor, the old one freed). The sizes that do not change with the step are computed once
+    (the innermost loop runs new tokens x layers times)."""
+    a, f = run.a, run.f
+    arch, spec = st.arch, st.spec
+    b, s, e = st.b, st.s, st.e
+    logits, logits32, hidden = b * st.V * e, b * st.V * 4, b * st.h * e
+    qkv, attn, mlp_bytes = b * (st.q + 2 * st.kv) * e, b * st.q * e, 3 * b * st.f * e
+    kv_per_position = b * arch.num_kv_heads * arch.head_dim * spec.kv_bytes
     seq_ids = ids
     for t in range(spec.new_tokens):
-        l32 = run.a(b * V * 4)
-        run.f(last)
-        nxt = run.a(8 * b)
-        new_ids = run.a(8 * b * (st.s + t + 1))
-        run.f(seq_ids, l32, nxt)
+        l32 = a(logits32)
+        f(last)
+        nxt = a(8 * b)
+        new_ids = a(8 * b * (s + t + 1))
+        f(seq_ids, l32, nxt)
         seq_ids = new_ids
         if t == spec.new_tokens - 1:
             break
-        x = run.a(b * h * e)
-        pos = st.s + t + 1
+        x = a(hidden)
+        kv_bytes = kv_per_position * (s + t + 1)
         for i in range(arch.num_layers):
-            t1 = run.a(b * (st.q + 2 * st.kv) * e)
-            for j in range(2):  # DynamicCache.update: torch.cat([cache, new], dim=-2)
-                new = run.a(b * kvh * pos * d * spec.kv_bytes)
-                run.f(cache[i][j])
-                cache[i][j] = new
-            t2 = run.a(b * st.q * e)
-            run.f(t1)
-            mlp = run.a(3 * b * st.f * e)
-            run.f(t2, mlp)
-            out = run.a(b * h * e)
-            run.f(x)
+            layer_cache = cache[i]
+            t1 = a(qkv)
+            for j in range(2):
+                new = a(kv_bytes)
+                f(layer_cache[j])
+                layer_cache[j] = new
+            t2 = a(attn)
+            f(t1)
+            mlp = a(mlp_bytes)
+            f(t2, mlp)
+            out = a(hidden)
+            f(x)
             x = out
-        last = run.a(b * V * e)
-        run.f(x)
-    return SimResult(run.alloc.peak_allocated, run.alloc.reserved)
+        last = a(logits)
+        f(x)
 
 
 @lru_cache(maxsize=1024)
