@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpumem_tui.support.cli_support import InputError, OneLineParser, non_negative_seconds, positive_int, positive_seconds
+from gpumem_tui.support.import_gc import import_out_of_collector
 
 DEFAULTS = {"vocab": 8192, "layers": 4, "hidden": 256, "heads": 4, "batch": 4, "seq": 128}
 
@@ -85,6 +86,8 @@ def gpt2_config_dict(args: argparse.Namespace) -> dict[str, Any]:
 
 def _build_hf(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    # before any tensor of the model exists: what the import made is frozen (support/import_gc)
+    import_out_of_collector("transformers", "transformers.models.gpt2.modeling_gpt2")
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(**{k: v for k, v in gpt2_config_dict(args).items() if k != "model_type"})
@@ -188,7 +191,7 @@ def _use_hf(choice: str) -> bool:
     if choice != "auto":
         return choice == "hf"
     try:
-        import transformers  # noqa: F401
+        import_out_of_collector("transformers")
     except ImportError:
         return False
     return True
@@ -205,6 +208,9 @@ def _load(args: argparse.Namespace) -> tuple[Any, ...] | None:
         except OSError:
             pass
 
+    # the collector paused for torch's import, then its objects frozen: later passes (the
+    # seconds of torch._dynamo the optimizer imports, training) no longer walk them
+    import_out_of_collector("torch")
     import torch
 
     if args.threads:
