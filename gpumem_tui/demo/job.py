@@ -21,6 +21,7 @@ Exit codes: 0 done, 1 runtime failure, 2 bad arguments (one line on stderr).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import signal
@@ -86,8 +87,10 @@ def gpt2_config_dict(args: argparse.Namespace) -> dict[str, Any]:
 
 def _build_hf(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    # before any tensor of the model exists: what the import made is frozen (support/import_gc)
-    import_out_of_collector("transformers", "transformers.models.gpt2.modeling_gpt2")
+    # before any tensor of the model exists: what the import made is frozen (support/import_gc);
+    # only a speed-up: where that module path is not there, the import below says what is missing
+    with contextlib.suppress(ImportError):
+        import_out_of_collector("transformers", "transformers.models.gpt2.modeling_gpt2")
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(**{k: v for k, v in gpt2_config_dict(args).items() if k != "model_type"})
