@@ -21,7 +21,9 @@ def run_demo_job(argv: Sequence[str]) -> int:
 
     The job installs SIGTERM / SIGINT handlers (a stop request ends it after the step) and
     ``--threads`` sets torch's thread count: both are put back afterwards, so the test process
-    is left as it was. The probe it attaches is closed by the job itself."""
+    is left as it was. The probe it attaches is closed by the job itself. A stop while the job
+    is still loading ends the PROCESS at once (``job._end_now``, os._exit): a test that stops it
+    then patches ``_end_now`` (tests/test_demo.py)."""
     import torch
 
     from gpumem_tui.demo import job

@@ -101,28 +101,45 @@ def test_owned_probe_dir_is_removed_on_stop():
     assert not directory.exists()
 
 
+class _Ended(BaseException):
+    """Stands for ``os._exit`` in the test process: the job's ``_end_now(code)`` raises it."""
+
+
 @pytest.mark.torch_in_process  # the job imports torch before it looks at the stop
-@pytest.mark.parametrize("stopped_in", ["os.nice", "_use_hf"])
+@pytest.mark.parametrize("stopped_in", ["os.nice", "_use_hf", "_build_builtin"])
 def test_a_stop_while_the_job_starts_ends_it_before_the_model_is_built(tmp_path, monkeypatch, stopped_in):
     """SIGTERM while the job loads (the dashboard quit in its first seconds): before torch loads
-    (during ``os.nice``) or while transformers loads (``_use_hf``), the job returns 0 without
-    building a model or attaching the probe. Run in this process (tests/demo_inprocess.py);
-    the signal is raised on this process while the job's own handler is installed."""
+    (during ``os.nice``), while transformers loads (``_use_hf``) or while the model is built
+    (``_build_builtin``), the job ends at once with exit code 0 (``_end_now``, os._exit in a
+    real job): no (further) model building, no optimizer (whose first construction imports
+    torch._dynamo, seconds of CPU), no probe attached. Run in this process
+    (tests/demo_inprocess.py), ``_end_now`` raising instead of ending it; the signal is raised
+    on this process while the job's own handler is installed."""
+    import torch
+
     from gpumem_tui.demo import job
+
+    build = job._build_builtin
 
     def stop_now(*args):
         signal.raise_signal(signal.SIGTERM)  # the job's handler runs before this returns
-        return False
+        return build(*args) if stopped_in == "_build_builtin" else False
 
-    def never(*args):
-        raise AssertionError("the job built its model after it was told to stop")
+    def never(*args, **kwargs):
+        raise AssertionError("the job went on loading after it was told to stop")
+
+    def end_now(code):
+        raise _Ended(code)
 
     target = os if stopped_in == "os.nice" else job
-    monkeypatch.setattr(target, stopped_in.removeprefix("os."), stop_now)
+    monkeypatch.setattr(job, "_end_now", end_now)
     monkeypatch.setattr(job, "_build_builtin", never)
     monkeypatch.setattr(job, "_build_hf", never)
-    code = run_demo_job(["--steps", "0", "--probe-dir", str(tmp_path), "--model", "builtin", "--nice", "5"])
-    assert code == 0
+    monkeypatch.setattr(torch.optim, "AdamW", never)
+    monkeypatch.setattr(target, stopped_in.removeprefix("os."), stop_now)
+    with pytest.raises(_Ended) as ended:
+        run_demo_job(["--steps", "0", "--probe-dir", str(tmp_path), "--model", "builtin", "--nice", "5"])
+    assert ended.value.args == (0,)
     assert list(tmp_path.iterdir()) == []  # no probe stream: nothing was attached
 
 

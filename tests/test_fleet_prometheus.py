@@ -204,7 +204,15 @@ def test_killed_exporter_is_a_down_row_with_its_last_seen_age(prometheus):
         row = {r["host"]: r for r in json.loads(proc.stdout)}[prometheus["c"]]
         return row if not row["up"] else None
 
-    _wait(c_row, 30, "Prometheus to see exporter C down")
+    # wait in this process (read_fleet is what ``fleet --once --json`` prints): a child per poll
+    # cost ~0.2 s of CPU each, seven or eight of them while Prometheus noticed; the command
+    # itself then runs once, as a child, on a fleet where C stays down
+    def c_down() -> bool:
+        row = {r.host: r for r in read_fleet(client).hosts}.get(prometheus["c"])
+        return row is not None and not row.up
+
+    _wait(c_down, 30, "Prometheus to see exporter C down")
     row = c_row()
+    assert row is not None, "fleet --once --json shows C up after read_fleet saw it down"
     assert row["gpus"] == 0 and row["last_seen"] is not None
     assert row["last_seen"] <= killed_at + 1 and 0 <= row["last_seen_age_s"] <= time.time() - killed_at + 20

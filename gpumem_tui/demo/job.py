@@ -12,14 +12,16 @@ CUDA when there is a GPU and on the CPU otherwise, and is instrumented by
 about 0.2-0.5 s per step on two CPU cores and peaks at about 200 MiB of live tensors
 (fp32, b=4, s=128, 4 layers, h=256, V=8192: 5.3 M parameters).
 
-SIGTERM / SIGINT end the job after the current step, closing the probe cleanly (while it
-starts: before it imports transformers or builds the model, with no probe stream).
+SIGTERM / SIGINT end the job after the current step, closing the probe cleanly; while it
+starts (importing torch or transformers, building the model and its optimizer) they end it at
+once, with exit code 0 and no probe stream, instead of after seconds of imports.
 Exit codes: 0 done, 1 runtime failure, 2 bad arguments (one line on stderr).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import signal
@@ -29,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpumem_tui.support.cli_support import InputError, OneLineParser, non_negative_seconds, positive_int, positive_seconds
+from gpumem_tui.support.import_gc import import_out_of_collector
 
 DEFAULTS = {"vocab": 8192, "layers": 4, "hidden": 256, "heads": 4, "batch": 4, "seq": 128}
 
@@ -84,6 +87,10 @@ def gpt2_config_dict(args: argparse.Namespace) -> dict[str, Any]:
 
 def _build_hf(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    # before any tensor of the model exists: what the import made is frozen (support/import_gc);
+    # only a speed-up: where that module path is not there, the import below says what is missing
+    with contextlib.suppress(ImportError):
+        import_out_of_collector("transformers", "transformers.models.gpt2.modeling_gpt2")
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(**{k: v for k, v in gpt2_config_dict(args).items() if k != "model_type"})
@@ -187,47 +194,71 @@ def _use_hf(choice: str) -> bool:
     if choice != "auto":
         return choice == "hf"
     try:
-        import transformers  # noqa: F401
+        import_out_of_collector("transformers")
     except ImportError:
         return False
     return True
 
 
-def run(args: argparse.Namespace) -> int:
-    """Train until ``args.steps`` steps are done (or forever) or a stop signal arrives."""
-    stop = {"now": False}
-
-    def _request_stop(signum: int, frame: Any) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, _request_stop)
-    signal.signal(signal.SIGINT, _request_stop)
-
+def _load(args: argparse.Namespace) -> tuple[Any, ...] | None:
+    """Import torch, build the model and its optimizer: ``(torch, device, use_hf, model,
+    config, optimizer)``, or None when the job is not to run (its parent is already gone)."""
     if args.parent_pid is not None and os.getppid() != args.parent_pid:
-        return 0  # started by a process that is already gone: nothing to show to anyone
+        return None  # started by a process that is already gone: nothing to show to anyone
     if args.nice > 0:
         try:
             os.nice(args.nice)
         except OSError:
             pass
 
+    # the collector paused for torch's import, then its objects frozen: later passes (the
+    # seconds of torch._dynamo the optimizer imports, training) no longer walk them
+    import_out_of_collector("torch")
     import torch
 
-    # A stop asked for while the job loads (the dashboard quit in its first seconds) ends it
-    # here, before the next seconds of imports and model building: nothing was shown yet.
-    if stop["now"]:
-        return 0
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = _pick_device(args.device)
     use_hf = _use_hf(args.model)
-    if stop["now"]:
-        return 0
     model, config = _build_hf(args) if use_hf else _build_builtin(args)
     model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    return torch, device, use_hf, model, config, optimizer
 
+
+def _end_now(code: int) -> None:
+    """End the process at once with exit ``code`` (``os._exit``), the standard streams flushed.
+
+    For a stop that arrives while the job loads: nothing is attached or written yet (no probe
+    stream, no step line), so there is nothing to close, and an exception raised into an
+    import in progress is not an option (a library that catches it goes on half-imported:
+    seen here, torch interrupted, then transformers failing to import GPT-2)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, RuntimeError):  # closed, or a write the signal interrupted
+            pass
+    os._exit(code)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train until ``args.steps`` steps are done (or forever) or a stop signal arrives."""
+    stop = {"now": False, "loading": True}
+
+    def _request_stop(signum: int, frame: Any) -> None:
+        stop["now"] = True
+        if stop["loading"]:
+            # the dashboard quit in its first seconds: end now, not after seconds of imports
+            _end_now(0)
+
+    signal.signal(signal.SIGTERM, _request_stop)
+    signal.signal(signal.SIGINT, _request_stop)
+    loaded = _load(args)
+    stop["loading"] = False  # from here a stop ends the job after its current step
+    if loaded is None:
+        return 0
+    torch, device, use_hf, model, config, optimizer = loaded
     probe = None
     if not args.no_probe:
         import gpumem_tui.probe

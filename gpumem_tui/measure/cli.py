@@ -211,9 +211,11 @@ def main(argv: list[str]) -> int:
     except MeasureError as exc:
         print(f"gpumem-tui measure: {exc}", file=sys.stderr)
         return 2
+    from gpumem_tui.support.import_gc import import_out_of_collector
+
     try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
+        # the collector paused, then torch's and transformers' objects frozen (support/import_gc)
+        import_out_of_collector("torch", "transformers")
     except ImportError as exc:
         print(
             f"gpumem-tui measure: needs the torch extra (pip install 'gpumem-tui[torch]'; {exc.name} is missing)",

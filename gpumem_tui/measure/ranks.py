@@ -26,6 +26,7 @@ import datetime
 import json
 import signal
 import socket
+import sys
 import tempfile
 import time
 import traceback
@@ -36,6 +37,7 @@ from typing import Any, Callable
 from gpumem_tui.measure.parallel import ParallelSpec, make_optimizer, optimizer_state_tensors
 from gpumem_tui.measure.parallel import wrap_before_tracker, wrap_in_tracker
 from gpumem_tui.measure.runner import MeasureError, MeasureRequest
+from gpumem_tui.support.import_gc import ImportsOutOfCollector
 from gpumem_tui.support.text import printable
 
 #: seconds given to the surviving ranks to exit after one failed, before SIGTERM / SIGKILL
@@ -305,7 +307,11 @@ def _preload(req: MeasureRequest, spec: ParallelSpec) -> None:
 
     if "fork" not in multiprocessing.get_all_start_methods():  # spawned ranks inherit nothing
         return
-    with contextlib.suppress(Exception), warnings.catch_warnings():
+    # the first time in a process: the collector paused, then what was imported frozen
+    # (support/import_gc; the ranks fork with it frozen, the pattern the gc.freeze docs give)
+    first = "gpumem_tui.measure.tracker" not in sys.modules
+    with contextlib.suppress(Exception), warnings.catch_warnings(), \
+            (ImportsOutOfCollector() if first else contextlib.nullcontext()):
         warnings.filterwarnings("ignore", category=UserWarning)
         warnings.filterwarnings("ignore", category=FutureWarning)
         import gpumem_tui.measure.tracker  # noqa: F401 -- torch's MemTracker
