@@ -86,11 +86,12 @@ async def test_quit_at_each_moment_of_the_side_pane_mount(monkeypatch, request, 
     _assert_clean(app)
 
 
-#: The moments between (start-up in the order it goes: the pane's mount starts, the first poll
-#: lands, the selection is pushed to the pane, the pane's fields mount, then it runs steady),
-#: each the first turn of the event loop where its condition holds (None: at once, before the
-#: first frame was handled). A fixed count of pilot pauses hit only two of them (none, or all
-#: done: a pause waits for the app to go idle), and each start costs a second of CPU.
+#: The moments between (start-up in the order it usually goes: the pane's mount starts, the
+#: first poll lands, the selection is pushed to the pane, the pane's fields mount, then it runs
+#: steady), each the first turn of the event loop where its condition holds (None: at once when
+#: run_test hands over, before the pane's mount and the first poll). The 0-7 pilot pauses this
+#: test took before hit only two of them (none, or all done: a pause waits for the app to go
+#: idle), at a second of CPU per start with the pane.
 QUIT_MOMENTS = {
     "at-once": None,
     "first-poll": lambda app: app.snapshot is not None,
