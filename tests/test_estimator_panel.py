@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from textual.app import App, ComposeResult
+from textual.app import App
 from textual.widgets import Input, Select, Static
 
 from gpumem_tui.estimator.architecture import CATALOGUE_DIR, load_architecture
@@ -22,11 +22,17 @@ from gpumem_tui.ui.estimator_panel import EstimatorPanel
 from gpumem_tui.ui.memory_bar import MemoryBar, bands_from_estimate
 from gpumem_tui.ui.themes import APP_VARIABLES
 from gpumem_tui.support.units import GiB, format_bytes
+from waiting import settle
 
 SIZE = (80, 48)
 
 
 class Host(App[None]):
+    """The panel alone in an app. It mounts after the first frame, as the dashboard mounts its
+    side pane (GpuMemApp._mount_side_pane): composed with the screen, its ~90 widgets were
+    styled on their mount and all again by the screen's first ScreenResume (Textual restyles
+    the whole screen then), a third of these tests' stylesheet work."""
+
     def __init__(self) -> None:
         super().__init__()
         self.changes: list[EstimatorPanel.EstimateChanged] = []
@@ -34,8 +40,8 @@ class Host(App[None]):
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(APP_VARIABLES)
 
-    def compose(self) -> ComposeResult:
-        yield EstimatorPanel(model="gpt2")
+    def on_mount(self) -> None:
+        self.call_after_refresh(self.mount, EstimatorPanel(model="gpt2"))
 
     def on_estimator_panel_estimate_changed(self, message: EstimatorPanel.EstimateChanged) -> None:
         self.changes.append(message)
@@ -54,7 +60,9 @@ def _show(panel, info, device=None):
     return process.problem
 
 async def _settle(app: App, pilot) -> None:
-    """Let messages, the largest-batch solve (and any it queued) finish."""
+    """Let the panel mount (Host), then messages, the largest-batch solve (and any it queued)
+    finish."""
+    await settle(pilot, lambda: any(p._fields_mounted for p in app.query(EstimatorPanel)), what="the panel's mount")
     await pilot.pause()
     for _ in range(200):
         await app.workers.wait_for_complete()

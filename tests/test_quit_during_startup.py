@@ -8,7 +8,8 @@ came (``NoMatches``); a quit before the deferred mount ran made it mount into a 
 ``#main`` (``MountError``). Either ended the app with exit code 1 and a traceback.
 
 Each test quits at one moment: right before the pane's mount starts, inside it (when the
-estimator form composes, when its first Select composes), and after each of several pauses.
+estimator form composes, when its first Select composes), and at each moment between
+(QUIT_MOMENTS: the first poll, the pane pushed, its fields mounted, the app idle).
 A key typed right after ``q`` (queued behind it) must not run: ``/`` mounted the filter box and
 ``K`` pushed the signal confirmation into the app being torn down.
 """
@@ -44,19 +45,11 @@ def _source(kind: str, request):
     return FakeSource() if kind == "live" else ReplaySource(request.getfixturevalue("h100_trace"), speed=8.0)
 
 
-async def _run_and_quit(app, quit_after_pauses: int | None, key: bool = False) -> None:
-    """Run ``app`` under run_test; after ``quit_after_pauses`` pauses quit by ``q`` (``key``)
-    or App.exit (None: a hook of the test quits), then wait until the app ended by itself
-    (run_test would tear it down at once, not as a quit does). run_test re-raises what
+async def _run_and_quit(app) -> None:
+    """Run ``app`` under run_test (a hook of the test quits), then wait until the app ended by
+    itself (run_test would tear it down at once, not as a quit does). run_test re-raises what
     ended the app."""
-    async with app.run_test(size=SIZE) as pilot:
-        if quit_after_pauses is not None:
-            for _ in range(quit_after_pauses):
-                await pilot.pause()
-            if key:
-                await pilot.press("q")
-            else:
-                app.exit()
+    async with app.run_test(size=SIZE):
         await wait_async(lambda: not app.is_running, what="the app to end after the quit")
 
 
@@ -89,17 +82,49 @@ async def test_quit_at_each_moment_of_the_side_pane_mount(monkeypatch, request, 
         monkeypatch.setattr(EstimatorPanel, "compose", quitting_compose(EstimatorPanel.compose))
     if moment == "select-composes":
         monkeypatch.setattr(Select, "compose", quitting_compose(Select.compose))
-    await _run_and_quit(app, None)
+    await _run_and_quit(app)
     _assert_clean(app)
 
 
+#: The moments between (start-up in the order it usually goes: the pane's mount starts, the
+#: first poll lands, the selection is pushed to the pane, the pane's fields mount, then it runs
+#: steady), each the first turn of the event loop where its condition holds (None: at once when
+#: run_test hands over, before the pane's mount and the first poll). The 0-7 pilot pauses this
+#: test took before hit only two of them (none, or all done: a pause waits for the app to go
+#: idle), at a second of CPU per start with the pane.
+QUIT_MOMENTS = {
+    "at-once": None,
+    "first-poll": lambda app: app.snapshot is not None,
+    "pane-pushed": lambda app: app._pane_state is not None and app._pane_state.comparison_key is not None,
+    "fields-mounted": side_pane_mounted,
+    "idle": "pause",  # a pilot pause: the pane done, the app idle between polls
+}
+
+
+async def _quit_at(app, moment, key: bool) -> None:
+    """Run ``app``; quit by ``q`` (``key``: posted as a terminal delivers it, not through the
+    pilot, whose press first waits for the app to go idle) or App.exit at ``moment`` (a
+    QUIT_MOMENTS value), then wait until the app ended by itself."""
+    from textual import events
+
+    async with app.run_test(size=SIZE) as pilot:
+        if moment == "pause":
+            await pilot.pause()
+        elif moment is not None:
+            await wait_async(lambda: moment(app), what="the moment to quit at", poll=0.001)
+        if key:
+            app.post_message(events.Key("q", "q"))
+        else:
+            app.exit()
+        await wait_async(lambda: not app.is_running, what="the app to end after the quit")
+
+
+@pytest.mark.parametrize("moment", QUIT_MOMENTS)
 @pytest.mark.parametrize("key", [False, True], ids=["exit", "q"])
-async def test_quit_after_a_few_pauses_at_start_up(key):
-    # The moments between: the first frame, the first poll, the pane part-way, the pane done.
-    for pauses in range(8):
-        app = make_app(FakeSource(), side_pane=True)
-        await _run_and_quit(app, pauses, key)
-        _assert_clean(app)
+async def test_quit_at_each_moment_of_start_up(key, moment):
+    app = make_app(FakeSource(), side_pane=True)
+    await _quit_at(app, QUIT_MOMENTS[moment], key)
+    _assert_clean(app)
 
 
 async def test_a_quit_while_the_pane_mounts_waits_for_it_then_exits(monkeypatch):
@@ -120,7 +145,7 @@ async def test_a_quit_while_the_pane_mounts_waits_for_it_then_exits(monkeypatch)
 
     monkeypatch.setattr(type(app), "_mount_side_pane", mount_side_pane)
     monkeypatch.setattr(EstimatorPanel, "on_mount", on_mount)
-    await _run_and_quit(app, None)
+    await _run_and_quit(app)
     assert quit_while_mounting == [True]
     assert form_mounted == [True]
     _assert_clean(app)
