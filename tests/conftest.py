@@ -80,6 +80,16 @@ def spawn():
 from shared_data import GPU_DIR, H100_TRACE, require  # noqa: E402
 
 
+@pytest.fixture
+def no_user_config(tmp_path, monkeypatch) -> Path:
+    """The user's own gpumem-tui config kept out of the test: ``GPUMEM_TUI_CONFIG_DIR`` names
+    an empty folder under ``tmp_path`` (returned); the UI modules use it on every test
+    (``pytestmark = pytest.mark.usefixtures("no_user_config")``)."""
+    folder = tmp_path / "cfg"
+    monkeypatch.setenv("GPUMEM_TUI_CONFIG_DIR", str(folder))
+    return folder
+
+
 @pytest.fixture(scope="session")
 def shared_gpu_dir() -> Path:
     """``../shared/validation/gpu`` (the H100 measurements); the test fails if it is missing."""

@@ -18,9 +18,7 @@ ESC_NAME = "evil\x1b[31mred\x07"
 SHOWN = "evil\\x1b[31mred\\x07"
 
 
-@pytest.fixture(autouse=True)
-def _no_user_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPUMEM_TUI_CONFIG_DIR", str(tmp_path / "cfg"))
+pytestmark = pytest.mark.usefixtures("no_user_config")  # tests/conftest.py
 
 
 def _one_literal_line(stderr: str) -> str:

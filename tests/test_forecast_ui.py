@@ -30,9 +30,7 @@ PID = 4242
 TOTAL, USED, OWN_USED = 16384 * MiB, 8000 * MiB, 6000 * MiB  # the limit: 16384 - 8000 + 6000 MiB
 
 
-@pytest.fixture(autouse=True)
-def _no_user_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPUMEM_TUI_CONFIG_DIR", str(tmp_path / "cfg"))
+pytestmark = pytest.mark.usefixtures("no_user_config")  # tests/conftest.py
 
 
 class LeakyGpuJob:

@@ -35,8 +35,7 @@ SIZE = (160, 48)  # wide: the pane is shown, as a user's first frame at this wid
 
 
 @pytest.fixture(autouse=True)
-def _no_user_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPUMEM_TUI_CONFIG_DIR", str(tmp_path / "cfg"))
+def _no_user_config_or_cache(no_user_config, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # crash reports, if any, go there
 
 

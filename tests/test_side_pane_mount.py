@@ -27,9 +27,7 @@ from gpumem_tui.ui.estimator_panel import EstimatorPanel  # noqa: E402
 from gpumem_tui.ui.steady_footer import SteadyFooter  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _no_user_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPUMEM_TUI_CONFIG_DIR", str(tmp_path / "cfg"))
+pytestmark = pytest.mark.usefixtures("no_user_config")  # tests/conftest.py
 
 
 async def _settled(app, pilot) -> None:

@@ -25,9 +25,7 @@ from gpumem_tui.support.units import GiB  # noqa: E402
 SIZE = (160, 48)
 
 
-@pytest.fixture(autouse=True)
-def _no_user_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPUMEM_TUI_CONFIG_DIR", str(tmp_path / "cfg"))
+pytestmark = pytest.mark.usefixtures("no_user_config")  # tests/conftest.py
 
 
 def make_app(source=None, **kwargs) -> GpuMemApp:

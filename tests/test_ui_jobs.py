@@ -23,9 +23,7 @@ from gpumem_tui.ui.job_rows import JobRow, job_summary  # noqa: E402
 from gpumem_tui.ui.themes import load_themes  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _no_user_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPUMEM_TUI_CONFIG_DIR", str(tmp_path / "cfg"))
+pytestmark = pytest.mark.usefixtures("no_user_config")  # tests/conftest.py
 
 
 class Clock:

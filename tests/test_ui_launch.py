@@ -11,8 +11,7 @@ from gpumem_tui.ui import launch
 
 
 @pytest.fixture(autouse=True)
-def _no_user_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPUMEM_TUI_CONFIG_DIR", str(tmp_path / "cfg"))
+def _no_user_config_in_a_fresh_directory(no_user_config, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
 
 

@@ -22,9 +22,7 @@ from gpumem_tui.support.units import GiB, MiB  # noqa: E402
 import pytest_textual_snapshot  # noqa: F401 -- installed by setup (README): missing is a failure
 
 
-@pytest.fixture(autouse=True)
-def _no_user_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPUMEM_TUI_CONFIG_DIR", str(tmp_path / "cfg"))
+pytestmark = pytest.mark.usefixtures("no_user_config")  # tests/conftest.py
 
 
 def app_with(source, **kwargs) -> GpuMemApp:
