@@ -36,6 +36,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.color import Color, ColorParseError
 from textual.containers import Vertical
+from textual.filter import ANSIToTruecolor, LineFilter
 from textual.geometry import Region
 from textual.reactive import reactive
 from textual.widgets import Static
@@ -193,6 +194,18 @@ class MemoryPlot(Widget):
         if self._lines is None or self._built_for != (width, height, self.app.theme):
             return self._build(width, height)
         return self._lines
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        """The app's line filters (Textual's ``Widget.get_line_filters``) less
+        ``ANSIToTruecolor``, which changes nothing here: it gives a colour without an RGB
+        triplet (an ANSI or default colour) its truecolor value, and undoes dim
+        (textual/filter.py), and the plot's lines carry only the styles drawn here, whose
+        colours are RGB or none (:meth:`base_style`, the theme's colours as RGB for the
+        curves), never dim. Each redraw brings ~20 new rows of ~15 segments that it would
+        copy segment by segment, every style looked up, for nothing. Any other filter
+        (NO_COLOR's monochrome, TEXTUAL_FILTERS' dim) stays."""
+        filters = super().get_line_filters()
+        return [line_filter for line_filter in filters if not isinstance(line_filter, ANSIToTruecolor)]
 
     def render_lines(self, crop: Region) -> list[Strip]:
         # The size is looked up once per paint here, not once per row in render_line.
