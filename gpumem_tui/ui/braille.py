@@ -15,8 +15,9 @@ drawn into it.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich.segment import Segment
 from rich.style import Style
@@ -260,4 +261,35 @@ def _line_cells(dx: int, dy: int, x_odd: int, y_phase: int, quads: bool) -> tupl
     return tuple((col, row, bits) for (col, row), bits in bits_at.items())
 
 
-__all__ = ["Canvas"]
+def draw_curves(canvas: Canvas, curves: list, vlines: list, dot_x: Callable[[float, int], float],
+                dot_y: Callable[[float, int], float], plot_w: int, plot_h: int) -> None:
+    """Draw the memory chart's curves -- (xs, ys, style, marker) each, the marker "braille" for
+    dots, "hd" for block quadrants or a character per cell -- and vertical lines (x, style) on
+    ``canvas`` (``plot_w`` x ``plot_h`` cells); ``dot_x`` / ``dot_y`` map a value to a position
+    on a grid of that many cells. Here rather than in memory_chart, which the first frame
+    compiles: a chart draws curves only once it has samples."""
+    limit = 8 * (canvas.dot_width + canvas.dot_height)  # far-off points are clamped, not walked
+    for xs, ys, style, marker in curves:
+        if marker == "braille" or marker == "hd":
+            quads = marker == "hd"
+            wide, high = (2 * plot_w, 2 * plot_h) if quads else (canvas.dot_width, canvas.dot_height)
+            points = [
+                (min(max(dot_x(x, wide), -limit), limit), min(max(dot_y(y, high), -limit), limit))
+                for x, y in zip(xs, ys) if math.isfinite(x) and math.isfinite(y)
+            ]
+            canvas.polyline(points, style, quads=quads)
+        else:  # a character marker: horizontal lines (the total)
+            for x0, x1, y in zip(xs, xs[1:], ys):
+                if not (math.isfinite(x0) and math.isfinite(x1) and math.isfinite(y)):
+                    continue
+                row = round(dot_y(y, plot_h))
+                first = max(round(dot_x(min(x0, x1), plot_w)), 0)
+                for col in range(first, min(round(dot_x(max(x0, x1), plot_w)), plot_w - 1) + 1):
+                    canvas.char(col, row, marker[:1] or "━", style)
+    for x, style in vlines:
+        if math.isfinite(x):
+            column = round(dot_x(x, canvas.dot_width))
+            canvas.line(column, 0, column, canvas.dot_height - 1, style)
+
+
+__all__ = ["Canvas", "draw_curves"]

@@ -63,12 +63,9 @@ def cell_segments(cell: Text, width: int, console: Console) -> tuple[Segment, ..
 
 
 def merged_runs(segments: list[Segment]) -> list[Segment]:
-    """``segments`` with each run of neighbours in the same style joined into one segment
-    (as ``Segment.simplify``, for a line without control segments). A table row is mostly one
-    style (its look) from cell to cell: one segment instead of one per cell, and every later
-    step of a frame works per segment (Textual's line filter, the compositor's cut at the
-    scrollbar, the escape codes written to the terminal: Rich writes a style's codes again
-    for each segment). The characters and their styles are the same."""
+    """``segments`` (no control segment) with each run of one style joined into one segment:
+    a table row is mostly one style, and each later step of a frame (line filter, cuts, the
+    terminal's escape codes) works per segment. The same cells."""
     out: list[Segment] = []
     texts: list[str] = []
     run_style: Style | None = None

@@ -123,11 +123,8 @@ def replay_line(*, paused: bool, ended: bool, position: object, duration: object
 
 
 def status_inputs(app: Any) -> tuple[Any, ...]:
-    """Everything the status line of ``app`` (the GpuMemApp) shows: the arguments of
-    :func:`status_from`, in order. The line is a function of these alone, so the app builds
-    it again only when they change (a poll usually changes none of them; building and
-    fitting the line was ~0.2 ms of every poll, issue 23). A plain tuple: no class is made
-    at import (the module loads before the first frame)."""
+    """The arguments of :func:`status_from` for ``app`` (the GpuMemApp): everything its status
+    line shows, so the app builds the line again only when they change (~0.2 ms a poll)."""
     snap = app.snapshot
     filter_query: str | None = None
     problems: tuple[str, ...] = ()
@@ -147,8 +144,7 @@ def status_inputs(app: Any) -> tuple[Any, ...]:
 
 
 def dashboard_status(app: Any) -> Text:
-    """The dashboard's status line of ``app`` (the GpuMemApp): :func:`status_from` of its
-    :func:`status_inputs`."""
+    """The status line of ``app`` (the GpuMemApp)."""
     return status_from(*status_inputs(app))
 
 
@@ -156,16 +152,11 @@ def status_from(waiting: bool, nvml_error: str | None, devices: int, driver_vers
                 cuda_driver_version: str | None, processes: int, probes: bool, hidden_rows: int,
                 banner: str | None, filter_query: str | None, filter_problems: tuple[str, ...],
                 readonly: bool, estimator_hint: bool, poll_error: str | None, width: int) -> Text:
-    """The dashboard's status line, fitted to ``width`` cells by :func:`fit` (what the user
-    set or must act on stays; driver versions and the banner give way first).
-
-    Args: ``waiting``: no snapshot yet; else its ``nvml_error``, number of ``devices``,
-    ``driver_version``, ``cuda_driver_version``, number of ``processes`` and whether it lists
-    ``probes``; ``hidden_rows``: processes the table does not list (its row limit);
-    ``banner``: the launcher's note; ``filter_query``: the filter box's text while a filter
-    (or its error) is set, else None; ``filter_problems``: what is wrong with it;
-    ``readonly``: no signal keys; ``estimator_hint``: the pane left with the width (not hidden
-    by the user); ``poll_error``: the last poll's failure."""
+    """The dashboard's status line in ``width`` cells (:func:`fit`: what the user set or must act
+    on stays, driver versions and the banner go first). ``waiting``: no snapshot yet, else its
+    NVML error, GPU count, versions, process count and whether it has probes; ``hidden_rows``:
+    processes not listed; ``filter_query``: the filter's text while one (or its error) is set;
+    ``estimator_hint``: the pane left with the width."""
     from gpumem_tui.support.text import printable
 
     parts = [segment(Text("gpumem-tui ", style="bold"), TITLE)]  # its space: the first separator
