@@ -49,6 +49,7 @@ class DashboardPoll:
         self._position_notice: Any = None  # the replay's last "replay at ..." notification
         self._target_before_filter: tuple[str, int] | None = None  # charted before a filter hid all
         self._status_shown: Text | None = None
+        self._status_inputs: Any = None  # what the status line shown was built from (status_line.status_inputs)
         self._previous_snapshot_time: float | None = None  # of the snapshot before the current one
         self._proc_start: dict[int, float] = {}
         self._table_note = ""
@@ -273,11 +274,17 @@ class DashboardPoll:
             self._update_status()
 
     def _update_status(self) -> None:
-        # Static.update re-lays out the screen: skip it when nothing changed.
-        text = self.status_text()
-        if text != self._status_shown:
-            self._status_shown = text
-            self.status_bar.update(text, layout=False)
+        # Static.update re-lays out the screen: skip it when nothing changed. The line is a
+        # function of its inputs: built again only when they changed (most polls change none).
+        from gpumem_tui.ui.status_line import status_from, status_inputs
+
+        inputs = status_inputs(self)
+        if inputs != self._status_inputs:
+            self._status_inputs = inputs
+            text = status_from(*inputs)
+            if text != self._status_shown:
+                self._status_shown = text
+                self.status_bar.update(text, layout=False)
         if self.replay:
             self.replay_bar.update(self.replay_text(), layout=False)
 

@@ -15,8 +15,9 @@ drawn into it.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich.segment import Segment
 from rich.style import Style
@@ -45,6 +46,10 @@ class Canvas:
         self._quads = bytearray(size)
         self._chars: dict[int, str] = {}  # whole-character marks (e.g. the total line "━")
         self._styles: list[Style | None] = [None] * size
+        # the styles cells are drawn in, by id(their style), for one base (row_segments)
+        self._drawn_base: Style | None = None
+        self._drawn: dict[int, Style | None] | None = None
+        self._kinds: list[Style | None] = []
 
     @property
     def dot_width(self) -> int:
@@ -131,48 +136,61 @@ class Canvas:
 
         A row of braille dots only (the usual case) is turned into text in C (``bytes.decode``
         and ``str.translate``), and only its runs of marked cells are visited, one step per run
-        of one style; a row with block quadrants or characters goes cell by cell
-        (:meth:`_row_by_cells`). Both give the same segments."""
+        of one style, each segment made as its run ends; a row with block quadrants or
+        characters goes cell by cell (:meth:`_row_by_cells`). Both give the same segments."""
         width = self.width
         start = row * width
         end = start + width
-        if _MARKED.search(self._quads, start, end) or any(start <= i < end for i in self._chars):
+        chars = self._chars
+        if _MARKED.search(self._quads, start, end) or (chars and any(start <= i < end for i in chars)):
             return self._row_by_cells(row, base)
         braille, styles = self._braille, self._styles
         text = braille[start:end].decode("latin-1").translate(_BRAILLE_TEXT)
-        # Each style drawn becomes one of a few distinct ones (base + the cell's style, or
-        # base), so that merging runs compares identities: equal styles are one run.
-        distinct: dict[int, Style | None] = {id(base): base}  # id(a cell's style) -> its drawn style
-        kinds: list[Style | None] = [base]
-        pieces: list[tuple[int, Style | None]] = []  # (first cell, style) of each run
-        position = start
+        drawn_style = self._drawn_styles(base)
+        out: list[Segment] = []
+        run_start, run_style = start, base  # the segment under way: its first cell and style
+        position = start  # the first cell after the last marked run
         for run in _MARKED_RUN.finditer(braille, start, end):
             first, last = run.span()
-            if first > position:
-                pieces.append((position, base))
+            if first > position and run_style is not base:  # a blank gap before this run
+                out.append(Segment(text[run_start - start:position - start], run_style))
+                run_start, run_style = position, base
             run_styles = styles[first:last]
-            same = run_styles.count(run_styles[0]) == len(run_styles)
-            for index in range(first, last) if not same else (first,):
+            for index in (first,) if run_styles.count(run_styles[0]) == len(run_styles) else range(first, last):
                 style = styles[index]
-                drawn = distinct.get(id(style), _UNSEEN)
+                drawn = drawn_style.get(id(style), _UNSEEN)
                 if drawn is _UNSEEN:
-                    if base is not None and style is not base and style is not None:
-                        style = base + style
-                    drawn = distinct[id(styles[index])] = next((k for k in kinds if k is style or k == style), style)
-                    if drawn is style:
-                        kinds.append(style)
-                pieces.append((index, drawn))
+                    drawn = self._drawn_style(style, base)
+                if drawn is not run_style:  # a new style: the run so far is one segment
+                    if index > run_start:
+                        out.append(Segment(text[run_start - start:index - start], run_style))
+                    run_start, run_style = index, drawn
             position = last
-        if position < end:
-            pieces.append((position, base))
-        out: list[Segment] = []
-        run_start, run_style = pieces[0]
-        for first, style in pieces[1:]:
-            if style is not run_style:  # a new style: the run so far is one segment
-                out.append(Segment(text[run_start - start:first - start], run_style))
-                run_start, run_style = first, style
+        if position < end and run_style is not base:
+            out.append(Segment(text[run_start - start:position - start], run_style))
+            run_start, run_style = position, base
         out.append(Segment(text[run_start - start:], run_style))
         return out
+
+    def _drawn_styles(self, base: Style | None) -> dict[int, Style | None]:
+        """id(a cell's style) -> the style its cells are drawn in on ``base`` (see
+        :meth:`_drawn_style`), kept for the whole canvas: a curve's cells share one style, so
+        each row finds it here instead of adding it to ``base`` again."""
+        if self._drawn_base is not base or self._drawn is None:
+            self._drawn_base = base
+            self._drawn = {id(base): base}
+            self._kinds = [base]
+        return self._drawn
+
+    def _drawn_style(self, style: Style | None, base: Style | None) -> Style | None:
+        """The style cells of ``style`` are drawn in: ``base + style``, as one object for equal
+        styles (so that merging runs compares identities: equal styles are one run)."""
+        combined = base + style if base is not None and style is not base and style is not None else style
+        drawn = next((kind for kind in self._kinds if kind is combined or kind == combined), combined)
+        if drawn is combined:
+            self._kinds.append(combined)
+        self._drawn[id(style)] = drawn  # the style stays alive in _styles: its id is not reused
+        return drawn
 
     def _row_by_cells(self, row: int, base: Style | None) -> list[Segment]:
         """:meth:`row_segments` visiting each marked cell (found by a regex, in C), for a row
@@ -243,4 +261,35 @@ def _line_cells(dx: int, dy: int, x_odd: int, y_phase: int, quads: bool) -> tupl
     return tuple((col, row, bits) for (col, row), bits in bits_at.items())
 
 
-__all__ = ["Canvas"]
+def draw_curves(canvas: Canvas, curves: list, vlines: list, dot_x: Callable[[float, int], float],
+                dot_y: Callable[[float, int], float], plot_w: int, plot_h: int) -> None:
+    """Draw the memory chart's curves -- (xs, ys, style, marker) each, the marker "braille" for
+    dots, "hd" for block quadrants or a character per cell -- and vertical lines (x, style) on
+    ``canvas`` (``plot_w`` x ``plot_h`` cells); ``dot_x`` / ``dot_y`` map a value to a position
+    on a grid of that many cells. Here rather than in memory_chart, which the first frame
+    compiles: a chart draws curves only once it has samples."""
+    limit = 8 * (canvas.dot_width + canvas.dot_height)  # far-off points are clamped, not walked
+    for xs, ys, style, marker in curves:
+        if marker == "braille" or marker == "hd":
+            quads = marker == "hd"
+            wide, high = (2 * plot_w, 2 * plot_h) if quads else (canvas.dot_width, canvas.dot_height)
+            points = [
+                (min(max(dot_x(x, wide), -limit), limit), min(max(dot_y(y, high), -limit), limit))
+                for x, y in zip(xs, ys) if math.isfinite(x) and math.isfinite(y)
+            ]
+            canvas.polyline(points, style, quads=quads)
+        else:  # a character marker: horizontal lines (the total)
+            for x0, x1, y in zip(xs, xs[1:], ys):
+                if not (math.isfinite(x0) and math.isfinite(x1) and math.isfinite(y)):
+                    continue
+                row = round(dot_y(y, plot_h))
+                first = max(round(dot_x(min(x0, x1), plot_w)), 0)
+                for col in range(first, min(round(dot_x(max(x0, x1), plot_w)), plot_w - 1) + 1):
+                    canvas.char(col, row, marker[:1] or "━", style)
+    for x, style in vlines:
+        if math.isfinite(x):
+            column = round(dot_x(x, canvas.dot_width))
+            canvas.line(column, 0, column, canvas.dot_height - 1, style)
+
+
+__all__ = ["Canvas", "draw_curves"]

@@ -62,6 +62,25 @@ def cell_segments(cell: Text, width: int, console: Console) -> tuple[Segment, ..
     return (_PAD, *body, Segment(" " * gap), _PAD)
 
 
+def merged_runs(segments: list[Segment]) -> list[Segment]:
+    """``segments`` (no control segment) with each run of one style joined into one segment:
+    a table row is mostly one style, and each later step of a frame (line filter, cuts, the
+    terminal's escape codes) works per segment. The same cells."""
+    out: list[Segment] = []
+    texts: list[str] = []
+    run_style: Style | None = None
+    for text, style, _ in segments:
+        if texts and (style is run_style or style == run_style):
+            texts.append(text)
+            continue
+        if texts:
+            out.append(Segment("".join(texts), run_style))
+        texts, run_style = [text], style
+    if texts:
+        out.append(Segment("".join(texts), run_style))
+    return out
+
+
 class LineTable(ScrollView, can_focus=True):
     """A keyed table drawn with the line API (see the module doc). Subclasses feed it with
     :meth:`set_rows` and may react to :meth:`on_header_click`.
@@ -446,7 +465,7 @@ class LineTable(ScrollView, can_focus=True):
         if total < width + scroll_x:
             segments.append(Segment(" " * (width + scroll_x - total), pre + post))
             total = width + scroll_x
-        strip = Strip(segments, total)  # the length is known: Strip need not measure it
+        strip = Strip(merged_runs(segments), total)  # the length is known: Strip need not measure it
         if scroll_x or total > width:
             strip = strip.crop(scroll_x, scroll_x + width)
         return strip

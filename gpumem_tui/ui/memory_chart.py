@@ -27,15 +27,15 @@ through the running app, so a theme restyles the chart.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.color import Color, ColorParseError
 from textual.containers import Vertical
+from textual.filter import ANSIToTruecolor, LineFilter
 from textual.geometry import Region
 from textual.reactive import reactive
 from textual.widgets import Static
@@ -48,8 +48,6 @@ from textual.widget import Widget
 from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak
 from gpumem_tui.ui.plain_lines import KeptLines, PlainStylesCache
 
-if TYPE_CHECKING:  # imported by render_plot once there is something to draw: not in the first frame
-    from gpumem_tui.ui.braille import Canvas
 
 class CurveSpec(NamedTuple):
     """One measured curve: legend label, points (epoch seconds, bytes), theme colour variable.
@@ -133,19 +131,27 @@ class MemoryPlot(Widget):
         self._lines: list[Strip] | None = None
         self._built_for: tuple | None = None
         self._painting: list[Strip] | None = None  # the rows of the paint under way
+        self._base_style: tuple[tuple[str | None, ...], Style] | None = None  # (theme colours, base_style)
 
     def _uses_terminal_colours(self) -> bool:
         variables = self.app.theme_variables
         return _terminal_colours(variables.get("surface")) or _terminal_colours(variables.get("foreground"))
 
     def base_style(self) -> Style:
-        """Canvas and text style of the current theme (see the class docstring)."""
-        if self._uses_terminal_colours():
-            return Style()
+        """Canvas and text style of the current theme (see the class docstring), one object
+        per theme colours: rows compare their styles by identity (:meth:`draw`)."""
         variables = self.app.theme_variables
-        rgb = {key: Color.parse(variables.get(key) or "#000000").rgb for key in ("surface", "background", "foreground")}
-        canvas, text = readable_colours(rgb["surface"], rgb["background"], rgb["foreground"])
-        return Style(color=RichColor.from_rgb(*text), bgcolor=RichColor.from_rgb(*canvas))
+        key = tuple(variables.get(name) for name in ("surface", "background", "foreground"))
+        if self._base_style is not None and self._base_style[0] == key:
+            return self._base_style[1]
+        if self._uses_terminal_colours():
+            style = Style()
+        else:
+            rgb = [Color.parse(value or "#000000").rgb for value in key]
+            canvas, text = readable_colours(*rgb)
+            style = Style(color=RichColor.from_rgb(*text), bgcolor=RichColor.from_rgb(*canvas))
+        self._base_style = (key, style)
+        return style
 
     def draw(self, ops: list[tuple[str, tuple, dict]]) -> None:
         """Replace the plot commands and repaint the rows that changed.
@@ -182,6 +188,13 @@ class MemoryPlot(Widget):
         if self._lines is None or self._built_for != (width, height, self.app.theme):
             return self._build(width, height)
         return self._lines
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        """The app's line filters less ANSIToTruecolor, a no-op here: it converts colours without
+        an RGB triplet and dim text (textual/filter.py); the plot draws RGB or no colours, never
+        dim. It copied ~20 new rows of ~15 segments per redraw."""
+        filters = super().get_line_filters()
+        return [line_filter for line_filter in filters if not isinstance(line_filter, ANSIToTruecolor)]
 
     def render_lines(self, crop: Region) -> list[Strip]:
         # The size is looked up once per paint here, not once per row in render_line.
@@ -229,33 +242,6 @@ def _read_ops(ops: Sequence[tuple[str, tuple, dict]]) -> tuple[dict[str, tuple],
     return spec, curves, vlines
 
 
-def _draw_on_canvas(canvas: Canvas, curves: list, vlines: list, dot_x: Callable[[float, int], float],
-                    dot_y: Callable[[float, int], float], plot_w: int, plot_h: int) -> None:
-    """Draw the curves (braille dots, block quadrants or a character per cell) and the
-    vertical lines; ``dot_x`` / ``dot_y`` map a value to a position on a grid of that many cells."""
-    limit = 8 * (canvas.dot_width + canvas.dot_height)  # far-off points are clamped, not walked
-    for xs, ys, style, marker in curves:
-        if marker == "braille" or marker == "hd":
-            quads = marker == "hd"
-            wide, high = (2 * plot_w, 2 * plot_h) if quads else (canvas.dot_width, canvas.dot_height)
-            points = [
-                (min(max(dot_x(x, wide), -limit), limit), min(max(dot_y(y, high), -limit), limit))
-                for x, y in zip(xs, ys) if math.isfinite(x) and math.isfinite(y)
-            ]
-            canvas.polyline(points, style, quads=quads)
-        else:  # a character marker: horizontal lines (the total)
-            for x0, x1, y in zip(xs, xs[1:], ys):
-                if not (math.isfinite(x0) and math.isfinite(x1) and math.isfinite(y)):
-                    continue
-                row = round(dot_y(y, plot_h))
-                for col in range(max(round(dot_x(min(x0, x1), plot_w)), 0), min(round(dot_x(max(x0, x1), plot_w)), plot_w - 1) + 1):
-                    canvas.char(col, row, marker[:1] or "━", style)
-    for x, style in vlines:
-        if math.isfinite(x):
-            column = round(dot_x(x, canvas.dot_width))
-            canvas.line(column, 0, column, canvas.dot_height - 1, style)
-
-
 def _x_tick_labels(tick_cols: dict[int, str], plot_w: int) -> str:
     """The line of x tick labels, each centred under its tick; one that would touch the
     previous label is left out."""
@@ -282,6 +268,17 @@ def strip(segments: list[Segment], width: int, base: Style | None) -> Strip:
     return line if length == width else line.adjust_cell_length(width, base)
 
 
+def _framed(left: str, cells: list[Segment], base: Style | None) -> list[Segment]:
+    """A canvas row between its left part (tick label or padding, frame) and the right frame,
+    a blank run at either end joined with them (fewer segments, the same cells)."""
+    row = [Segment(left, base), *cells, Segment("│", base)]
+    if row[1].style is base:
+        row[:2] = [Segment(left + row[1].text, base)]
+    if row[-2].style is base:
+        row[-2:] = [Segment(row[-2].text + "│", base)]
+    return row
+
+
 def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int, base: Style) -> list[Strip]:
     """The plot commands (see :class:`MemoryPlot`) as ``height`` strips of ``width`` cells."""
     width, height = max(int(width), 1), max(int(height), 1)
@@ -304,7 +301,7 @@ def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int,
     plot_h = max(height - (3 if compact else 5), 1)
     # The empty chart (the first frame's) sets no dot: its rows are blank without a canvas, and
     # the braille canvas's module is compiled only once there is something to draw.
-    canvas: Canvas | None = None
+    canvas = None  # a braille Canvas (its module loads with the first curve to draw)
     blank = [Segment(" " * plot_w, base)]  # an empty canvas row, as Canvas.row_segments gives it
 
     def bounded(value: float) -> float:  # absurd inputs land far off the canvas, never inf/nan
@@ -317,10 +314,10 @@ def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int,
         return bounded((1.0 - (y - ylo) / (yhi - ylo)) * (cells - 1))
 
     if curves or vlines:
-        from gpumem_tui.ui.braille import Canvas
+        from gpumem_tui.ui.braille import Canvas, draw_curves
 
         canvas = Canvas(plot_w, plot_h)
-        _draw_on_canvas(canvas, curves, vlines, dot_x, dot_y, plot_w, plot_h)
+        draw_curves(canvas, curves, vlines, dot_x, dot_y, plot_w, plot_h)
     tick_rows = {}
     for value, label in zip(yvals, ylabels):
         row = round(dot_y(value, plot_h))
@@ -338,7 +335,7 @@ def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int,
         label = tick_rows.get(row)
         left = (label.rjust(margin) + "┤") if label is not None else (pad + "│")
         cells = canvas.row_segments(row, base) if canvas is not None else blank
-        rows.append([Segment(left, base), *cells, Segment("│", base)])
+        rows.append(_framed(left, cells, base))
     bottom = "".join("┬" if col in tick_cols else "─" for col in range(plot_w))
     rows.append([Segment(pad + "└" + bottom + "┘", base)])
     rows.append([Segment(pad + _x_tick_labels(tick_cols, plot_w), base)])
