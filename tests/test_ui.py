@@ -326,6 +326,22 @@ async def test_nvml_unavailable_line():
         assert len(narrow) <= 80
 
 
+async def test_the_status_line_follows_a_resize_before_the_next_poll():
+    # The app's on_resize runs before Textual's App._on_resize records the new size: the line
+    # was fitted to the old width and stayed so until a poll came (CI caught it once, at load).
+    app = make_app(FakeSource(steps=1, nvml_error="NVML Shared Library Not Found"), interval=3600.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: app.snapshot is not None)
+        polled = app.snapshot
+        assert str(app.status_bar.render()).startswith("gpumem-tui NVML not available: ")
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert app.snapshot is polled  # no poll since: the resize alone redrew the line
+        narrow = str(app.status_bar.render())
+        assert narrow.startswith("gpumem-tui no NVML: NVML Shared Library Not Found · 3 host processes"), narrow
+        assert len(narrow) <= 80
+
+
 async def test_poller_keeps_running_when_poll_raises():
     source = FakeSource()
     app = make_app(source)

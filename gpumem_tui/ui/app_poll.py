@@ -273,12 +273,13 @@ class DashboardPoll:
             self.poll_error = f"the last poll has been running for {stuck:.0f} s (NVML or /proc not answering)"
             self._update_status()
 
-    def _update_status(self) -> None:
+    def _update_status(self, width: int | None = None) -> None:
         # Static.update re-lays out the screen: skip it when nothing changed. The line is a
         # function of its inputs: built again only when they changed (most polls change none).
+        # ``width``: the new terminal width, from a Resize that app.size does not give yet.
         from gpumem_tui.ui.status_line import status_from, status_inputs
 
-        inputs = status_inputs(self)
+        inputs = status_inputs(self, width)
         if inputs != self._status_inputs:
             self._status_inputs = inputs
             text = status_from(*inputs)

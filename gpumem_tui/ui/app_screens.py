@@ -192,7 +192,8 @@ class DashboardScreens:
         if self.has_side_pane and not self._side_toggled:
             for side in self.screen_stack[0].query("#side"):
                 side.display = event.size.width >= SIDE_PANE_MIN_WIDTH
-        self._update_status()
+        # app.size is still the old one here: this handler runs before Textual's App._on_resize
+        self._update_status(event.size.width)
 
     def _apply_size_class(self, width: int, update: bool = True) -> None:
         wanted = size_class(width)

@@ -122,9 +122,11 @@ def replay_line(*, paused: bool, ended: bool, position: object, duration: object
     return text
 
 
-def status_inputs(app: Any) -> tuple[Any, ...]:
+def status_inputs(app: Any, width: int | None = None) -> tuple[Any, ...]:
     """The arguments of :func:`status_from` for ``app`` (the GpuMemApp): everything its status
-    line shows, so the app builds the line again only when they change (~0.2 ms a poll)."""
+    line shows, so the app builds the line again only when they change (~0.2 ms a poll).
+    ``width``: the terminal's columns when ``app.size`` is not up to date yet (the app's own
+    ``on_resize`` runs before Textual's ``App._on_resize`` records the new size)."""
     snap = app.snapshot
     filter_query: str | None = None
     problems: tuple[str, ...] = ()
@@ -140,7 +142,7 @@ def status_inputs(app: Any) -> tuple[Any, ...]:
                    len(snap.processes), bool(snap.probes))
     return (*figures, app.table.hidden_rows, app.banner, filter_query, problems, bool(app.readonly),
             bool(app.side_pane_hidden and not app.side_pane_toggled), app.poll_error,
-            max(20, (app.size.width or 160) - 2))
+            max(20, (width or app.size.width or 160) - 2))
 
 
 def dashboard_status(app: Any) -> Text:
