@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from test_ui import make_app, side_pane_mounted, wait_for  # noqa: E402
 from ui_fakes import FakeSource  # noqa: E402
+from waiting import HANG_TIMEOUT  # noqa: E402
 
 from gpumem_tui.ui.estimator_panel import EstimatorPanel  # noqa: E402
 from gpumem_tui.ui.steady_footer import SteadyFooter  # noqa: E402
@@ -113,33 +114,53 @@ async def test_a_start_with_the_pane_does_each_piece_of_work_once(monkeypatch):
     assert gc.isenabled()
 
 
-async def test_a_form_shown_for_a_process_without_an_estimate_is_estimated_once_on_mount(monkeypatch):
+@pytest.mark.parametrize("first_poll", ["as-it-comes", "after-the-mount"])
+async def test_a_form_shown_for_a_process_without_an_estimate_is_estimated_once_on_mount(monkeypatch, first_poll):
     """No probe: the selected process has no estimate, so showing it estimates nothing; the
     form's mount estimates it once, with the GPU total pushed before the mount -- not left to
-    the fields' first values posted as they mount (no change: they are ignored)."""
+    the fields' first values posted as they mount (no change: they are ignored).
+
+    The pane mounts after the first frame, the first snapshot comes from the poller's thread:
+    usually first, but not always under load. When it comes after the mount, its GPU total
+    estimates once more (``set_gpu_total``), and only that. ``after-the-mount`` holds the first
+    poll until the form's fields are mounted, so that order is checked every run."""
+    import threading
     from dataclasses import replace
 
     from gpumem_tui.support.units import GiB
 
+    mounted = threading.Event()
+
     class Unprobed(FakeSource):
         def poll(self):
+            if first_poll == "after-the-mount":
+                mounted.wait(HANG_TIMEOUT)
             return replace(super().poll(), probes=(), probe_infos=(), phase_marks=())
 
     callers: list[str] = []
-    recompute = EstimatorPanel.recompute
+    snapshot_at_mount: list[bool] = []
+    recompute, on_mount = EstimatorPanel.recompute, EstimatorPanel.on_mount
 
     def recording_recompute(panel):
         callers.append(sys._getframe(1).f_code.co_name)
         return recompute(panel)
 
+    def recording_on_mount(panel):
+        snapshot_at_mount.append(panel.app.snapshot is not None)
+        on_mount(panel)
+        mounted.set()
+
     monkeypatch.setattr(EstimatorPanel, "recompute", recording_recompute)
+    monkeypatch.setattr(EstimatorPanel, "on_mount", recording_on_mount)
     app = make_app(Unprobed(), side_pane=True)
     async with app.run_test(size=(160, 48)) as pilot:
         await _settled(app, pilot)
         panel = app.query_one(EstimatorPanel)
         assert panel.process_pid is not None and panel.estimate is not None
         assert panel.budget_bytes == 40 * GiB  # GPU 0 of the fake source
-        assert callers == ["on_mount"]
+        if first_poll == "after-the-mount":
+            assert snapshot_at_mount == [False]
+        assert callers == (["on_mount"] if snapshot_at_mount == [True] else ["on_mount", "set_gpu_total"])
 
 
 async def test_footer_keys_of_a_compact_footer_are_compact_as_textual_binds_them():
