@@ -18,6 +18,7 @@ from textual.geometry import Region
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from test_memory_plot_repaint import PlotApp  # noqa: E402 -- one MemoryPlot in an app
 from ui_fakes import FakeSource  # noqa: E402
 from waiting import settle  # noqa: E402
 
@@ -74,11 +75,6 @@ def plot_ops(color: object) -> list[tuple[str, tuple, dict]]:
         ("ylim", (0.0, 10.0), {}),
         ("yticks", ([0.0, 5.0, 10.0], ["0", "5", "10"]), {}),
     ]
-
-
-class PlotApp(App[None]):
-    def compose(self) -> ComposeResult:
-        yield MemoryPlot(id="plot")
 
 
 @pytest.mark.parametrize("theme", ["textual-dark", "textual-light", "ansi-dark"])
