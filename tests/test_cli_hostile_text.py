@@ -53,6 +53,20 @@ def test_dashboard_with_a_missing_config_file_with_an_escape_in_its_name(tmp_pat
     assert f"{SHOWN}.toml" in _one_literal_line(done.stderr)
 
 
+def test_measure_with_an_unknown_argument_holding_an_escape():
+    done = run_cli("measure", "gpt2", "--on", "meta", "--bogus", ESC_NAME)
+    assert done.returncode == 2
+    assert SHOWN in _one_literal_line(done.stderr)
+
+
+def test_demo_recording_into_a_directory_with_an_escape_in_its_name(tmp_path):
+    target = tmp_path / ESC_NAME
+    target.mkdir()
+    done = run_cli("demo", "--headless", "--record", str(target))
+    assert done.returncode == 2
+    assert f"{SHOWN} is a directory" in _one_literal_line(done.stderr)
+
+
 @pytest.mark.parametrize("url", [
     "http://[::1:9090",           # unbalanced bracket: urllib raised "Invalid IPv6 URL"
     "http://host:99999",          # no port

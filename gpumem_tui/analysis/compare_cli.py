@@ -79,10 +79,10 @@ def _compare(args: argparse.Namespace) -> int:
             raise ComparisonError(f"--plot draws one process; choose a rank with --pid (pids {pids})")
         chart = _chart(args, result, plot) if plot is not None else None
     except (TraceError, ComparisonError) as exc:  # a file name, a trace's text: shown literally
-        print(f"gpumem-tui compare: {printable(str(exc))}", file=sys.stderr)
+        print_error("gpumem-tui compare", exc)
         return 2
     except OSError as exc:
-        print(f"gpumem-tui compare: cannot read {printable(str(args.trace))}: {exc.strerror or exc}", file=sys.stderr)
+        print_error("gpumem-tui compare", f"cannot read {args.trace}: {exc.strerror or exc}")
         return 2
     except ValueError as exc:  # the chart: no sample of the process with a readable time
         print_error("gpumem-tui compare", f"nothing to plot: {exc}")

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpumem_tui.support.cli_support import InputError, OneLineParser, non_negative_int, positive_int, positive_seconds
+from gpumem_tui.support.text import print_error
 
 
 from gpumem_tui.demo.process import DemoError, start_demo_job
@@ -68,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.record is not None and args.record.is_dir():
             raise InputError(f"--record {args.record} is a directory")
     except InputError as exc:
-        print(f"gpumem-tui demo: {exc}", file=sys.stderr)
+        print_error("gpumem-tui demo", exc)
         return 2
     if args.headless:
         return _headless(args, job_args)
@@ -79,7 +80,7 @@ def _interactive(args: argparse.Namespace, job_args: list[str]) -> int:
     try:
         job = start_demo_job(steps=args.steps or 0, device=args.device, model=args.model, extra_args=job_args)
     except DemoError as exc:
-        print(f"gpumem-tui demo: {exc}", file=sys.stderr)
+        print_error("gpumem-tui demo", exc)
         return 1
     try:
         from gpumem_tui.telemetry.live import LiveSource
@@ -111,14 +112,14 @@ def _headless(args: argparse.Namespace, job_args: list[str]) -> int:
         try:
             recorder = TraceRecorder(args.record, header={"interval": interval, "source": "gpumem-tui demo"})
         except OSError as exc:
-            print(f"gpumem-tui demo: cannot write {args.record}: {exc.strerror or exc}", file=sys.stderr)
+            print_error("gpumem-tui demo", f"cannot write {args.record}: {exc.strerror or exc}")
             return 2
     try:
         job = start_demo_job(steps=steps, device=args.device, model=args.model, pause=0.0, nice=0, extra_args=job_args)
     except DemoError as exc:
         if recorder is not None:
             recorder.close()
-        print(f"gpumem-tui demo: {exc}", file=sys.stderr)
+        print_error("gpumem-tui demo", exc)
         return 1
 
     stop = threading.Event()

@@ -32,6 +32,7 @@ from typing import Any
 
 from gpumem_tui.support.cli_support import InputError, OneLineParser, non_negative_seconds, positive_int, positive_seconds
 from gpumem_tui.support.import_gc import import_out_of_collector
+from gpumem_tui.support.text import print_error
 
 DEFAULTS = {"vocab": 8192, "layers": 4, "hidden": 256, "heads": 4, "batch": 4, "seq": 128}
 
@@ -306,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     except InputError as exc:
-        print(f"demo_job: {exc}", file=sys.stderr)
+        print_error("demo_job", exc)
         return 2
     if args.hidden % args.heads:
         print(f"demo_job: --hidden {args.hidden} is not divisible by --heads {args.heads}", file=sys.stderr)
@@ -317,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"demo_job: needs torch ({exc}); install gpumem-tui[torch]", file=sys.stderr)
         return 1
     except RuntimeError as exc:
-        print(f"demo_job: {exc}", file=sys.stderr)
+        print_error("demo_job", exc)
         return 1
 
 

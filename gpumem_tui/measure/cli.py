@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpumem_tui.support.cli_support import OneLineParser
+from gpumem_tui.support.text import print_error
 from gpumem_tui.support.units import format_bytes
 
 _SDPA_NOTE = (
@@ -192,7 +193,7 @@ def main(argv: list[str]) -> int:
         args = build_parser().parse_args(argv)
         arch, spec = spec_from_args(args)
     except ValueError as exc:  # InputError, ArchitectureError, SpecError
-        print(f"gpumem-tui measure: {exc}", file=sys.stderr)
+        print_error("gpumem-tui measure", exc)
         return 2
     if args.on not in ("meta", "cpu", "cuda"):
         print(f"gpumem-tui measure: --on must be meta, cpu or cuda, got {args.on!r}", file=sys.stderr)
@@ -209,7 +210,7 @@ def main(argv: list[str]) -> int:
         validate(req)
         parallel = check_parallel(args, req)  # None without --nproc / --strategy
     except MeasureError as exc:
-        print(f"gpumem-tui measure: {exc}", file=sys.stderr)
+        print_error("gpumem-tui measure", exc)
         return 2
     from gpumem_tui.support.import_gc import import_out_of_collector
 
@@ -229,13 +230,13 @@ def main(argv: list[str]) -> int:
     try:
         result = run(req)
     except MeasureError as exc:
-        print(f"gpumem-tui measure: {exc}", file=sys.stderr)
+        print_error("gpumem-tui measure", exc)
         return 2
     except MemoryError:
         print("gpumem-tui measure: out of host memory; use --on meta or a smaller shape", file=sys.stderr)
         return 1
     except RuntimeError as exc:
-        print(f"gpumem-tui measure: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        print_error("gpumem-tui measure", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         return 1
     data = result.to_json()
     data["assumptions"] = list(spec.warnings) + data["assumptions"]
@@ -261,7 +262,7 @@ def _main_cuda(req: Any, spec: Any, as_json: bool) -> int:
     try:
         data = measure_cuda(req, new_tokens=spec.new_tokens, logits=spec.logits)
     except MeasureError as exc:
-        print(f"gpumem-tui measure: {exc}", file=sys.stderr)
+        print_error("gpumem-tui measure", exc)
         return 2
     data["assumptions"] = list(spec.warnings)
     if as_json:

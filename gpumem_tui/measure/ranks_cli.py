@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
+from gpumem_tui.support.text import print_error
 from gpumem_tui.support.units import format_bytes
 
 _NOTE = ("Per-rank figures are live tensor storage bytes (comparable to torch 'allocated' on each "
@@ -89,10 +89,10 @@ def main_ranks(args: argparse.Namespace, req: Any, spec: Any, parallel: Any) -> 
     try:
         data = measure_ranks(req, parallel, port=args.port, timeout_s=args.rank_timeout)
     except MeasureError as exc:
-        print(f"gpumem-tui measure: {exc}", file=sys.stderr)
+        print_error("gpumem-tui measure", exc)
         return 2
     except RankFailure as exc:
-        print(f"gpumem-tui measure: {exc}", file=sys.stderr)
+        print_error("gpumem-tui measure", exc)
         return 2 if exc.bad_input else 1
     data["assumptions"] = list(spec.warnings) + [
         f"{parallel.world_size} ranks, {parallel.kind}, measured with torch's {data['tracker']}",

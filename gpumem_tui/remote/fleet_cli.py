@@ -47,7 +47,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         reading = read_fleet(client)
     except PrometheusError as exc:
-        print(f"gpumem-tui fleet: {printable(str(exc), 400)}", file=sys.stderr)
+        print_error("gpumem-tui fleet", exc, 400)
         return 1
     down = [r for r in reading.hosts if not r.up]
     for notice in [*reading.notices, *([down_notice(down, reading.read_at)] if down else [])]:

@@ -135,12 +135,13 @@ def json_safe(text: str | bytes | None) -> str | None:
     return _SURROGATE.sub("\ufffd", text)
 
 
-def print_error(prog: str, message: object) -> None:
-    """Print ``PROG: MESSAGE`` as one line on stderr, the message through :func:`printable`.
+def print_error(prog: str, message: object, limit: int = DEFAULT_LIMIT) -> None:
+    """Print ``PROG: MESSAGE`` as one line on stderr, the message through :func:`printable`
+    (cut to ``limit`` characters).
 
     A command's error text often carries what the user or another user's file gave it: a
     path (from a glob of a shared directory), a config value, an exception's text. Shown raw,
     an ESC in it drives the user's terminal. ``prog`` is the program's own name, shown as is.
     """
-    print(f"{prog}: {printable(str(message))}", file=sys.stderr)
+    print(f"{prog}: {printable(str(message), limit)}", file=sys.stderr)
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpumem_tui.support.cli_support import OneLineParser, number_arg, positive_seconds, run_parsed
-from gpumem_tui.support.text import printable
+from gpumem_tui.support.text import print_error
 
 _speed_factor = number_arg(float)
 
@@ -46,10 +46,10 @@ def _replay(args: argparse.Namespace) -> int:
     try:
         source = ReplaySource(args.trace, speed=args.speed)
     except TraceError as exc:  # it names the file: shown literally (a file name is anyone's text)
-        print(f"gpumem-tui replay: {printable(str(exc))}", file=sys.stderr)
+        print_error("gpumem-tui replay", exc)
         return 2
     except OSError as exc:
-        print(f"gpumem-tui replay: cannot read {printable(str(args.trace))}: {exc.strerror or exc}", file=sys.stderr)
+        print_error("gpumem-tui replay", f"cannot read {args.trace}: {exc.strerror or exc}")
         return 2
     from gpumem_tui.ui.launch import run_dashboard_command
 
