@@ -180,3 +180,18 @@ def test_headless_demo_reports_a_failed_job_with_its_log(tmp_path):
     assert proc.returncode == 1
     assert "the job exited with code 1" in proc.stderr and "no CUDA device" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_failed_jobs_log_is_shown_literally(tmp_path):
+    """The log tail printed after "the job exited with code N" holds what torch or the job
+    printed: an escape sequence in it is shown as text, each line cut, the last lines kept."""
+    log = tmp_path / "job.log"
+    log.write_text("first\n" + "x" * 1000 + "\nRuntimeError: \x1b[31mred\x1b[0m\x08over\n")
+    job = demo_process.DemoJob.__new__(demo_process.DemoJob)
+    job.log_path = log
+    tail = job.log_tail(lines=2)
+    assert "\x1b" not in tail and "\x08" not in tail
+    assert tail.splitlines()[1] == "RuntimeError: \\x1b[31mred\\x1b[0m\\x08over"
+    assert len(tail.splitlines()[0]) <= 400 and "first" not in tail
+    job.log_path = tmp_path / "missing.log"
+    assert job.log_tail() == ""

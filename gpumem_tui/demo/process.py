@@ -63,12 +63,16 @@ class DemoJob:
         return self.process.wait(timeout)
 
     def log_tail(self, lines: int = 5) -> str:
-        """The last lines of the job's output (for error messages)."""
+        """The last ``lines`` lines of the job's output (for error messages), each made literal
+        and cut to 400 characters (:func:`gpumem_tui.support.text.printable`): the log holds
+        whatever torch, a library or the job printed, and is shown on the user's terminal."""
+        from gpumem_tui.support.text import printable
+
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return ""
-        return "\n".join(text.strip().splitlines()[-lines:])
+        return "\n".join(printable(line, 400) for line in text.strip().splitlines()[-lines:])
 
     def stop(self, timeout: float = 5.0, remove_dir: bool | None = None) -> int | None:
         """End the job: SIGTERM (it finishes its step and closes the probe), then SIGKILL
