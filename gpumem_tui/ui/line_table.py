@@ -385,11 +385,22 @@ class LineTable(ScrollView, can_focus=True):
             self._set_looks()
         # the size and scroll offset looked up once per paint, not once per line (each is a
         # walk to the widget's region in the compositor)
-        self._painting = (self.size.width, *self.scroll_offset)
+        self._painting = (self._paint_width(), *self.scroll_offset)
         try:
             return super().render_lines(crop)
         finally:
             self._painting = None
+
+    def _paint_width(self) -> int:
+        """Width of the lines a paint draws, in cells: the content width, less the columns of
+        a vertical scrollbar drawn over them (Textual draws it in front, textual/_compositor.py
+        ``_arrange_root``), as wide as a line shows. :class:`PlainStylesCache` hands such a
+        line on as it is; a line as wide as the widget the compositor cut in two at the
+        scrollbar, a copy of the line and a hidden piece, every new line of every poll."""
+        width = self.size.width
+        if self.show_vertical_scrollbar and self.styles.scrollbar_visibility == "visible":
+            width = max(width - self.scrollbar_size_vertical, 0)
+        return width
 
     def _set_looks(self) -> None:
         base = self.rich_style

@@ -1,0 +1,144 @@
+"""The frame's share of plain lines (issue 23): PlainStylesCache skips ANSIToTruecolor for a
+line it leaves unchanged, and a LineTable under a vertical scrollbar draws its lines only as
+wide as they show. Either way the screen is the one Textual draws: compared here, terminal
+line by terminal line, with a table drawn by Textual's own StylesCache at the widget's full
+width, for tables where the short cuts apply and where they must not."""
+
+from __future__ import annotations
+
+import pytest
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual._styles_cache import StylesCache
+from textual.app import App, ComposeResult
+from textual.color import Color
+from textual.filter import ANSIToTruecolor
+from textual.strip import Strip
+
+from gpumem_tui.ui.line_table import LineTable
+from gpumem_tui.ui.plain_lines import PlainStylesCache, same_after_truecolor
+
+HEADERS = [Text("NAME", style="bold"), Text("N", justify="right"), Text("NOTE")]
+#: cell styles: RGB only (the filter leaves those lines alone), and ANSI / dim ones (it does not)
+LOOKS = ["", "#ff8800", "bold #00ff00 on #202040", "red", "dim #ff0000", "dim", "on blue", "color(100)"]
+
+
+def table_rows(count: int, shift: int = 0, wide: bool = False) -> dict[str, list[Text]]:
+    note = "a note long enough to need a horizontal scroll " * 2 if wide else "note"
+    return {f"r{i}": [Text(f"row {i}", style=LOOKS[(i + shift) % len(LOOKS)]),
+                      Text(str(i * 7 + shift), justify="right"), Text(note, style=LOOKS[(i * 3) % len(LOOKS)])]
+            for i in range(count)}
+
+
+class ReferenceTable(LineTable):
+    """The same table drawn Textual's way: Textual's StylesCache, lines as wide as the widget."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._styles_cache = StylesCache()
+
+    def _paint_width(self) -> int:
+        return self.size.width
+
+
+class TableApp(App[None]):
+    def __init__(self, table: LineTable, css: str, count: int, wide: bool) -> None:
+        super().__init__()
+        self.table, self.css, self.count, self.wide = table, css, count, wide
+
+    def compose(self) -> ComposeResult:
+        self.table.set_styles("height: 8; width: 30;" + self.css)
+        yield self.table
+
+    def on_mount(self) -> None:
+        self.table.set_rows(HEADERS, table_rows(self.count, wide=self.wide))
+
+
+CASES = [  # (table CSS, rows, wide notes); with 20 rows in 8 lines a vertical scrollbar shows
+    ("", 20, False),
+    ("scrollbar-size-vertical: 1;", 20, False),
+    ("border-top: solid red; border-bottom: tall blue;", 20, False),
+    ("overflow-x: auto;", 20, True),  # both scrollbars and their corner
+    ("scrollbar-visibility: hidden;", 20, False),  # no scrollbar drawn: full lines
+    ("scrollbar-gutter: stable;", 3, False),  # the gutter without a scrollbar: full lines
+    ("", 3, False),  # no scrollbar
+    ("padding: 0 1;", 20, False),  # not a plain widget: Textual's own way
+]
+
+
+async def terminal_lines(table: LineTable, css: str, count: int, wide: bool) -> list[list[str]]:
+    """The screen as the terminal gets it, after each of: the first paint, new figures,
+    a scroll down and right, a cursor move, the focus."""
+    app = TableApp(table, css, count, wide)
+    frames: list[list[str]] = []
+    async with app.run_test(size=(40, 12)) as pilot:
+        steps = [lambda: None,
+                 lambda: table.set_rows(HEADERS, table_rows(count, shift=3, wide=wide)),
+                 lambda: table.scroll_to(x=5, y=4, animate=False),
+                 lambda: table.move_cursor(6),
+                 table.focus]
+        for step in steps:
+            step()
+            await pilot.pause()
+            await pilot.pause()
+            frames.append([strip.render(app.console) for strip in app.screen._compositor.render_strips()])
+    return frames
+
+
+@pytest.mark.parametrize(("css", "count", "wide"), CASES)
+async def test_a_table_draws_the_screen_textual_draws(css: str, count: int, wide: bool) -> None:
+    ours = await terminal_lines(LineTable(), css, count, wide)
+    textuals = await terminal_lines(ReferenceTable(), css, count, wide)
+    assert ours == textuals
+
+
+async def test_lines_under_a_scrollbar_stop_where_it_starts() -> None:
+    """The short cut applies where the scrollbar is drawn, and only there."""
+    widths = {}
+    for css, count in (("", 20), ("scrollbar-visibility: hidden;", 20), ("scrollbar-gutter: stable;", 3)):
+        table = LineTable()
+        app = TableApp(table, css, count, False)
+        async with app.run_test(size=(40, 12)) as pilot:
+            await pilot.pause()
+            lines = table.render_lines(table.region.size.region)
+            widths[css] = {strip.cell_length for strip in lines}
+            assert table.size.width == 30
+    assert widths == {"": {30 - 2}, "scrollbar-visibility: hidden;": {30}, "scrollbar-gutter: stable;": {30}}
+
+
+@pytest.mark.parametrize("style", [None, Style(color="#ff8800"), Style(bgcolor="#101010", bold=True),
+                                   Style(color="red"), Style(bgcolor="blue"), Style(color="color(100)"), Style(color="#ff0000", dim=True),
+                                   Style(dim=True), Style(color="default"), Style.parse("bright_white on #000000")])
+def test_same_after_truecolor_is_the_filters_own_answer(style: Style | None) -> None:
+    truecolor = ANSIToTruecolor(App().ansi_theme_dark)
+    background = Color(30, 30, 40)
+    segments = [Segment("abc", style), Segment("def", Style(color="#123456"))]
+    unchanged = truecolor.apply(segments, background) == segments
+    assert same_after_truecolor(Strip(segments), truecolor, background) is unchanged
+    with_control = [Segment("x", None, [(1,)])]  # a control code: the filter drops it
+    assert not same_after_truecolor(Strip(with_control), truecolor, background)
+
+
+async def test_the_filter_is_skipped_only_for_lines_it_leaves_alone() -> None:
+    """An RGB-only line comes out as the line drawn; a line with an ANSI colour or dim text
+    comes out filtered (another strip), both equal to Textual's."""
+    table = LineTable()
+    app = TableApp(table, "", 20, False)
+    async with app.run_test(size=(40, 12)) as pilot:
+        await pilot.pause()
+        cache = table._styles_cache
+        assert isinstance(cache, PlainStylesCache)
+        region = table.region.size.region
+        table.refresh()
+        drawn = table.render_lines(region)
+        raw = [cache._cache[y] for y in region.line_range]
+        truecolor = next(f for f in app.get_line_filters() if isinstance(f, ANSIToTruecolor))
+        background = table.background_colors[1]
+        kinds = set()
+        for line, handed in zip(raw, drawn):
+            same = same_after_truecolor(line, truecolor, background)
+            kinds.add(same)
+            assert (handed is line) is same
+            assert handed == line.apply_filter(truecolor, background)
+        assert kinds == {True, False}  # both kinds of line were on screen
