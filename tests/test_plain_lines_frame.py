@@ -6,6 +6,9 @@ width, for tables where the short cuts apply and where they must not."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from rich.segment import Segment
 from rich.style import Style
@@ -15,9 +18,17 @@ from textual.app import App, ComposeResult
 from textual.color import Color
 from textual.filter import ANSIToTruecolor
 from textual.strip import Strip
+from textual.widget import Widget
 
-from gpumem_tui.ui.line_table import LineTable
-from gpumem_tui.ui.plain_lines import PlainStylesCache, same_after_truecolor
+sys.path.insert(0, str(Path(__file__).parent))
+
+from ui_fakes import FakeSource  # noqa: E402
+from waiting import settle  # noqa: E402
+
+from gpumem_tui.ui.app import GpuMemApp  # noqa: E402
+from gpumem_tui.ui.line_table import LineTable  # noqa: E402
+from gpumem_tui.ui.plain_lines import KeptLines, PlainStylesCache, same_after_truecolor  # noqa: E402
+from gpumem_tui.ui.themes import load_themes  # noqa: E402
 
 HEADERS = [Text("NAME", style="bold"), Text("N", justify="right"), Text("NOTE")]
 #: cell styles: RGB only (the filter leaves those lines alone), and ANSI / dim ones (it does not)
@@ -142,3 +153,63 @@ async def test_the_filter_is_skipped_only_for_lines_it_leaves_alone() -> None:
             assert (handed is line) is same
             assert handed == line.apply_filter(truecolor, background)
         assert kinds == {True, False}  # both kinds of line were on screen
+
+
+async def test_the_status_line_hands_back_its_line_until_it_changes() -> None:
+    """The dashboard's status line (a child of the screen, so in every frame) is kept: the
+    same strips while it shows the same, Textual's drawing of the new text once it changes."""
+    app = GpuMemApp(FakeSource(), interval=0.2, themes=load_themes(), side_pane=False)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot, lambda: app.snapshot is not None, what="a snapshot")
+        app.poller.stop()
+        await settle(pilot, lambda: not app.poller.in_flight, what="the last poll handled")
+        bar = app.status_bar
+        assert isinstance(bar, KeptLines)
+        region = bar.region.size.region
+        first = bar.render_lines(region)
+        assert bar.render_lines(region) is first
+        app.poll_error = "NVML timed out"
+        app._update_status()
+        await pilot.pause()
+        second = bar.render_lines(region)
+        assert "poll failed: NVML timed out" in second[0].text and second is not first
+        bar.refresh()
+        assert second == Widget.render_lines(bar, region)  # what Textual draws for it
+
+
+async def test_the_scrollbar_keeps_its_lines_until_its_state_changes() -> None:
+    """The table's scrollbar hands back the list it handed back last while nothing marked it
+    (also after a state served from its kept states), and what Textual draws once it moved."""
+    from gpumem_tui.ui.scrollbars import RememberingScrollBar
+
+    table = LineTable()
+    app = TableApp(table, "", 40, False)
+    async with app.run_test(size=(40, 12)) as pilot:
+        await pilot.pause()
+        bar = table.vertical_scrollbar
+        assert isinstance(bar, RememberingScrollBar) and bar.display
+        region = bar.size.region
+
+        def textuals() -> list[Strip]:
+            bar.refresh()
+            return Widget.render_lines(bar, region)
+
+        asked: list[object] = []
+        own_render = bar.render
+
+        def render() -> object:
+            asked.append(None)
+            return own_render()
+
+        bar.render = render  # type: ignore[method-assign]
+        for y in (0, 10, 0, 10):  # new states, then states seen before
+            table.scroll_to(y=y, animate=False)
+            await pilot.pause()
+            drawn = bar.render_lines(region)
+            asked.clear()
+            assert bar.render_lines(region) is drawn  # nothing changed: the same list,
+            assert asked == []  # handed back without asking the bar for its state
+            assert drawn == textuals()
+        table.scroll_to(y=0, animate=False)
+        await pilot.pause()
+        assert bar.render_lines(region) != drawn  # moved: drawn for the new position

@@ -17,14 +17,17 @@ from textual.geometry import Region
 from textual.scrollbar import ScrollBar, ScrollBarRender
 from textual.strip import Strip
 
+from gpumem_tui.ui.plain_lines import KeptLines
+
 #: Most states a bar keeps (a thumb position, size and colours each); past it the cache
 #: starts afresh. A table of N rows in a view of V has at most 8 (N - V) + 1 thumb positions
 #: (Textual moves the thumb in eighths of a cell).
 STATES_KEPT = 256
 
 
-class RememberingScrollBar(ScrollBar):
-    """Textual's :class:`~textual.scrollbar.ScrollBar`, whose drawn lines are kept by state.
+class StateKeptScrollBar(ScrollBar):
+    """Textual's :class:`~textual.scrollbar.ScrollBar`, whose drawn lines are kept by state
+    (the part of :class:`RememberingScrollBar` that asks the bar for its state).
 
     The state is everything Textual's drawing reads: the renderable :meth:`ScrollBar.render`
     returns (virtual size, window size, position, thickness, direction and the style made of
@@ -52,4 +55,18 @@ class RememberingScrollBar(ScrollBar):
             if len(self._drawn) >= STATES_KEPT:
                 self._drawn.clear()
             self._drawn[key] = strips
+        else:
+            # Textual's styles cache did not draw them: it holds no line of this state and
+            # none is left to draw (as after its own drawing), so that KeptLines can keep these
+            self._styles_cache.clear()
         return strips
+
+
+class RememberingScrollBar(KeptLines, StateKeptScrollBar):
+    """The table's scrollbar: its lines kept by state (:class:`StateKeptScrollBar`), and, while
+    no line of it is marked to draw again, the lines it handed back last without asking for
+    its state (:class:`~gpumem_tui.ui.plain_lines.KeptLines`; building the renderable reads
+    the parent's scrollbar styles and background: ~100 000 instructions a frame, and a
+    table's bar is in every frame that repaints the table). Textual marks the bar's lines on
+    every change of its state (its reactives repaint it), and with none marked Textual's own
+    styles cache would hand back its cached lines too."""
