@@ -213,3 +213,20 @@ async def test_the_scrollbar_keeps_its_lines_until_its_state_changes() -> None:
         table.scroll_to(y=0, animate=False)
         await pilot.pause()
         assert bar.render_lines(region) != drawn  # moved: drawn for the new position
+
+
+async def test_table_lines_join_runs_of_one_style() -> None:
+    """_draw joins neighbours of one style as it lays the cells out (merged_runs' rule): no two
+    neighbouring segments of a drawn line share a style, whatever the cells' own styles."""
+    from gpumem_tui.ui.line_table import merged_runs
+
+    table = LineTable()
+    app = TableApp(table, "", 20, False)
+    async with app.run_test(size=(40, 12)) as pilot:
+        await pilot.pause()
+        lines = [table.render_line(y) for y in range(table.size.height)]
+        assert any(len(line) > 1 for line in lines) and any(len(line) == 1 for line in lines)
+        for line in lines:
+            segments = list(line)
+            assert merged_runs(segments) == segments
+            assert sum(len(text) for text, _, _ in segments) == line.cell_length
