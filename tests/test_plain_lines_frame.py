@@ -230,3 +230,43 @@ async def test_table_lines_join_runs_of_one_style() -> None:
             segments = list(line)
             assert merged_runs(segments) == segments
             assert sum(len(text) for text, _, _ in segments) == line.cell_length
+
+
+class FocusApp(App[None]):
+    """A long table (so a scrollbar shows) and an input to take the focus from it."""
+
+    def compose(self) -> ComposeResult:
+        from textual.widgets import Input
+
+        self.table = LineTable()
+        self.table.set_styles("height: 8; width: 30;")
+        yield self.table
+        yield Input(id="other")
+
+    def on_mount(self) -> None:
+        self.table.set_rows(HEADERS, table_rows(40))
+
+
+async def test_the_scrollbar_follows_its_tables_focus_tint() -> None:
+    """The bar's lines are drawn on its background, which follows the table's focus tint (the
+    renderable's style does not change): after a blur and a focus the bar shows what Textual's
+    ScrollBar draws, not the lines kept from the other focus state."""
+    from textual.scroll_view import ScrollView
+
+    app = FocusApp()
+    async with app.run_test(size=(40, 14)) as pilot:
+        await pilot.pause()
+        table = app.table
+        bar = table.vertical_scrollbar
+        region = bar.size.region
+        shown = []
+        for target in (table, app.query_one("#other"), table):
+            target.focus()
+            await pilot.pause()
+            await pilot.pause()
+            kept = bar.render_lines(region)
+            bar.refresh()
+            assert kept == Widget.render_lines(bar, region)
+            shown.append(kept)
+        assert shown[0] != shown[1] and shown[0] == shown[2]  # the tint did change
+        assert type(table).vertical_scrollbar is not ScrollView.vertical_scrollbar

@@ -32,9 +32,11 @@ class StateKeptScrollBar(ScrollBar):
     The state is everything Textual's drawing reads: the renderable :meth:`ScrollBar.render`
     returns (virtual size, window size, position, thickness, direction and the style made of
     the parent's scrollbar colours, hover and grab -- textual/scrollbar.py), the bar's size and
-    the crop asked for, the app's theme and ANSI mode and the line
-    filters (textual/_styles_cache.py ``render_widget``). Any other renderable (a custom
-    ``renderer`` that is not a :class:`ScrollBarRender`) is drawn every time.
+    the crop asked for, the app's theme and ANSI mode, the line filters, and the bar's
+    background colours and opacity, which Textual's styles cache draws its lines on
+    (textual/_styles_cache.py ``render_widget``; they follow the parent's focus tint, which the
+    renderable's style does not show). Any other renderable (a custom ``renderer`` that is not
+    a :class:`ScrollBarRender`) is drawn every time.
     """
 
     def __init__(self, vertical: bool = True, name: str | None = None, *, thickness: int = 1) -> None:
@@ -47,7 +49,7 @@ class StateKeptScrollBar(ScrollBar):
             return super().render_lines(crop)
         app = self.app
         key = (crop, self.size, bar.virtual_size, bar.window_size, bar.position, bar.thickness, bar.vertical,
-               bar.style, app.theme, app.ansi_color,
+               bar.style, app.theme, app.ansi_color, self.background_colors, self.opacity,
                tuple(map(id, self.get_line_filters())))
         strips = self._drawn.get(key)
         if strips is None:
