@@ -39,7 +39,7 @@ with ImportsOutOfCollector():
     from gpumem_tui.ui.app_screens import DashboardScreens, screens_module, size_class
     from gpumem_tui.ui.device_panel import DevicePanel
     from gpumem_tui.ui.memory_chart import MemoryChart
-    from gpumem_tui.ui.plain_lines import KeptHorizontal, KeptScreen, KeptVertical
+    from gpumem_tui.ui.plain_lines import KeptHorizontal, KeptScreen, KeptStatic, KeptVertical
     from gpumem_tui.ui.poller import Poller, PollFailed, SnapshotReady
     from gpumem_tui.ui.process_table import ProcessTable
     from gpumem_tui.ui.steady_footer import SteadyFooter
@@ -156,8 +156,9 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
         """The dashboard's widgets (mounted by compose)."""
         # Widgets are kept as attributes: handlers also run while a modal screen is on top,
         # where App.query would search that screen instead of the dashboard.
-        self.status_bar = Static(id="status")
-        self.replay_bar = Static(id="replay-status")
+        # the status line is drawn again with every frame (the screen is its container): kept
+        self.status_bar = KeptStatic(id="status")
+        self.replay_bar = KeptStatic(id="replay-status")
         self.device_panel = DevicePanel(id="devices")
         self._left_column = KeptVertical(id="left")
         self.table = ProcessTable(id="processes")

@@ -385,11 +385,22 @@ class LineTable(ScrollView, can_focus=True):
             self._set_looks()
         # the size and scroll offset looked up once per paint, not once per line (each is a
         # walk to the widget's region in the compositor)
-        self._painting = (self.size.width, *self.scroll_offset)
+        self._painting = (self._paint_width(), *self.scroll_offset)
         try:
             return super().render_lines(crop)
         finally:
             self._painting = None
+
+    def _paint_width(self) -> int:
+        """Width of the lines a paint draws, in cells: the content width, less the columns of
+        a vertical scrollbar drawn over them (Textual draws it in front, textual/_compositor.py
+        ``_arrange_root``), as wide as a line shows. :class:`PlainStylesCache` hands such a
+        line on as it is; a line as wide as the widget the compositor cut in two at the
+        scrollbar, a copy of the line and a hidden piece, every new line of every poll."""
+        width = self.size.width
+        if self.show_vertical_scrollbar and self.styles.scrollbar_visibility == "visible":
+            width = max(width - self.scrollbar_size_vertical, 0)
+        return width
 
     def _set_looks(self) -> None:
         base = self.rich_style
@@ -438,37 +449,63 @@ class LineTable(ScrollView, can_focus=True):
     def _draw(self, cells: list[Text], look: str, width: int, scroll_x: int) -> Strip:
         """One line: the cells laid out and styled, filled to the widget's width in the
         row's style, cut at the horizontal scroll. A cell's styled segments are cached by
-        what it shows, its width and the row's look ("55%" is drawn once, not per row)."""
+        what it shows, its width and the row's look ("55%" is drawn once, not per row).
+        Runs of one style are joined as the cells are laid end to end (:func:`merged_runs`'s
+        rule, without a second pass over the line)."""
         pre, post = self._looks[look]
-        console = self.app.console
-        cache, by_cell = self._styled_cells, self._styled_by_cell
-        segments: list[Segment] = []
-        for cell, column_width in zip(cells, self._widths):
+        by_cell = self._styled_by_cell
+        widths = self._widths
+        out: list[Segment] = []
+        texts: list[str] = []  # the run of one style under way
+        run_style: Style | None = None
+        for cell, column_width in zip(cells, widths):
             known = by_cell.get((id(cell), column_width, look))
             if known is not None and known[0] is cell:
-                segments.extend(known[1])
-                continue
-            key = (cell.plain, cell.style, tuple(cell.spans), cell.justify, cell.overflow, column_width, look)
-            styled = cache.get(key)
-            if styled is None:
-                laid = cell_segments(cell, column_width, console)
-                styled = list(Segment.simplify(
-                    Segment(text, pre + style + post if style else pre + post) for text, style, _ in laid))
-                if len(cache) >= STYLED_CELLS_LIMIT:
-                    cache.clear()
-                cache[key] = styled
-            if len(by_cell) >= STYLED_CELLS_LIMIT:
-                by_cell.clear()
-            by_cell[(id(cell), column_width, look)] = (cell, styled)
-            segments.extend(styled)
-        total = sum(self._widths) + 2 * CELL_PADDING * len(self._widths)
+                styled = known[1]
+            else:
+                styled = self._styled_cell(cell, column_width, look, pre, post)
+            for text, style, _ in styled:
+                if texts and (style is run_style or style == run_style):
+                    texts.append(text)
+                else:
+                    if texts:
+                        out.append(Segment("".join(texts), run_style))
+                    texts, run_style = [text], style
+        total = sum(widths) + 2 * CELL_PADDING * len(widths)
         if total < width + scroll_x:
-            segments.append(Segment(" " * (width + scroll_x - total), pre + post))
+            fill = pre + post
+            text = " " * (width + scroll_x - total)
+            if texts and (fill is run_style or fill == run_style):
+                texts.append(text)
+            else:
+                if texts:
+                    out.append(Segment("".join(texts), run_style))
+                texts, run_style = [text], fill
             total = width + scroll_x
-        strip = Strip(merged_runs(segments), total)  # the length is known: Strip need not measure it
+        if texts:
+            out.append(Segment("".join(texts), run_style))
+        strip = Strip(out, total)  # the length is known: Strip need not measure it
         if scroll_x or total > width:
             strip = strip.crop(scroll_x, scroll_x + width)
         return strip
+
+    def _styled_cell(self, cell: Text, column_width: int, look: str, pre: Style, post: Style) -> list[Segment]:
+        """``cell``'s segments in ``column_width`` cells and the row look ``pre`` / ``post``,
+        from the cache by content or laid out; kept by the cell object too."""
+        cache, by_cell = self._styled_cells, self._styled_by_cell
+        key = (cell.plain, cell.style, tuple(cell.spans), cell.justify, cell.overflow, column_width, look)
+        styled = cache.get(key)
+        if styled is None:
+            laid = cell_segments(cell, column_width, self.app.console)
+            styled = list(Segment.simplify(
+                Segment(text, pre + style + post if style else pre + post) for text, style, _ in laid))
+            if len(cache) >= STYLED_CELLS_LIMIT:
+                cache.clear()
+            cache[key] = styled
+        if len(by_cell) >= STYLED_CELLS_LIMIT:
+            by_cell.clear()
+        by_cell[(id(cell), column_width, look)] = (cell, styled)
+        return styled
 
     # ---- cursor -------------------------------------------------------------------------
     def move_cursor(self, row: int, *, scroll: bool = True) -> None:

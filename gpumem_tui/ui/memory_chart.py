@@ -46,7 +46,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from gpumem_tui.telemetry.model import Phase, PhaseMark, PhasePeak
-from gpumem_tui.ui.plain_lines import KeptLines, PlainStylesCache
+from gpumem_tui.ui.plain_lines import KeptLines, KeptStatic, PlainStylesCache
 
 
 class CurveSpec(NamedTuple):
@@ -389,7 +389,7 @@ class MemoryChart(KeptLines, Vertical):
         # The first frame shows the empty plot: drawn from these, not from no commands (a
         # blank title) and then drawn again on the first resize.
         yield MemoryPlot(id="chart-plot", ops=self._empty_ops())
-        yield Static(id="chart-legend")
+        yield KeptStatic(id="chart-legend")  # in every frame that draws the plot: kept
 
     def _empty_ops(self) -> list[tuple[str, tuple, dict]]:
         """The plot commands of a chart without samples: its title (or message) and x range."""

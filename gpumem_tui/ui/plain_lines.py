@@ -13,8 +13,12 @@ of Textual's work; the table and the plot draw ~30 lines a poll.
 :class:`PlainStylesCache` is Textual's ``StylesCache`` that checks once per paint whether the
 widget is such a plain one and then draws its lines that shorter way (the same strips:
 ``StylesCache.render_line``'s content branch, path C, with nothing to add); any box style
-sends every line through Textual's own code. Its caching of lines, line filters and crop stay
-Textual's (``StylesCache.render``).
+sends every line through Textual's own code. Its caching of lines, line filters and crop are
+Textual's (``StylesCache.render``'s loop), with two cuts that leave the screen as it was:
+a line that Textual's ANSIToTruecolor filter would give back unchanged (only RGB colours, no
+dim text: the tables' lines) skips it, a copy less per new line; and a line under a vertical
+scrollbar is handed on as wide as it shows (the widget draws it so: LineTable), which the
+compositor then takes whole instead of cutting it in two at the scrollbar.
 
 A frame draws again every widget whose container overlaps the frame's changed box
 (``Compositor._get_renders``): the screen, the containers and the footer, ~50 us each to hand
@@ -25,14 +29,37 @@ its size, the theme and the line filters are the same.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
+from textual._ansi_theme import DEFAULT_TERMINAL_THEME
 from textual._styles_cache import StylesCache
+from textual.color import Color
 from textual.containers import Horizontal, Vertical
+from textual.filter import ANSIToTruecolor, LineFilter
 from textual.geometry import Region
 from textual.screen import Screen
 from textual.strip import Strip
-from textual.widgets import Footer
+from textual.widgets import Footer, Static
+
+if TYPE_CHECKING:
+    from textual.widget import Widget
+
+
+def same_after_truecolor(strip: Strip, truecolor: ANSIToTruecolor, background: Color) -> bool:
+    """Whether ``truecolor`` hands back ``strip``'s own segments: it rebuilds every segment as
+    ``Segment(text, truecolor_style(style, background), None)`` (textual/filter.py
+    ``ANSIToTruecolor.apply``), which equals the segment when it has no control code and its
+    style comes back equal -- no colour without an RGB triplet, no dim text with a colour.
+    Asked of the filter's own ``truecolor_style``, so the answer is its own."""
+    convert = truecolor.truecolor_style
+    rich_background = background.rich_color
+    for _, style, control in strip:
+        if control is not None:
+            return False
+        if style is not None and (converted := convert(style, rich_background)) is not style and converted != style:
+            return False
+    return True
 
 
 class PlainStylesCache(StylesCache):
@@ -42,8 +69,30 @@ class PlainStylesCache(StylesCache):
     def __init__(self) -> None:
         super().__init__()
         #: during a paint of a plain widget: (inner rich style, content width, content height,
-        #: first and end line of the content: the lines between a top and a bottom border)
-        self._plain: tuple[Any, int, int, int, int] | None = None
+        #: first and end line of the content: the lines between a top and a bottom border,
+        #: whether the columns right of the content are the vertical scrollbar's)
+        self._plain: tuple[Any, int, int, int, int, bool] | None = None
+        #: during a paint: the width of the widget's vertical scrollbar where one is drawn, else 0
+        self._scrollbar_width = 0
+        #: lines (by y) whose cached strip comes out of ANSIToTruecolor as it went in, for the
+        #: filter and background in ``_truecolor_for``
+        self._truecolor_same: set[int] = set()
+        self._truecolor_for: tuple[Any, Any] | None = None
+
+    def clear(self) -> None:
+        super().clear()
+        self._truecolor_same.clear()
+
+    def render_widget(self, widget: Widget, crop: Region) -> list[Strip]:
+        """``StylesCache.render_widget``, told whether the widget's vertical scrollbar is drawn:
+        the compositor places it over the columns right of the content
+        (textual/_compositor.py ``_arrange_root``: shown, visible, of a non-zero size)."""
+        drawn = widget.show_vertical_scrollbar and widget.styles.scrollbar_visibility == "visible"
+        self._scrollbar_width = widget.scrollbar_size_vertical if drawn else 0
+        try:
+            return super().render_widget(widget, crop)
+        finally:
+            self._scrollbar_width = 0
 
     def render(self, styles: Any, size: Any, base_background: Any, background: Any, render_content_line: Any,
                filters: Any, border_title: Any, border_subtitle: Any, content_size: Any = None,
@@ -53,19 +102,68 @@ class PlainStylesCache(StylesCache):
         content = size if content_size is None else content_size
         spacing = styles.padding if padding is None else padding
         (top, _), (right, _), (bottom, _), (left, _) = styles.border
-        if (opacity == 1.0 and not any(spacing) and not left and not right and styles.text_opacity == 1.0
+        if not (opacity == 1.0 and not any(spacing) and not left and not right and styles.text_opacity == 1.0
                 and not styles.tint.a and not any(edge for edge, _ in styles.outline)
                 and not (styles.has_rule("hatch") and styles.hatch != "none")):
-            inner = self.get_inner_outer(base_background, background)[0]
-            # a top or bottom border (the device panel's) is a line of its own, drawn by Textual
-            self._plain = (inner.rich_style, content.width, content.height, 1 if top else 0,
-                           size.height - 1 if bottom else size.height)
-        try:
             return super().render(styles, size, base_background, background, render_content_line, filters,
                                   border_title, border_subtitle, content_size=content_size, padding=padding,
                                   crop=crop, opacity=opacity, **kwargs)
+        inner = self.get_inner_outer(base_background, background)[0]
+        # a top or bottom border (the device panel's) is a line of its own, drawn by Textual;
+        # a vertical scrollbar covers the last columns of every content line (no side border
+        # or padding here): the line is drawn without them
+        covered = 0 < self._scrollbar_width < content.width
+        line_width = content.width - self._scrollbar_width if covered else content.width
+        self._plain = (inner.rich_style, line_width, content.height, 1 if top else 0,
+                       size.height - 1 if bottom else size.height, covered)
+        try:
+            return self._render_plain(styles, size, content, spacing, base_background, background,
+                                      render_content_line, filters, (border_title, border_subtitle, opacity,
+                                      kwargs.get("ansi_theme", DEFAULT_TERMINAL_THEME),
+                                      kwargs.get("native_ansi", False)), crop)
         finally:
             self._plain = None
+
+    def _render_plain(self, styles: Any, size: Any, content: Any, padding: Any, base_background: Any,
+                      background: Color, render_content_line: Any, filters: Sequence[LineFilter],
+                      rest: tuple[Any, ...], crop: Region | None) -> list[Strip]:
+        """``StylesCache.render``'s loop (textual/_styles_cache.py): each line from the cache
+        or drawn, then filtered, then cropped -- except that a line ANSIToTruecolor would
+        hand back unchanged (:func:`same_after_truecolor`, asked once when the line is drawn)
+        skips it: a copy of the line less (~20 new table lines a poll) and no lookup of its
+        filtered copy at each frame. Only the first filter is skipped so (Textual puts it
+        first): a later one would see the output of those before it."""
+        if crop is None:
+            crop = size.region
+        width = size.width
+        if width != self._width:
+            self.clear()
+            self._width = width
+        truecolor = filters[0] if filters and type(filters[0]) is ANSIToTruecolor else None
+        if (truecolor, background) != self._truecolor_for:
+            self._truecolor_same.clear()
+            self._truecolor_for = (truecolor, background)
+        same, cache, dirty = self._truecolor_same, self._cache, self._dirty_lines
+        strips: list[Strip] = []
+        for y in crop.line_range:
+            strip = None if y in dirty else cache.get(y)
+            if strip is None:
+                strip = self.render_line(styles, y, size, content, padding, base_background, background,
+                                         render_content_line, *rest)
+                cache[y] = strip
+                if truecolor is not None and same_after_truecolor(strip, truecolor, background):
+                    same.add(y)
+                else:
+                    same.discard(y)
+            for line_filter in filters:
+                if line_filter is not truecolor or y not in same:
+                    strip = strip.apply_filter(line_filter, background)
+            strips.append(strip)
+        dirty.difference_update(crop.line_range)
+        if crop.column_span != (0, width):
+            x1, x2 = crop.column_span
+            strips = [strip.crop(x1, x2) for strip in strips]
+        return strips
 
     def render_line(self, styles: Any, y: int, size: Any, content_size: Any, padding: Any, base_background: Any,
                     background: Any, render_content_line: Any, *args: Any) -> Strip:
@@ -73,15 +171,18 @@ class PlainStylesCache(StylesCache):
         if plain is None or not plain[3] <= y < plain[4]:
             return super().render_line(styles, y, size, content_size, padding, base_background, background,
                                        render_content_line, *args)
-        inner, content_width, content_height, first, _ = plain
+        inner, line_width, content_height, first, _, covered = plain
         if y - first < content_height:
-            line = render_content_line(y - first).adjust_cell_length(content_width, inner)
+            line = render_content_line(y - first).adjust_cell_length(line_width, inner)
         else:
-            line = Strip.blank(content_width, inner)
-        if line.cell_length == size.width:
+            line = Strip.blank(line_width, inner)
+        if covered or line.cell_length == size.width:
             # Textual's last step, Strip(line, size.width), would copy it unchanged. The line
-            # itself is kept instead: one strip less per line, and a line the widget hands back
-            # again (a header redrawn by a scroll) finds its filtered and divided strips cached
+            # itself is kept instead: one strip less per line, and a line the widget hands
+            # back again (a header redrawn by a scroll) finds its filtered and divided strips
+            # cached. A line under a vertical scrollbar stops where the scrollbar starts: the
+            # compositor cut Textual's full line there (a copy of the line and a piece the
+            # scrollbar hid); this one it hands on whole, the same cells on screen
             return line
         return Strip(line, size.width)  # Textual's last step: the line's segments at the widget's width
 
@@ -116,6 +217,12 @@ class KeptHorizontal(KeptLines, Horizontal):
 
 class KeptVertical(KeptLines, Vertical):
     """Textual's Vertical with :class:`KeptLines`."""
+
+
+class KeptStatic(KeptLines, Static):
+    """Textual's Static with :class:`KeptLines`: the status lines, children of the screen, so
+    in every frame; Textual's way through its visual and styles cache cost ~190 000
+    instructions a frame to hand back the unchanged line."""
 
 
 class KeptFooter(KeptLines, Footer):
