@@ -29,10 +29,12 @@ its size, the theme and the line filters are the same.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from textual._ansi_theme import DEFAULT_TERMINAL_THEME
+from textual._compositor import Compositor
 from textual._styles_cache import StylesCache
 from textual.color import Color
 from textual.containers import Horizontal, Vertical
@@ -207,8 +209,56 @@ class KeptLines:
         return strips
 
 
+class CroppedCompositor(Compositor):
+    """Textual's compositor, whose partial frames cut each line only where the frame's
+    changed box is.
+
+    A partial frame (``Compositor.render_partial_update``) draws the widgets in the box that
+    bounds the changed regions and cuts each of their lines at every widget edge on that
+    line (``Compositor._render_chops``): the screen, ``#main`` and the side pane span the
+    whole width, so a table row beside the side pane's form was cut at its ~18 edges, three
+    times over, though only the chops within the box are written
+    (``ChopsUpdate.render_segments`` skips the others). Here a line is cut only at the edges
+    of the chops that overlap the box's columns: the chops written are the same strips."""
+
+    def _render_chops(self, crop: Region, is_rendered_line: Callable[[int], bool]) -> list[dict[int, Strip | None]]:
+        cuts = self.cuts
+        chops: list[dict[int, Strip | None]] = [dict.fromkeys(line_cuts[:-1]) for line_cuts in cuts]
+        left, right = crop.x, crop.right
+        for region, clip, strips in self._get_renders(crop):
+            render_region = region.intersection(clip)
+            render_x = render_region.x
+            first_cut, last_cut = render_region.column_span
+            start, end = max(first_cut, left), min(last_cut, right)
+            if start >= end:
+                continue
+            for y, line in zip(render_region.line_range, strips):
+                if not is_rendered_line(y):
+                    continue
+                line_cuts = cuts[y]
+                # the chops that overlap [start, end): from the last cut at or left of start
+                # to the first cut at or right of end (each chop ends at the next cut)
+                lo = bisect_right(line_cuts, start) - 1
+                hi = bisect_left(line_cuts, end)
+                kept = line_cuts[lo:hi + 1]
+                if kept[0] == render_x:
+                    pieces = line.divide([cut - render_x for cut in kept[1:]])
+                else:  # the widget begins left of the box: its first piece is not written
+                    pieces = line.divide([cut - render_x for cut in kept])[1:]
+                chops_line = chops[y]
+                for cut, piece in zip(kept, pieces):
+                    if chops_line.get(cut) is None:
+                        chops_line[cut] = piece
+        return chops
+
+
 class KeptScreen(KeptLines, Screen):
-    """Textual's Screen with :class:`KeptLines` (its background behind every widget)."""
+    """Textual's Screen with :class:`KeptLines` (its background behind every widget) and the
+    :class:`CroppedCompositor`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._compositor = CroppedCompositor()
 
 
 class KeptHorizontal(KeptLines, Horizontal):
