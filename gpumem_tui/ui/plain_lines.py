@@ -24,7 +24,8 @@ A frame draws again every widget whose container overlaps the frame's changed bo
 (``Compositor._get_renders``): the screen, the containers and the footer, ~50 us each to hand
 back lines they drew before (a cache lookup and a filter lookup per line). :class:`KeptLines`
 hands back the list it returned last while the widget has no line to draw again, the crop,
-its size, the theme and the line filters are the same.
+its size, the theme and the line filters are the same. :class:`CroppedCompositor` then cuts
+those lines only where the frame's changed box is, not at every widget edge of the line.
 """
 
 from __future__ import annotations
