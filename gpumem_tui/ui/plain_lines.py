@@ -224,7 +224,9 @@ class CroppedCompositor(Compositor):
 
     def _render_chops(self, crop: Region, is_rendered_line: Callable[[int], bool]) -> list[dict[int, Strip | None]]:
         cuts = self.cuts
-        chops: list[dict[int, Strip | None]] = [dict.fromkeys(line_cuts[:-1]) for line_cuts in cuts]
+        # ChopsUpdate.render_segments reads the chops of the drawn lines only
+        chops: list[dict[int, Strip | None]] = [dict.fromkeys(line_cuts[:-1]) if is_rendered_line(y) else {}
+                                                for y, line_cuts in enumerate(cuts)]
         left, right = crop.x, crop.right
         for region, clip, strips in self._get_renders(crop):
             render_region = region.intersection(clip)
@@ -242,13 +244,15 @@ class CroppedCompositor(Compositor):
                 lo = bisect_right(line_cuts, start) - 1
                 hi = bisect_left(line_cuts, end)
                 kept = line_cuts[lo:hi + 1]
+                chops_line = chops[y]
+                if None not in [chops_line[cut] for cut in kept[:-1]]:
+                    continue  # widgets in front of this one fill its chops on this line
                 if kept[0] == render_x:
                     pieces = line.divide([cut - render_x for cut in kept[1:]])
                 else:  # the widget begins left of the box: its first piece is not written
                     pieces = line.divide([cut - render_x for cut in kept])[1:]
-                chops_line = chops[y]
                 for cut, piece in zip(kept, pieces):
-                    if chops_line.get(cut) is None:
+                    if chops_line[cut] is None:
                         chops_line[cut] = piece
         return chops
 
