@@ -89,3 +89,32 @@ def test_a_row_measured_as_one_string_equals_strips_own_measure():
             want = Strip(segments).adjust_cell_length(width, base)
             assert got.cell_length == width
             assert list(got) == list(want), (segments, width)
+
+
+def test_a_row_drawn_as_shown_is_the_shown_strip_and_others_are_new():
+    """render_plot's ``previous``: a row with the shown row's segments is that strip (the
+    plot then finds it unchanged by identity); a changed row is drawn anew; rows shown at
+    another width are never taken, even where their segments are the same."""
+    from rich.style import Style
+
+    base = Style(color="white", bgcolor="black")
+    flat = [2.0] * 9
+    risen = flat[:-1] + [9.0]
+    shown = render_plot(ops(flat), WIDTH, HEIGHT, base)
+    again = render_plot(ops(flat), WIDTH, HEIGHT, base, shown)
+    assert all(new is old for new, old in zip(again, shown))
+    moved = render_plot(ops(risen), WIDTH, HEIGHT, base, shown)
+    fresh = render_plot(ops(risen), WIDTH, HEIGHT, base)
+    assert [line.text for line in moved] == [line.text for line in fresh]
+    assert [list(line) for line in moved] == [list(line) for line in fresh]
+    kept = [new is old for new, old in zip(moved, shown)]
+    assert kept[0] and not all(kept)  # the title is the shown strip; the rows the jump crosses are not
+    assert all(list(new) != list(old) for new, old, same in zip(moved, shown, kept) if not same)
+    # Too narrow for more than one canvas column: a canvas row is the same 8 cells (tick
+    # label, frame, 1 cell, frame) at 8 and 7 cells wide, shown whole at 8 and cut at 7.
+    labels = [("yticks", ([0.0, 10.0], ["0", "10000"]), {})]
+    wide = render_plot(ops(flat) + labels, 8, HEIGHT, base)
+    narrow = render_plot(ops(flat) + labels, 7, HEIGHT, base, wide)
+    assert all(line.cell_length == 7 for line in narrow)
+    assert [list(line) for line in narrow] == [list(line) for line in render_plot(ops(flat) + labels, 7, HEIGHT, base)]
+    assert not any(new is old for new, old in zip(narrow, wide))
