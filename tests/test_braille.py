@@ -203,3 +203,23 @@ def test_curve_points_land_where_x_and_y_position_put_each(points, x_axis, y_axi
     got = _grid_points([x for x, _ in points], [y for _, y in points], x_range, y_range, canvas.dot_width,
                        canvas.dot_height, canvas)
     assert got == expected
+
+
+def test_a_dot_that_looks_blank_beside_a_character_keeps_the_base():
+    """The one-style rows: a canvas-wide count must not let a character's cell (no braille
+    dot, a style) make up for a braille dot drawn in the base's own look in another row."""
+    canvas, expected = Canvas(4, 2), _Cells(4, 2)
+    for target in (canvas, expected):
+        target.char(0, 0, "━", RED)
+        target.dot(2, 4, BASE)  # row 1: a dot drawn in the base style
+    for row, segments in enumerate(canvas.rows(BASE, ["│"] * 2, "│")):
+        _check_row(segments, [("│", BASE)] + expected.cells(row, BASE) + [("│", BASE)])
+
+
+def test_a_gap_wider_than_the_kept_spaces():
+    """A plot wider than the kept gap strings (256) has its long gaps too."""
+    canvas, expected = Canvas(700, 2), _Cells(700, 2)
+    for target in (canvas, expected):
+        target.dot(1200, 1, RED)
+    for row, segments in enumerate(canvas.rows(BASE, [" │"] * 2, "│")):
+        _check_row(segments, [(" ", BASE), ("│", BASE)] + expected.cells(row, BASE) + [("│", BASE)])

@@ -32,7 +32,9 @@ _BRAILLE_BITS = ((0x01, 0x08), (0x02, 0x10), (0x04, 0x20), (0x40, 0x80))
 _QUADRANTS = " ▘▝▀▖▌▞▛▗▚▐▜▄▙▟█"
 _MARKED = re.compile(rb"[^\x00]")  # a cell with a dot or quadrant set
 _SAME_RUN = re.compile(rb"(.)\1*", re.DOTALL)  # consecutive cells of one style byte
-_MARKED_TEXT = re.compile("([\u2801-\u28ff]+)")  # consecutive braille cells with a dot (a blank is " ")
+_SAME_BYTES = bytes(range(256))  # a translation table that keeps every byte
+_BLANKS = bytes([ord("_")] + [ord(" ")] * 255)  # a braille byte to "_" for a blank cell, " " for a marked one
+_SPACES = [" " * length for length in range(256)]  # a gap by its length (extended for a wider plot)
 _span = re.Match.span
 # Segment(text, style) made in C: a NamedTuple's own __new__ is a Python function, a tenth of a row.
 _segment = functools.partial(tuple.__new__, Segment)
@@ -190,13 +192,16 @@ class Canvas:
         the same segments."""
         return self._row(row, base, *self._drawn(base), "", "")
 
-    def _drawn(self, base: Style | None) -> tuple[str, bytes, list[Style | None]]:
+    def _drawn(self, base: Style | None) -> tuple[str, bytes, list[Style | None], bytes | None, bool]:
         """(the text of every cell as braille, each cell's drawn-style byte, the styles by
-        those bytes) on ``base``: a cell of palette style ``s`` is drawn in ``base + s``, equal
-        ones as one object with one byte, so that a run of one byte is one segment; 0 is the
-        base (blank cells, and drawn ones that look like it), :data:`_OVERFLOW` stays."""
+        those bytes, the canvas's blanks or None, whether the blanks hold for every row) on
+        ``base``: a cell of palette style ``s`` is drawn in ``base + s``, equal ones as one
+        object with one byte, so that a run of one byte is one segment; 0 is the base (blank
+        cells, and drawn ones that look like it), :data:`_OVERFLOW` stays. The blanks
+        (:data:`_BLANKS`) come where the drawn cells have at most one style: a braille row
+        whose drawn cells are all in it (none looks blank) is its marked runs and gaps."""
         drawn: list[Style | None] = [base]
-        table = bytearray(range(256))
+        table = bytearray(_SAME_BYTES)
         for kind, style in enumerate(self._palette[1:], 1):
             combined = base + style if base is not None and style is not base and style is not None else style
             index = next((i for i, seen in enumerate(drawn) if seen is combined or seen == combined), len(drawn))
@@ -204,30 +209,45 @@ class Canvas:
                 drawn.append(combined)
             table[kind] = index
         text = codecs.charmap_decode(self._braille, "strict", _BRAILLE_TEXT)[0]
-        return text, self._kinds.translate(table), drawn
+        kinds = self._kinds.translate(table)
+        if len(drawn) > 2 or len(self._palette) >= _OVERFLOW:
+            return text, kinds, drawn, None, False
+        if self.width >= len(_SPACES):
+            _SPACES.extend(" " * length for length in range(len(_SPACES), self.width + 1))
+        every_row = not self._marked_by_cells and kinds.count(0) == text.count(" ")
+        return text, kinds, drawn, self._braille.translate(_BLANKS), every_row
 
-    def _row(self, row: int, base: Style | None, text: str, kinds: bytes, drawn: list[Style | None], left: str,
-             right: str) -> list[Segment]:
+    def _row(self, row: int, base: Style | None, text: str, kinds: bytes, drawn: list[Style | None],
+             blanks: bytes | None, every_row: bool, left: str, right: str) -> list[Segment]:
         """Row ``row`` between ``left`` and ``right`` (see :meth:`rows`), from :meth:`_drawn`."""
         width = self.width
         start = row * width
         end = start + width
-        marks = kinds[start:end].translate(None, b"\x00")  # the style bytes of cells not drawn as the base
-        if (self._marked_by_cells and (_MARKED.search(self._quads, start, end) or any(start <= i < end for i in self._chars))
-                or _OVERFLOW in marks):
+        if self._marked_by_cells and (_MARKED.search(self._quads, start, end) or any(start <= i < end for i in self._chars)):
             return _frame(self._row_by_cells(row, base), left, right, base)
+        if blanks is None or not (every_row or kinds.count(0, start, end) == text.count(" ", start, end)):
+            if kinds.find(_OVERFLOW, start, end) >= 0:
+                return _frame(self._row_by_cells(row, base), left, right, base)
+            return _frame([_segment((text[first:last], drawn[kinds[first]], None))
+                           for first, last in map(_span, _SAME_RUN.finditer(kinds, start, end))], left, right, base)
+        # One style: the row's runs of marked cells and its gaps alternate. Both are cut by
+        # str.split / bytes.split in C (a regex is ~20 x slower here), a gap from its length.
         line = text[start:end]
-        if len(marks) + line.count(" ") == width and (not marks or marks.count(marks[0]) == len(marks)):
-            # one style: the runs of marked cells and the gaps between them alternate
-            parts = _MARKED_TEXT.split(line)
+        marked = line.split()
+        gaps = [*map(_SPACES.__getitem__, map(len, blanks[start:end].split()))]
+        starts_blank, ends_blank = line[0] == " ", line[-1] == " "
+        parts: list[str] = [""] * (len(marked) + len(gaps))
+        parts[::2], parts[1::2] = (gaps, marked) if starts_blank else (marked, gaps)
+        if starts_blank:
             parts[0] = left + parts[0]
-            parts[-1] += right  # the same part in a blank row
-            out = list(map(_segment, zip(parts, cycle((base, drawn[marks[0]] if marks else base)), repeat(None))))
-            if not out[-1].text:
-                out.pop()
-            return out[1:] if not out[0].text else out
-        return _frame([_segment((text[first:last], drawn[kinds[first]], None))
-                       for first, last in map(_span, _SAME_RUN.finditer(kinds, start, end))], left, right, base)
+        elif left:
+            parts.insert(0, left)
+        if ends_blank:
+            parts[-1] += right  # the first part too in a blank row
+        elif right:
+            parts.append(right)
+        first = base if starts_blank or left else drawn[-1]
+        return [*map(_segment, zip(parts, cycle((first, drawn[-1] if first is base else base)), repeat(None)))]
 
     def _row_by_cells(self, row: int, base: Style | None) -> list[Segment]:
         """:meth:`row_segments` visiting each marked cell (found by a regex, in C), for a row
