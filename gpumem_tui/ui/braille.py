@@ -43,7 +43,7 @@ _SINGLE_CELLS = re.compile("[ -~\u2500-\u259f\u2800-\u28ff]*")
 _OVERFLOW = 255  # the style byte of cells drawn after 254 distinct styles (kept by cell)
 # A cell's braille byte to its character (a decoding table): a blank cell is a space.
 _BRAILLE_TEXT = " " + "".join(chr(0x2800 + bits) for bits in range(1, 256))
-_SHAPES: dict[tuple[int, int, int, int, bool], tuple[tuple[int, int, int], ...]] = {}  # see _line_cells
+_SHAPES: dict[tuple[int, int, int, int, bool, int], _Shape] = {}  # see _line_cells and polyline
 _SHAPES_LIMIT = 4096
 
 
@@ -151,14 +151,21 @@ class Canvas:
             if max(abs(dx), abs(dy)) > far or kind == _OVERFLOW:
                 self._walk(xa, ya, dx, dy, min(max(abs(dx), abs(dy)), far), style, quads)
                 continue
-            key = (dx, dy, xa & 1, ya & phase_mask, quads)
+            key = (dx, dy, xa & 1, ya & phase_mask, quads, width)
             shape = _SHAPES.get(key)
             if shape is None:
                 if len(_SHAPES) >= _SHAPES_LIMIT:
                     _SHAPES.clear()
-                shape = _SHAPES[key] = _line_cells(dx, dy, xa & 1, ya & phase_mask, quads)
+                shape = _SHAPES[key] = _Shape(_line_cells(dx, dy, xa & 1, ya & phase_mask, quads), width)
             col0, row0 = xa >> 1, ya >> row_shift  # the start's cell: the shape's cell (0, 0)
-            for dcol, drow, bits in shape:
+            if (0 <= col0 + shape.left and col0 + shape.right < width and 0 <= row0 + shape.top
+                    and row0 + shape.bottom < height):  # all on the canvas: no cell to check
+                start = row0 * width + col0
+                for offset, bits in shape.offsets:
+                    cells[start + offset] |= bits
+                    kinds[start + offset] = kind
+                continue
+            for dcol, drow, bits in shape.cells:
                 col, row = col0 + dcol, row0 + drow
                 if 0 <= col < width and 0 <= row < height:
                     index = row * width + col
@@ -307,6 +314,20 @@ def _frame(cells: list[Segment], left: str, right: str, base: Style | None) -> l
         else:
             cells.append(_segment((right, base, None)))
     return cells
+
+
+class _Shape:
+    """A line's cells (:func:`_line_cells`) on a canvas ``width`` cells wide: also as offsets
+    from its start's cell in the canvas's arrays, with its extent (columns ``left`` to
+    ``right``, rows ``top`` to ``bottom``, from the start's cell) to check at once."""
+
+    __slots__ = ("cells", "offsets", "left", "right", "top", "bottom")
+
+    def __init__(self, cells: tuple[tuple[int, int, int], ...], width: int) -> None:
+        self.cells = cells
+        self.offsets = tuple((drow * width + dcol, bits) for dcol, drow, bits in cells)
+        self.left, self.right = min(dcol for dcol, _, _ in cells), max(dcol for dcol, _, _ in cells)
+        self.top, self.bottom = min(drow for _, drow, _ in cells), max(drow for _, drow, _ in cells)
 
 
 def _line_cells(dx: int, dy: int, x_odd: int, y_phase: int, quads: bool) -> tuple[tuple[int, int, int], ...]:
