@@ -377,6 +377,7 @@ class MemoryChart(KeptLines, Vertical):
         self._legend_shown: Text | None = None
         self._drawn_key: tuple | None = None
         self.redraws = 0  # plot rebuilds so far (for tests and benchmarks)
+        self._parts: tuple[MemoryPlot, Static] | None = None  # (plot, legend) once composed
 
     def compose(self) -> ComposeResult:
         # The first frame shows the empty plot: drawn from these, not from no commands (a
@@ -475,11 +476,12 @@ class MemoryChart(KeptLines, Vertical):
         """
         if not self.is_mounted:
             return
-        try:
-            plot = self.query_one(MemoryPlot)
-            legend = self.query_one("#chart-legend", Static)
-        except Exception:  # noqa: BLE001 -- not composed yet
-            return
+        if self._parts is None:  # looked up once: query_one matches a selector over the DOM each time
+            try:
+                self._parts = (self.query_one(MemoryPlot), self.query_one("#chart-legend", Static))
+            except Exception:  # noqa: BLE001 -- not composed yet
+                return
+        plot, legend = self._parts
         now = self.now
         lo = (now - self.window) if now is not None else 0.0
         curves = [
