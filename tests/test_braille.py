@@ -223,3 +223,26 @@ def test_a_gap_wider_than_the_kept_spaces():
         target.dot(1200, 1, RED)
     for row, segments in enumerate(canvas.rows(BASE, [" │"] * 2, "│")):
         _check_row(segments, [(" ", BASE), ("│", BASE)] + expected.cells(row, BASE) + [("│", BASE)])
+
+
+def test_kept_segments_follow_the_style_and_survive_their_limit(monkeypatch):
+    """One-style rows take their segments from those kept by style and text: the same row on
+    another base (a theme change) shows that base, and past the limit (kept ones cleared)
+    rows are still right."""
+    from gpumem_tui.ui import braille
+
+    other = Style(color="black", bgcolor="white")
+    for base in (BASE, other, BASE):
+        canvas, expected = Canvas(12, 2), _Cells(12, 2)
+        for target in (canvas, expected):
+            target.dot(5, 1, RED)
+        for row, segments in enumerate(canvas.rows(base, ["│"] * 2, "│")):
+            _check_row(segments, [("│", base)] + expected.cells(row, base) + [("│", base)])
+    monkeypatch.setattr(braille, "_SEGMENTS_LIMIT", 3)
+    monkeypatch.setattr(braille, "_SEGMENTS", {})
+    for width in range(4, 12):
+        canvas, expected = Canvas(width, 1), _Cells(width, 1)
+        for target in (canvas, expected):
+            target.dot(width, 0, BLUE)
+        _check_row(canvas.rows(BASE, ["│"], "│")[0], [("│", BASE)] + expected.cells(0, BASE) + [("│", BASE)])
+        assert all(len(kept) <= 3 for kept in braille._SEGMENTS.values())
