@@ -89,3 +89,72 @@ def test_a_row_measured_as_one_string_equals_strips_own_measure():
             want = Strip(segments).adjust_cell_length(width, base)
             assert got.cell_length == width
             assert list(got) == list(want), (segments, width)
+
+
+def test_a_row_drawn_as_shown_is_the_shown_strip_and_others_are_new():
+    """render_plot's ``previous``: a row with the shown row's segments is that strip (the
+    plot then finds it unchanged by identity); a changed row is drawn anew; rows shown at
+    another width are never taken, even where their segments are the same."""
+    from rich.style import Style
+
+    base = Style(color="white", bgcolor="black")
+    flat = [2.0] * 9
+    risen = flat[:-1] + [9.0]
+    shown = render_plot(ops(flat), WIDTH, HEIGHT, base)
+    again = render_plot(ops(flat), WIDTH, HEIGHT, base, shown)
+    assert all(new is old for new, old in zip(again, shown))
+    moved = render_plot(ops(risen), WIDTH, HEIGHT, base, shown)
+    fresh = render_plot(ops(risen), WIDTH, HEIGHT, base)
+    assert [line.text for line in moved] == [line.text for line in fresh]
+    assert [list(line) for line in moved] == [list(line) for line in fresh]
+    kept = [new is old for new, old in zip(moved, shown)]
+    assert kept[0] and not all(kept)  # the title is the shown strip; the rows the jump crosses are not
+    assert all(list(new) != list(old) for new, old, same in zip(moved, shown, kept) if not same)
+    # Too narrow for more than one canvas column: a canvas row is the same 8 cells (tick
+    # label, frame, 1 cell, frame) at 8 and 7 cells wide, shown whole at 8 and cut at 7.
+    labels = [("yticks", ([0.0, 10.0], ["0", "10000"]), {})]
+    wide = render_plot(ops(flat) + labels, 8, HEIGHT, base)
+    narrow = render_plot(ops(flat) + labels, 7, HEIGHT, base, wide)
+    assert all(line.cell_length == 7 for line in narrow)
+    assert [list(line) for line in narrow] == [list(line) for line in render_plot(ops(flat) + labels, 7, HEIGHT, base)]
+    assert not any(new is old for new, old in zip(narrow, wide))
+
+
+def test_axis_commands_are_kept_per_inputs_and_follow_a_change():
+    """chart_scale.axis_ops keeps its commands for recent inputs: the same axes give the
+    same commands (equal to ones worked out anew), a new top or span gives new ticks."""
+    from gpumem_tui.ui.chart_scale import axis_ops
+
+    first = axis_ops("PID 1", "GiB", -30.0, 0.0, 9.72)
+    assert axis_ops("PID 1", "GiB", -30.0, 0.0, 9.72) is first
+    axis_ops.cache_clear()
+    assert axis_ops("PID 1", "GiB", -30.0, 0.0, 9.72) == first
+    higher = dict((name, args) for name, args, _ in axis_ops("PID 1", "GiB", -30.0, 0.0, 19.0))
+    wider = dict((name, args) for name, args, _ in axis_ops("PID 1", "GiB", -60.0, 0.0, 9.72))
+    kept = dict((name, args) for name, args, _ in first)
+    assert kept["yticks"] == ([0.0, 2.0, 4.0, 6.0, 8.0], ["0", "2", "4", "6", "8"])
+    assert higher["yticks"] != kept["yticks"] and higher["ylim"] == (0, 19.0)
+    assert wider["xticks"] != kept["xticks"] and wider["xlim"] == (-60.0, 0.0)
+
+
+async def test_the_chart_finds_its_plot_and_legend_once_composed():
+    """MemoryChart.replot looks its plot and legend up once: before it is mounted nothing is
+    kept (and nothing drawn), then the widgets query_one finds are kept and drawn on."""
+    from gpumem_tui.ui.memory_chart import CurveSpec, MemoryChart
+
+    class ChartApp(App[None]):
+        def compose(self) -> ComposeResult:
+            yield MemoryChart(id="chart")
+
+    unmounted = MemoryChart()
+    unmounted.replot()
+    assert unmounted._parts is None and unmounted.redraws == 0
+    app = ChartApp()
+    async with app.run_test(size=(60, 16)) as pilot:
+        chart = app.query_one(MemoryChart)
+        chart.set_series([CurveSpec("NVML used", [(100.0, 2e9), (110.0, 3e9)])], 110.0)
+        chart.replot()
+        await pilot.pause()
+        assert chart._parts == (app.query_one(MemoryPlot), app.query_one("#chart-legend"))
+        assert "NVML used" in str(chart._parts[1].render())
+        assert any("\u2801" <= char <= "\u28ff" for line in chart._parts[0].plain_lines() for char in line)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import lru_cache
 
 from gpumem_tui.support.units import GiB, MiB
 from gpumem_tui.telemetry.model import Phase, PhasePeak
@@ -127,8 +128,13 @@ def envelope(peaks: Sequence[PhasePeak], lo: float, hi: float, buckets: int) -> 
     return runs
 
 
+@lru_cache(maxsize=64)
 def axis_ops(title: str, unit: str, x_lo: float, x_hi: float, top: float) -> list[tuple[str, tuple, dict]]:
-    """The plot commands for the title, the axis labels, limits and ticks (``top`` in ``unit``)."""
+    """The plot commands for the title, the axis labels, limits and ticks (``top`` in ``unit``).
+
+    Kept for recent inputs (a chart redraws with the same axes poll after poll): the
+    list and its commands are shared, and nothing changes them (the chart and plot copy
+    the list they are given, and only read the commands)."""
     ops: list[tuple[str, tuple, dict]] = []
     ops.append(("title", (title,), {}))
     ops.append(("xlabel", ("time (s, 0 = latest sample)",), {}))

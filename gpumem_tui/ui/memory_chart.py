@@ -27,7 +27,8 @@ through the running app, so a theme restyles the chart.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from itertools import zip_longest
 from typing import NamedTuple
 
 from rich.cells import cell_len
@@ -169,16 +170,18 @@ class MemoryPlot(Widget):
         if old is None or not width or not height or built_for != (width, height, self.app.theme):
             self.refresh()
             return
-        lines = self._build(width, height)
-        changed = [Region(0, y, width, 1) for y, (before, after) in enumerate(zip(old, lines)) if before != after]
+        lines = self._build(width, height, old)
+        # a row drawn the same is the shown strip itself (render_plot's previous)
+        changed = [Region(0, y, width, 1) for y, (before, after) in enumerate(zip(old, lines)) if before is not after]
         if len(old) != len(lines):
             self.refresh()
         elif changed:
             self.refresh(*changed)
 
-    def _build(self, width: int, height: int) -> list[Strip]:
-        """Draw the rows for a ``width`` x ``height`` plot (cells) and keep them."""
-        self._lines = render_plot(self._ops, width, height, self.base_style())
+    def _build(self, width: int, height: int, shown: Sequence[Strip] = ()) -> list[Strip]:
+        """Draw the rows for a ``width`` x ``height`` plot (cells) and keep them; a row equal
+        to the one at its place in ``shown`` (drawn at this size and theme) is kept."""
+        self._lines = render_plot(self._ops, width, height, self.base_style(), shown)
         self._built_for = (width, height, self.app.theme)
         return self._lines
 
@@ -257,30 +260,25 @@ def _x_tick_labels(tick_cols: dict[int, str], plot_w: int) -> str:
     return "".join(labels)
 
 
-def strip(segments: list[Segment], width: int, base: Style | None) -> Strip:
+def strip(segments: list[Segment], width: int, base: Style | None,
+          measure: Callable[[str], int] = cell_len) -> Strip:
     """A Strip of exactly ``width`` cells from ``segments`` (cut or padded in ``base``).
 
-    The row is measured once, as one string (``rich.cells.cell_len``), not segment by
-    segment as Strip would: a plot row has a segment per colour run, and measuring them was a
-    third of drawing the plot."""
-    length = cell_len("".join(segment.text for segment in segments))
+    The row is measured once, as one string (``measure``: ``rich.cells.cell_len`` or one as
+    exact), not segment by segment as Strip would: a plot row has a segment per colour run,
+    and measuring them was a third of drawing the plot."""
+    length = measure("".join([segment.text for segment in segments]))
     line = Strip(segments, length)
     return line if length == width else line.adjust_cell_length(width, base)
 
 
-def _framed(left: str, cells: list[Segment], base: Style | None) -> list[Segment]:
-    """A canvas row between its left part (tick label or padding, frame) and the right frame,
-    a blank run at either end joined with them (fewer segments, the same cells)."""
-    row = [Segment(left, base), *cells, Segment("│", base)]
-    if row[1].style is base:
-        row[:2] = [Segment(left + row[1].text, base)]
-    if row[-2].style is base:
-        row[-2:] = [Segment(row[-2].text + "│", base)]
-    return row
+def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int, base: Style,
+                previous: Sequence[Strip] = ()) -> list[Strip]:
+    """The plot commands (see :class:`MemoryPlot`) as ``height`` strips of ``width`` cells.
 
-
-def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int, base: Style) -> list[Strip]:
-    """The plot commands (see :class:`MemoryPlot`) as ``height`` strips of ``width`` cells."""
+    A row with the same segments as the strip at its place in ``previous`` (the rows shown)
+    is that strip: no new strip (each builds seven caches in Textual 8) nor measure for it,
+    and the plot finds it unchanged by identity."""
     width, height = max(int(width), 1), max(int(height), 1)
     spec, curves, vlines = _read_ops(ops)
     title = str(spec.get("title", ("",))[0])
@@ -299,43 +297,36 @@ def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int,
     margin = max([len(str(label)) for label in ylabels] + [1])
     plot_w = max(width - margin - 2, 1)
     plot_h = max(height - (3 if compact else 5), 1)
-    # The empty chart (the first frame's) sets no dot: its rows are blank without a canvas, and
-    # the braille canvas's module is compiled only once there is something to draw.
-    canvas = None  # a braille Canvas (its module loads with the first curve to draw)
-    blank = [Segment(" " * plot_w, base)]  # an empty canvas row, as Canvas.row_segments gives it
+    # The empty chart (the first frame's) has no dot nor tick: its rows are blank without a
+    # canvas, and the braille module (canvas, positions) is compiled only once there is something.
+    canvas = None
+    blank = " " * plot_w  # an empty canvas row: one segment with its tick label and frame, as Canvas.rows gives it
+    measure = cell_len
+    if curves or vlines or yvals or xvals:
+        from gpumem_tui.ui.braille import Canvas, cell_length, draw_curves, x_position, y_position
 
-    def bounded(value: float) -> float:  # absurd inputs land far off the canvas, never inf/nan
-        return 0.0 if value != value else max(-1e9, min(1e9, value))
-
-    def dot_x(x: float, cells: int) -> float:
-        return bounded((x - xlo) / (xhi - xlo) * (cells - 1))
-
-    def dot_y(y: float, cells: int) -> float:
-        return bounded((1.0 - (y - ylo) / (yhi - ylo)) * (cells - 1))
-
+        measure = cell_length  # quicker for rows of braille
     if curves or vlines:
-        from gpumem_tui.ui.braille import Canvas, draw_curves
-
         canvas = Canvas(plot_w, plot_h)
-        draw_curves(canvas, curves, vlines, dot_x, dot_y, plot_w, plot_h)
+        draw_curves(canvas, curves, vlines, (xlo, xhi), (ylo, yhi), plot_w, plot_h)
     tick_rows = {}
     for value, label in zip(yvals, ylabels):
-        row = round(dot_y(value, plot_h))
+        row = round(y_position(value, ylo, yhi, plot_h))
         if 0 <= row < plot_h:
             tick_rows[row] = str(label)
     tick_cols: dict[int, str] = {}
     for value, label in zip(xvals, xlabels):
-        col = round(dot_x(value, plot_w))
+        col = round(x_position(value, xlo, xhi, plot_w))
         if 0 <= col < plot_w:
             tick_cols[col] = str(label)
     pad = " " * margin
     top = "┌" + "─" * plot_w + "┐"
     rows.append([Segment(pad + top, base)])
-    for row in range(plot_h):
-        label = tick_rows.get(row)
-        left = (label.rjust(margin) + "┤") if label is not None else (pad + "│")
-        cells = canvas.row_segments(row, base) if canvas is not None else blank
-        rows.append(_framed(left, cells, base))
+    lefts = [(tick_rows[row].rjust(margin) + "┤") if row in tick_rows else (pad + "│") for row in range(plot_h)]
+    if canvas is not None:
+        rows.extend(canvas.rows(base, lefts, "│"))
+    else:
+        rows.extend([Segment(left + blank + "│", base)] for left in lefts)
     bottom = "".join("┬" if col in tick_cols else "─" for col in range(plot_w))
     rows.append([Segment(pad + "└" + bottom + "┘", base)])
     rows.append([Segment(pad + _x_tick_labels(tick_cols, plot_w), base)])
@@ -346,7 +337,9 @@ def render_plot(ops: Sequence[tuple[str, tuple, dict]], width: int, height: int,
         start = max(margin + 1 + (plot_w - len(xlabel)) // 2, len(ylabel) + 2 if ylabel else 0)
         line = (ylabel + " " * width)[:start] + xlabel
         rows.append([Segment((line + " " * width)[:width], base)])
-    return [strip(segments, width, base) for segments in rows[:height]] + [
+    kept = [line if list(line) == segments and line.cell_length == width else None
+            for line, segments in zip(previous, rows[:height])]
+    return [line or strip(segments, width, base, measure) for line, segments in zip_longest(kept, rows[:height])] + [
         Strip.blank(width, base) for _ in range(height - len(rows))
     ]
 
@@ -384,6 +377,7 @@ class MemoryChart(KeptLines, Vertical):
         self._legend_shown: Text | None = None
         self._drawn_key: tuple | None = None
         self.redraws = 0  # plot rebuilds so far (for tests and benchmarks)
+        self._parts: tuple[MemoryPlot, Static] | None = None  # (plot, legend) once composed
 
     def compose(self) -> ComposeResult:
         # The first frame shows the empty plot: drawn from these, not from no commands (a
@@ -482,11 +476,12 @@ class MemoryChart(KeptLines, Vertical):
         """
         if not self.is_mounted:
             return
-        try:
-            plot = self.query_one(MemoryPlot)
-            legend = self.query_one("#chart-legend", Static)
-        except Exception:  # noqa: BLE001 -- not composed yet
-            return
+        if self._parts is None:  # looked up once: query_one matches a selector over the DOM each time
+            try:
+                self._parts = (self.query_one(MemoryPlot), self.query_one("#chart-legend", Static))
+            except Exception:  # noqa: BLE001 -- not composed yet
+                return
+        plot, legend = self._parts
         now = self.now
         lo = (now - self.window) if now is not None else 0.0
         curves = [
