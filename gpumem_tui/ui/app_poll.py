@@ -117,7 +117,8 @@ class DashboardPoll:
         for notice in snap.notices:
             self._show_notice(printable(notice, 1024))
         devices = self.device_panel
-        devices.display = bool(snap.devices)
+        if devices.display != bool(snap.devices):  # a style set per poll costs, even unchanged
+            devices.display = bool(snap.devices)
         devices.show(snap.devices, fit_width=self._left_column.size.width or None)
         table = self.table
         keep = None

@@ -43,7 +43,7 @@ class DevicePanel(LineTable):
         self._shared_cells = cells.SharedCells(SHARED_CELLS_LIMIT)
 
     def on_resize(self) -> None:
-        if self.devices and self._shown_key and self._narrow() != self._shown_key[2]:
+        if self.devices and self._shown_key and self._narrow(self.size.width) != self._shown_key[2]:
             self.show(self.devices)  # the bar, names and headers change with the width
         super().on_resize()
 
@@ -60,8 +60,10 @@ class DevicePanel(LineTable):
             return None
         return self.devices[self.cursor_row].index
 
-    def _narrow(self) -> bool:
-        return bool(self.size.width) and self.size.width < NARROW_WIDTH
+    @staticmethod
+    def _narrow(width: int) -> bool:
+        """True where the panel, ``width`` cells wide (0: not laid out yet), is narrow."""
+        return bool(width) and width < NARROW_WIDTH
 
     def _bar_styles(self) -> tuple[str, str]:
         variables = self.app.theme_variables
@@ -89,9 +91,10 @@ class DevicePanel(LineTable):
         When the columns cannot fit, the panel repaints in a frame of its own instead."""
         if fit_width is not None:
             self.fit_width = fit_width
-        devices = tuple(sorted(devices, key=lambda d: d.index))
+        devices = tuple(sorted(devices, key=_INDEX))
         used_style, free_style = self._bar_styles()
-        narrow = self._narrow()
+        view = self.screen_view()  # the size, looked up once (a walk to the compositor's map)
+        narrow = self._narrow(view[0])
         bar_width = self._bar_width(narrow)
         key = (used_style, free_style, narrow, bar_width)
         if devices == self.devices and key == self._shown_key:
@@ -107,7 +110,7 @@ class DevicePanel(LineTable):
                                                                           before, self._cells.get(row))
         self.devices = devices
         headers = _headers(narrow)
-        self.set_rows(headers, rows, grow_only=same_look and rows.keys() == old.keys())
+        self.set_rows(headers, rows, grow_only=same_look and rows.keys() == old.keys(), view=view)
         if self._bar_width(narrow) != bar_width:
             self.show(devices)  # first measure, or the other columns changed: fit the bar again
             return
@@ -122,16 +125,19 @@ class DevicePanel(LineTable):
         shows it (a cell is never changed once made: ProcessTable._render, issue 23)."""
         keep = before is not None and shown is not None and len(shown) == len(_CELL_FIELDS) \
             and before.error == dev.error and before.field_errors == dev.field_errors
+        look = (dev.error, dev.field_errors, used_style, free_style, narrow, bar_width)  # what every cell shares
+        shared = self._shared_cells
         cells_ = []
         for column, (fields, draw) in enumerate(zip(_CELL_FIELDS, _CELL_DRAW)):
             value = fields(dev)
             if keep and fields(before) == value:  # type: ignore[arg-type]
                 cells_.append(shown[column])  # type: ignore[index]
                 continue
-            key = (column, value, dev.error, dev.field_errors, used_style, free_style, narrow, bar_width)
-            cells_.append(self._shared_cells.get(key, draw, dev, used_style, free_style, narrow, bar_width))
+            cells_.append(shared.get((column, value, look), draw, dev, used_style, free_style, narrow, bar_width))
         return cells_
 
+
+_INDEX = attrgetter("index")
 
 #: The header cells by narrowness, made at their first use (not at import: no start-up work)
 #: and then kept: a header cell, like any cell, is never changed once made.
