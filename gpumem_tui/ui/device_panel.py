@@ -106,8 +106,8 @@ class DevicePanel(LineTable):
         for dev in devices:
             row = str(dev.index)
             before = old.get(row)
-            rows[row] = self._cells[row] if before == dev else self._row(dev, used_style, free_style, narrow, bar_width,
-                                                                          before, self._cells.get(row))
+            # _row keeps the row's very list while every cell reads the same (no sample compare here)
+            rows[row] = self._row(dev, used_style, free_style, narrow, bar_width, before, self._cells.get(row))
         self.devices = devices
         headers = _headers(narrow)
         self.set_rows(headers, rows, grow_only=same_look and rows.keys() == old.keys(), view=view)
@@ -120,21 +120,27 @@ class DevicePanel(LineTable):
              before: DeviceSample | None = None, shown: list[Text] | None = None) -> list[Text]:
         """The cells of ``dev``'s row. ``before`` / ``shown``: the sample the row shows now and
         its cells, drawn with the same look; a cell whose fields (:data:`_CELL_FIELDS`) are
-        unchanged is kept (the same Text: the table then neither measures nor styles it again).
-        A changed cell is drawn once per value and look, and shared by every GPU and poll that
+        unchanged is kept (the same Text: the table then neither measures nor styles it again),
+        and with every cell kept the row is ``shown`` itself (an unchanged row). A changed cell is drawn once per value and look, and shared by every GPU and poll that
         shows it (a cell is never changed once made: ProcessTable._render, issue 23)."""
         keep = before is not None and shown is not None and len(shown) == len(_CELL_FIELDS) \
             and before.error == dev.error and before.field_errors == dev.field_errors
         look = (dev.error, dev.field_errors, used_style, free_style, narrow, bar_width)  # what every cell shares
         shared = self._shared_cells
+        drawn = shared.drawn
         cells_ = []
+        kept = 0
         for column, (fields, draw) in enumerate(zip(_CELL_FIELDS, _CELL_DRAW)):
             value = fields(dev)
             if keep and fields(before) == value:  # type: ignore[arg-type]
                 cells_.append(shown[column])  # type: ignore[index]
+                kept += 1
                 continue
-            cells_.append(shared.get((column, value, look), draw, dev, used_style, free_style, narrow, bar_width))
-        return cells_
+            key = (column, value, look)
+            cell = drawn.get(key)
+            cells_.append(cell if cell is not None else
+                          shared.get(key, draw, dev, used_style, free_style, narrow, bar_width))
+        return shown if kept == len(_CELL_FIELDS) else cells_  # type: ignore[return-value]
 
 
 _INDEX = attrgetter("index")

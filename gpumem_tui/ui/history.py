@@ -80,8 +80,12 @@ class Series:
             return
         raw.append((time, value))  # _push(0, ...) inlined: the raw ring takes every sample
         if len(raw) > self._raw_capacity:
-            old_time, old_value = raw.popleft()
-            self._fold(1, old_time, old_value)
+            self._overflow()
+
+    def _overflow(self) -> None:
+        """The raw ring holds one sample too many: its oldest goes down the tiers."""
+        old_time, old_value = self._raw.popleft()
+        self._fold(1, old_time, old_value)
 
     def _push(self, level: int, time: float, value: float) -> None:
         ring = self._points[level]
@@ -179,9 +183,15 @@ class HistoryStore:
             series = get(key)
             if series is None:
                 self.add(key, time, value)
-            else:
-                touch(key)
-                series.add(time, value)
+                continue
+            touch(key)
+            # Series.add inlined (its rules: NaN dropped, only newer samples, raw ring first)
+            raw = series._raw
+            if value != value or (raw and time <= raw[-1][0]):
+                continue
+            raw.append((time, value))
+            if len(raw) > series._raw_capacity:
+                series._overflow()
 
     def drop(self, key: Hashable) -> None:
         """Forget ``key``'s series (e.g. its PID now names another process)."""

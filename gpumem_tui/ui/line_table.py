@@ -12,6 +12,7 @@ cells it shows, and an update repaints only the lines of the rows that changed.
 
 from __future__ import annotations
 
+from operator import gt
 from typing import Any
 
 from rich.cells import cell_len
@@ -277,8 +278,12 @@ class LineTable(ScrollView, can_focus=True):
         self.refresh()
 
     def _size_to_rows(self) -> None:
-        """The scrollable size: the columns' width, the header and every row."""
-        self.virtual_size = Size(sum(self.column_widths), len(self._keys) + 1)
+        """The scrollable size: the columns' width, the header and every row. Set only when
+        it changes: setting a reactive costs its validation and comparison even then, and
+        the rows are set at every poll."""
+        size = Size(sum(self.column_widths), len(self._keys) + 1)
+        if size != self.virtual_size:
+            self.virtual_size = size
 
     # ---- feeding ------------------------------------------------------------------------
     def set_rows(self, headers: list[Text], rows: dict[str, list[Text]], keep: str | None = None,
@@ -359,7 +364,7 @@ class LineTable(ScrollView, can_focus=True):
             if incremental:
                 if len(measured) != count:
                     incremental = False  # a row of another length: measure every row (below)
-                else:
+                elif any(map(gt, measured, widths)):  # most changed rows widen nothing
                     widths = list(map(max, widths, measured))
         self._row_widths = row_widths
         if not incremental:
@@ -384,11 +389,12 @@ class LineTable(ScrollView, can_focus=True):
         ``Text.cell_len``) and remembered. Once made, a cell is never changed, so its width
         holds; the cell is kept in the value, so its id cannot be reused while the entry lives."""
         by_cell = self._width_by_cell
-        old_cells, old_widths = known if known is not None and len(known[0]) == len(cells) else ((), ())
+        if known is None or len(known[0]) != len(cells):
+            known = (cells, (-1,) * len(cells))  # nothing known: every cell is looked up
         widths = []
-        for index, cell in enumerate(cells):
-            if index < len(old_cells) and cell is old_cells[index]:
-                widths.append(old_widths[index])
+        for cell, old, width in zip(cells, *known):
+            if cell is old and width >= 0:
+                widths.append(width)
                 continue
             hit = by_cell.get(id(cell))
             if hit is not None and hit[0] is cell:

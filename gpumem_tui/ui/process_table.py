@@ -607,6 +607,7 @@ class ProcessTable(LineTable):
             return [self._render(col, p, now, flag) for _, col, _, _ in plan]
         status, errors = p.status, p.field_errors
         shared = self._shared_cells
+        drawn = shared.drawn
         cells_: list[Text] | None = None  # a copy of previous, made at the first cell that changes
         for index, col, fields, is_shared in plan:
             if fields is None:  # TIME: kept while it reads the same
@@ -617,9 +618,13 @@ class ProcessTable(LineTable):
                 value = fields(p)
                 if value == fields(old):
                     continue
-                # a figure's cell: the lookup _render makes, without its call
-                cell = shared.get((col.key, value, status, errors), self._render_cell, col, p, now) if is_shared \
-                    else self._render(col, p, now, flag)
+                if is_shared:  # a figure's cell: the lookup _render makes, without its calls
+                    key = (col.key, value, status, errors)
+                    cell = drawn.get(key)
+                    if cell is None:
+                        cell = shared.get(key, self._render_cell, col, p, now)
+                else:
+                    cell = self._render(col, p, now, flag)
             if cells_ is None:
                 cells_ = list(previous)
             cells_[index] = cell
