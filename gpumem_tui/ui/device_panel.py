@@ -121,8 +121,9 @@ class DevicePanel(LineTable):
         """The cells of ``dev``'s row. ``before`` / ``shown``: the sample the row shows now and
         its cells, drawn with the same look; a cell whose fields (:data:`_CELL_FIELDS`) are
         unchanged is kept (the same Text: the table then neither measures nor styles it again),
-        and with every cell kept the row is ``shown`` itself (an unchanged row). A changed cell is drawn once per value and look, and shared by every GPU and poll that
-        shows it (a cell is never changed once made: ProcessTable._render, issue 23)."""
+        and with every cell kept the row is ``shown`` itself (an unchanged row). A changed
+        cell is drawn once per value and look, and shared by every GPU and poll that shows it
+        (a cell is never changed once made: ProcessTable._render, issue 23)."""
         keep = before is not None and shown is not None and len(shown) == len(_CELL_FIELDS) \
             and before.error == dev.error and before.field_errors == dev.field_errors
         look = (dev.error, dev.field_errors, used_style, free_style, narrow, bar_width)  # what every cell shares
