@@ -309,7 +309,7 @@ class LineTable(ScrollView, can_focus=True):
         old_keys, old_cells = self._keys, self._cells
         target = keep if keep is not None else self._cursor_key
         self._keys = list(rows)
-        self._index = {key: i for i, key in enumerate(self._keys)}
+        self._index = dict(zip(self._keys, range(len(self._keys))))  # in C: no loop of ours per row
         self._cells = rows
         layout_changed = self._measure(headers, grow_only)
         if target in self._index:

@@ -577,7 +577,7 @@ class ProcessTable(LineTable):
             else:  # most rows: no rank label, and no flag tuple made per row
                 warning = flags.get(pid) if flags else None
                 flag = no_flag if warning is None else (warning, None)
-            if flag != no_flag:
+            if flag is not no_flag:
                 flags_shown[key] = flag
             old = sources.get(key)  # the sample the row's cells show
             previous = old_cells.get(key) if old is not None and flags_before.get(key, no_flag) == flag else None
