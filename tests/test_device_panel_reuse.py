@@ -71,3 +71,24 @@ async def test_a_figure_is_one_cell_shared_by_gpus_and_polls_that_show_it():
         assert panel.get_row("0")[memory] is first_row[memory] and panel.get_row("0")[3] is first_row[3]
         lines = [panel.render_line(y).text for y in (1, 2)]
         assert "20,480" in lines[0] and "30,720" in lines[1]
+
+
+async def test_a_gpu_that_reads_the_same_keeps_its_row_list_and_a_changed_one_gets_a_new_one():
+    """A new sample whose shown fields are all the same (here only its UUID differs, a field
+    no cell shows) keeps the row's very cells list: the table sees an unchanged row and
+    neither measures nor repaints it. A changed figure makes a new list."""
+    import dataclasses
+
+    app = PanelApp()
+    async with app.run_test(size=(160, 6)) as pilot:
+        panel = app.query_one(DevicePanel)
+        panel.show((gpu(20),), fit_width=160)
+        await pilot.pause()
+        first = panel._cells["0"]
+        panel.show((dataclasses.replace(gpu(20), uuid="GPU-other"),), fit_width=160)
+        await pilot.pause()
+        assert panel._cells["0"] is first
+        panel.show((gpu(21),), fit_width=160)
+        await pilot.pause()
+        assert panel._cells["0"] is not first
+        assert panel.get_row("0")[2].plain != first[2].plain  # the memory cell shows the new figure

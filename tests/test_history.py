@@ -99,3 +99,23 @@ def test_history_is_headless():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     assert DEFAULT_TIERS[0].resolution == 10.0
+
+
+def test_add_many_equals_add_one_by_one():
+    """add_many (one call per poll) keeps what add per key keeps: the same series, points,
+    touch order (eviction), and drops None, NaN and samples not newer than the newest."""
+    rng = random.Random(7)
+    one, many = HistoryStore(max_series=5, raw_capacity=8, tiers=(Tier(4.0, 3),)), \
+        HistoryStore(max_series=5, raw_capacity=8, tiers=(Tier(4.0, 3),))
+    for step in range(200):
+        t = float(step // 2)  # every other poll repeats a time: those samples must be dropped
+        batch = [(("proc", rng.randrange(8)), rng.choice([None, float("nan"), rng.randrange(1 << 30)]))
+                 for _ in range(rng.randrange(1, 6))]
+        for key, value in batch:
+            one.add(key, t, value)
+        many.add_many(t, batch)
+        assert list(one._series) == list(many._series)  # the same series, in touch order
+    assert len(many) == 5
+    for key in one._series:
+        assert many.points(key) == one.points(key)
+        assert all(v == v for _, v in many.points(key))  # no NaN kept

@@ -283,3 +283,30 @@ async def test_the_scrollbar_hands_back_what_textual_draws_for_each_state():
         assert drawn[(40, False, "textual-dark")] != drawn[(40, True, "textual-dark")]
         assert drawn[(0, False, "textual-dark")] != drawn[(0, False, "textual-light")]
         assert type(bar).render_lines is not ScrollBar.render_lines
+
+
+async def test_a_shared_cell_measured_once_widens_every_column_it_lands_in():
+    """A cell object measured in one row keeps its width when another row (or column) shows
+    the same object (the width by cell id), and a new, wider cell still widens its column."""
+    from rich.text import Text
+
+    from gpumem_tui.ui.line_table import LineTable
+
+    class OneTable(App[None]):
+        def compose(self) -> ComposeResult:
+            yield LineTable(id="t")
+
+    app = OneTable()
+    async with app.run_test(size=(80, 10)) as pilot:
+        table = app.query_one(LineTable)
+        shared = Text("12345678")
+        headers = [Text("A"), Text("B")]
+        table.set_rows(headers, {"r1": [shared, Text("x")], "r2": [Text("y"), Text("z")]})
+        await pilot.pause()
+        assert table._widths == [8, 1]
+        table.set_rows(headers, {"r1": [shared, Text("x")], "r2": [Text("y"), shared]}, grow_only=True)
+        assert table._widths == [8, 8]  # r2's second column shows the shared cell: as wide
+        assert table._row_widths["r2"][1] == (1, 8)
+        assert table._width_by_cell[id(shared)] == (shared, 8)  # kept with the cell: its id cannot be reused
+        table.set_rows(headers, {"r1": [Text("a" * 12), Text("x")], "r2": [Text("y"), shared]}, grow_only=True)
+        assert table._widths == [12, 8]

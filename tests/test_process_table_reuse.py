@@ -40,7 +40,8 @@ async def test_a_changed_figure_renders_only_its_cell_and_shows_it():
         mem = columns.index("mem")
         assert after[mem].plain == "2,048 MiB" and before[mem].plain == "1,024 MiB"
         kept = [columns[i] for i in range(len(columns)) if after[i] is before[i]]
-        assert kept == [c for c in columns if c not in ("mem", "time")]
+        # only the changed figure's cell is new; TIME (no start time: "N/A") reads the same and is kept
+        assert kept == [c for c in columns if c != "mem"]
         # a changed command is drawn anew, literally
         table.show(procs(2, command="[b]new[/b]"), now=1002.0)
         await pilot.pause()
@@ -129,3 +130,27 @@ async def test_a_figure_is_one_cell_shared_by_rows_and_polls_that_show_it():
         lines = [table.render_line(y).text for y in range(1, 3)]
         assert any("3,072 MiB" in line and "a.py" in line for line in lines)
         assert any("exited" in line and "b.py" in line for line in lines)
+
+
+async def test_time_cell_follows_the_clock_and_an_unchanged_row_keeps_its_list():
+    """TIME is drawn from the clock: a new cell when its text moves (changed sample or not),
+    and while every cell reads the same the row keeps its very cells list (the table then
+    neither measures nor repaints it)."""
+    app = TableApp()
+    async with app.run_test(size=(160, 10)) as pilot:
+        table = app.query_one(ProcessTable)
+        timed = tuple(dataclasses.replace(p, start_time=900.0) for p in procs(1))
+        table.show(timed, now=1000.0)
+        await pilot.pause()
+        first = table._cells["100:0"]
+        time_at = table.visible_columns.index("time")
+        assert first[time_at].plain == "01:40"
+        table.show(tuple(dataclasses.replace(p) for p in timed), now=1000.5)  # same figures, same second
+        await pilot.pause()
+        assert table._cells["100:0"] is first
+        table.show(tuple(dataclasses.replace(p, cpu_percent=99.0) if p.pid == 100 else p for p in timed),
+                   now=1001.0)
+        await pilot.pause()
+        row = table.get_row("100:0")
+        assert row is not first and row[time_at].plain == "01:41"
+        assert [str(c) for c in row] == [str(c) for c in table._row_cells("100:0")]

@@ -96,6 +96,10 @@ class ContextMeter:
             if len(used) == 1 and pid in self._by_pid:
                 self.add_nvml(pid, snap.time, used[0])
 
+    def __bool__(self) -> bool:
+        """True while it follows any PID (a probe sample or an NVML reading of one came)."""
+        return bool(self._by_pid)
+
     def context(self, pid: int) -> int | None:
         """The latest bracketed context of ``pid`` in bytes, or None."""
         proc = self._by_pid.get(pid)

@@ -93,25 +93,34 @@ class ProbedProcesses:
                 self._fold(mark.pid).add_mark(mark)
             for peak in snap.phase_peaks:
                 self._fold(peak.pid).add_peak(peak)
-            for proc in snap.processes:
-                self._add_nvml(proc.pid, proc.used_memory_bytes)
-            self._contexts.add_snapshot(snap)
-            self._contexts.prune(self._folds)
+            self._add_nvml_rows(snap)
+            if self._folds or self._contexts:  # no probed process: no context to measure or forget
+                self._contexts.add_snapshot(snap)
+                self._contexts.prune(self._folds)
 
-    def _add_nvml(self, pid: int, used: int | None) -> None:
-        if used is None:
-            return
-        previous = self._nvml.get(pid)
-        if previous is None:
-            self._nvml[pid] = used
-            while len(self._nvml) > MAX_NVML_PIDS:
-                self._nvml.popitem(last=False)
-        elif used > previous:
-            self._nvml[pid] = used
-        fold = self._folds.get(pid)
-        if fold is not None and (fold.peak_nvml is None or used > fold.peak_nvml):
-            fold.add_nvml(used)
-            self._changes[pid] = self._changes.get(pid, 0) + 1
+    def _add_nvml_rows(self, snap: Snapshot) -> None:
+        """The NVML peak of every listed PID (probed or not: a probe may start later), and
+        each probed PID's fold. One loop with its lookups bound once: it runs for every
+        process at every poll, mostly with no probed process at all."""
+        nvml, folds = self._nvml, self._folds
+        peak_of = nvml.get
+        for proc in snap.processes:
+            used = proc.used_memory_bytes
+            if used is None:
+                continue
+            pid = proc.pid
+            previous = peak_of(pid)
+            if previous is None:
+                nvml[pid] = used
+                while len(nvml) > MAX_NVML_PIDS:
+                    nvml.popitem(last=False)
+            elif used > previous:
+                nvml[pid] = used
+            if folds:
+                fold = folds.get(pid)
+                if fold is not None and (fold.peak_nvml is None or used > fold.peak_nvml):
+                    fold.add_nvml(used)
+                    self._changes[pid] = self._changes.get(pid, 0) + 1
 
     # -- reading -------------------------------------------------------------------------
 

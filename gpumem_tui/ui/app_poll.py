@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Sequence
+from functools import partial
+from operator import attrgetter, is_not
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
@@ -30,6 +32,12 @@ from gpumem_tui.ui.process_table import row_key
 if TYPE_CHECKING:  # made at the first snapshot (DashboardPoll.probed, .history): not in the first frame
     from gpumem_tui.telemetry.probed_state import ProbedProcesses
     from gpumem_tui.ui.history import HistoryStore
+
+
+# passes over a snapshot's processes at every poll, run in C (map), not a generator's steps
+_PID = attrgetter("pid")
+_LAUNCH = attrgetter("launch")
+_IS_SET = partial(is_not, None)
 
 
 class DashboardPoll:
@@ -117,7 +125,8 @@ class DashboardPoll:
         for notice in snap.notices:
             self._show_notice(printable(notice, 1024))
         devices = self.device_panel
-        devices.display = bool(snap.devices)
+        if devices.display != bool(snap.devices):  # a style set per poll costs, even unchanged
+            devices.display = bool(snap.devices)
         devices.show(snap.devices, fit_width=self._left_column.size.width or None)
         table = self.table
         keep = None
@@ -138,7 +147,7 @@ class DashboardPoll:
         table.show(snap.processes, snap.time, keep=keep, jobs=tuple(jobs))
         self._notify_job_problems(jobs)
         target = self.chart_target
-        if target is not None and target[0] == "proc" and all(p.pid != target[1] for p in snap.processes):
+        if target is not None and target[0] == "proc" and target[1] not in map(_PID, snap.processes):
             # The charted process exited: its row is gone and the cursor lands on another one.
             # That move is not the user's, so the ended job's curve stays until the cursor moves.
             self._highlighted_key = table.selected_key
@@ -163,7 +172,7 @@ class DashboardPoll:
         (and the estimator behind it) is imported on the first launch or probe seen, which keeps
         it off the dashboard's start-up path."""
         if self._job_tracker is None:
-            if not self.probe_infos and not any(p.launch is not None for p in snap.processes):
+            if not self.probe_infos and not any(map(_IS_SET, map(_LAUNCH, snap.processes))):
                 return ()
             from gpumem_tui.analysis.jobs import JobTracker
 

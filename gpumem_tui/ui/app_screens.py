@@ -229,6 +229,7 @@ class DashboardScreens:
         if self.chart_target is not None and self.chart_target[0] == "gpu":
             pid = None  # the GPU chart: the form is a what-if, not a process's estimate
         pane = side_pane_module()
+        measured = self.probed.summary(pid)
         selection = pane.PaneSelection(
             gpu=gpu,
             gpu_total=self.device_total(gpu),
@@ -236,9 +237,11 @@ class DashboardScreens:
             pid=pid,
             process=self.process_estimates.get(pid),
             job=self.process_estimates.probe_estimate(pid) if pid is not None else None,
-            measured=self.probed.summary(pid),
+            measured=measured,
             gpu_context=self.gpu_contexts.get(gpu) if gpu is not None else None,
-            limit_bytes=self.live_limit(pid),
+            # the pane reads the limit only beside probe samples (side_pane._update_comparison):
+            # not a pass over every process at each poll for a process without any
+            limit_bytes=self.live_limit(pid) if measured is not None and measured.record.sample_count else None,
         )
         what_if = self._what_if_pid()
         if what_if != self._what_if_shown:  # `p` (back to the job's estimate) comes or goes

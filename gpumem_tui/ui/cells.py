@@ -28,6 +28,9 @@ class SharedCells:
 
     def __init__(self, limit: int) -> None:
         self._cells: dict[object, Text] = {}
+        #: the cells made so far, by key (the same dict): a caller that looks a cell up per
+        #: row and poll reads it here first (a hit without a call), then asks :meth:`get`
+        self.drawn = self._cells
         self._limit = limit
 
     def get(self, key: object, draw: Callable[..., Text], *args: object) -> Text:
@@ -36,7 +39,7 @@ class SharedCells:
         cell = self._cells.get(key)
         if cell is None:
             if len(self._cells) >= self._limit:
-                self._cells.clear()
+                self._cells.clear()  # in place: ``drawn`` stays this dict
             cell = self._cells[key] = draw(*args)
         return cell
 

@@ -43,7 +43,7 @@ class DevicePanel(LineTable):
         self._shared_cells = cells.SharedCells(SHARED_CELLS_LIMIT)
 
     def on_resize(self) -> None:
-        if self.devices and self._shown_key and self._narrow() != self._shown_key[2]:
+        if self.devices and self._shown_key and self._narrow(self.size.width) != self._shown_key[2]:
             self.show(self.devices)  # the bar, names and headers change with the width
         super().on_resize()
 
@@ -60,8 +60,10 @@ class DevicePanel(LineTable):
             return None
         return self.devices[self.cursor_row].index
 
-    def _narrow(self) -> bool:
-        return bool(self.size.width) and self.size.width < NARROW_WIDTH
+    @staticmethod
+    def _narrow(width: int) -> bool:
+        """True where the panel, ``width`` cells wide (0: not laid out yet), is narrow."""
+        return bool(width) and width < NARROW_WIDTH
 
     def _bar_styles(self) -> tuple[str, str]:
         variables = self.app.theme_variables
@@ -89,9 +91,10 @@ class DevicePanel(LineTable):
         When the columns cannot fit, the panel repaints in a frame of its own instead."""
         if fit_width is not None:
             self.fit_width = fit_width
-        devices = tuple(sorted(devices, key=lambda d: d.index))
+        devices = tuple(sorted(devices, key=_INDEX))
         used_style, free_style = self._bar_styles()
-        narrow = self._narrow()
+        view = self.screen_view()  # the size, looked up once (a walk to the compositor's map)
+        narrow = self._narrow(view[0])
         bar_width = self._bar_width(narrow)
         key = (used_style, free_style, narrow, bar_width)
         if devices == self.devices and key == self._shown_key:
@@ -103,11 +106,11 @@ class DevicePanel(LineTable):
         for dev in devices:
             row = str(dev.index)
             before = old.get(row)
-            rows[row] = self._cells[row] if before == dev else self._row(dev, used_style, free_style, narrow, bar_width,
-                                                                          before, self._cells.get(row))
+            # _row keeps the row's very list while every cell reads the same (no sample compare here)
+            rows[row] = self._row(dev, used_style, free_style, narrow, bar_width, before, self._cells.get(row))
         self.devices = devices
         headers = _headers(narrow)
-        self.set_rows(headers, rows, grow_only=same_look and rows.keys() == old.keys())
+        self.set_rows(headers, rows, grow_only=same_look and rows.keys() == old.keys(), view=view)
         if self._bar_width(narrow) != bar_width:
             self.show(devices)  # first measure, or the other columns changed: fit the bar again
             return
@@ -117,21 +120,31 @@ class DevicePanel(LineTable):
              before: DeviceSample | None = None, shown: list[Text] | None = None) -> list[Text]:
         """The cells of ``dev``'s row. ``before`` / ``shown``: the sample the row shows now and
         its cells, drawn with the same look; a cell whose fields (:data:`_CELL_FIELDS`) are
-        unchanged is kept (the same Text: the table then neither measures nor styles it again).
-        A changed cell is drawn once per value and look, and shared by every GPU and poll that
-        shows it (a cell is never changed once made: ProcessTable._render, issue 23)."""
+        unchanged is kept (the same Text: the table then neither measures nor styles it again),
+        and with every cell kept the row is ``shown`` itself (an unchanged row). A changed
+        cell is drawn once per value and look, and shared by every GPU and poll that shows it
+        (a cell is never changed once made: ProcessTable._render, issue 23)."""
         keep = before is not None and shown is not None and len(shown) == len(_CELL_FIELDS) \
             and before.error == dev.error and before.field_errors == dev.field_errors
+        look = (dev.error, dev.field_errors, used_style, free_style, narrow, bar_width)  # what every cell shares
+        shared = self._shared_cells
+        drawn = shared.drawn
         cells_ = []
+        kept = 0
         for column, (fields, draw) in enumerate(zip(_CELL_FIELDS, _CELL_DRAW)):
             value = fields(dev)
             if keep and fields(before) == value:  # type: ignore[arg-type]
                 cells_.append(shown[column])  # type: ignore[index]
+                kept += 1
                 continue
-            key = (column, value, dev.error, dev.field_errors, used_style, free_style, narrow, bar_width)
-            cells_.append(self._shared_cells.get(key, draw, dev, used_style, free_style, narrow, bar_width))
-        return cells_
+            key = (column, value, look)
+            cell = drawn.get(key)
+            cells_.append(cell if cell is not None else
+                          shared.get(key, draw, dev, used_style, free_style, narrow, bar_width))
+        return shown if kept == len(_CELL_FIELDS) else cells_  # type: ignore[return-value]
 
+
+_INDEX = attrgetter("index")
 
 #: The header cells by narrowness, made at their first use (not at import: no start-up work)
 #: and then kept: a header cell, like any cell, is never changed once made.

@@ -53,7 +53,7 @@ class Series:
     last record, and a clock step back must not corrupt the order the chart relies on).
     """
 
-    __slots__ = ("_raw", "_tiers", "_points", "_open")
+    __slots__ = ("_raw", "_raw_capacity", "_tiers", "_points", "_open")
 
     def __init__(
         self, raw_capacity: int = DEFAULT_RAW_CAPACITY, tiers: Iterable[Tier] = DEFAULT_TIERS
@@ -61,6 +61,7 @@ class Series:
         if raw_capacity < 1:
             raise ValueError("raw_capacity must be >= 1")
         self._raw: deque[tuple[float, float]] = deque()
+        self._raw_capacity = raw_capacity
         self._tiers = (Tier(0.0, raw_capacity), *tuple(tiers))
         for tier in self._tiers[1:]:
             if tier.resolution <= 0 or tier.capacity < 1:
@@ -71,11 +72,20 @@ class Series:
 
     def add(self, time: float, value: float) -> None:
         """Append one sample; older samples cascade down the tiers. NaN values are dropped."""
-        if value is None or (isinstance(value, float) and math.isnan(value)):
+        # ``value != value``: true for a NaN only (math.isnan without its call; ints are never NaN)
+        if value is None or value != value:
             return
-        if self._raw and time <= self._raw[-1][0]:
+        raw = self._raw
+        if raw and time <= raw[-1][0]:
             return
-        self._push(0, time, value)
+        raw.append((time, value))  # _push(0, ...) inlined: the raw ring takes every sample
+        if len(raw) > self._raw_capacity:
+            self._overflow()
+
+    def _overflow(self) -> None:
+        """The raw ring holds one sample too many: its oldest goes down the tiers."""
+        old_time, old_value = self._raw.popleft()
+        self._fold(1, old_time, old_value)
 
     def _push(self, level: int, time: float, value: float) -> None:
         ring = self._points[level]
@@ -161,6 +171,27 @@ class HistoryStore:
         else:
             self._series.move_to_end(key)
         series.add(time, value)
+
+    def add_many(self, time: float, values: Iterable[tuple[Hashable, float | None]]) -> None:
+        """:meth:`add` of each ``(key, value)`` in ``values`` at ``time``, in order: one call
+        for a poll's figures (dozens of series a poll: the per-call overhead was most of it)."""
+        series_of = self._series
+        get, touch = series_of.get, series_of.move_to_end
+        for key, value in values:
+            if value is None:
+                continue
+            series = get(key)
+            if series is None:
+                self.add(key, time, value)
+                continue
+            touch(key)
+            # Series.add inlined (its rules: NaN dropped, only newer samples, raw ring first)
+            raw = series._raw
+            if value != value or (raw and time <= raw[-1][0]):
+                continue
+            raw.append((time, value))
+            if len(raw) > series._raw_capacity:
+                series._overflow()
 
     def drop(self, key: Hashable) -> None:
         """Forget ``key``'s series (e.g. its PID now names another process)."""

@@ -12,8 +12,10 @@ cells it shows, and an update repaints only the lines of the rows that changed.
 
 from __future__ import annotations
 
+from operator import gt
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.segment import Segment
 from rich.style import Style
@@ -174,6 +176,8 @@ class LineTable(ScrollView, can_focus=True):
         self._headers: list[Text] = []
         self._widths: list[int] = []  # content width of each column, cells
         self._row_widths: dict[str, tuple[list[Text], tuple[int, ...]]] = {}  # key -> (cells, widths)
+        #: a cell's width by the cell object itself (see :meth:`_cell_widths`)
+        self._width_by_cell: dict[int, tuple[Text, int]] = {}
         self._even_rows = True  # at the last full measure, every row had one cell per header
         self._cursor_key: str | None = None
         self._cursor_index = 0
@@ -274,12 +278,16 @@ class LineTable(ScrollView, can_focus=True):
         self.refresh()
 
     def _size_to_rows(self) -> None:
-        """The scrollable size: the columns' width, the header and every row."""
-        self.virtual_size = Size(sum(self.column_widths), len(self._keys) + 1)
+        """The scrollable size: the columns' width, the header and every row. Set only when
+        it changes: setting a reactive costs its validation and comparison even then, and
+        the rows are set at every poll."""
+        size = Size(sum(self.column_widths), len(self._keys) + 1)
+        if size != self.virtual_size:
+            self.virtual_size = size
 
     # ---- feeding ------------------------------------------------------------------------
     def set_rows(self, headers: list[Text], rows: dict[str, list[Text]], keep: str | None = None,
-                 grow_only: bool = False) -> None:
+                 grow_only: bool = False, view: tuple[int, range] | None = None) -> None:
         """Show ``rows`` (key -> one Text per header, in display order) under ``headers``.
 
         ``keep``: put the cursor on this row and scroll it into view. Without it the cursor
@@ -294,11 +302,14 @@ class LineTable(ScrollView, can_focus=True):
         every widget inside the box that bounds all its dirty regions
         (``Compositor.render_partial_update``), so a full-width region would drag the side
         pane's widgets into every frame (measured: 88 widgets a frame instead of 10).
+
+        ``view``: :meth:`screen_view` as the caller read it for these rows (nothing scrolled
+        or resized since); None: read here.
         """
         old_keys, old_cells = self._keys, self._cells
         target = keep if keep is not None else self._cursor_key
         self._keys = list(rows)
-        self._index = {key: i for i, key in enumerate(self._keys)}
+        self._index = dict(zip(self._keys, range(len(self._keys))))  # in C: no loop of ours per row
         self._cells = rows
         layout_changed = self._measure(headers, grow_only)
         if target in self._index:
@@ -312,11 +323,11 @@ class LineTable(ScrollView, can_focus=True):
         if layout_changed or len(self._keys) != len(old_keys):
             self._repaint()
         else:
-            shown = self.rows_on_screen()
+            view_width, shown = view if view is not None else self.screen_view()
             changed = [y for y, key in enumerate(self._keys[shown.start:shown.stop], 1)
                        if key != old_keys[shown.start + y - 1] or rows[key] is not old_cells.get(key)]
             if changed:
-                width = min(self.size.width, sum(self.column_widths) - round(self.scroll_x))
+                width = min(view_width, sum(self.column_widths) - round(self.scroll_x))
                 self._repaint(Region(0, changed[0], width, changed[-1] - changed[0] + 1))
         if keep is not None:
             self._scroll_cursor_into_view()
@@ -348,17 +359,13 @@ class LineTable(ScrollView, can_focus=True):
             if known is not None and known[0] is cells:
                 row_widths[key] = known
                 continue
-            if known is None or len(known[0]) != len(cells):
-                measured = tuple(cell.cell_len for cell in cells)
-            else:  # a changed row keeps the cells that did not change: only the new ones are measured
-                measured = tuple(width if cell is old else cell.cell_len
-                                 for cell, old, width in zip(cells, known[0], known[1]))
+            measured = self._cell_widths(cells, known)
             row_widths[key] = (cells, measured)
             if incremental:
                 if len(measured) != count:
                     incremental = False  # a row of another length: measure every row (below)
-                else:
-                    widths = [max(a, b) for a, b in zip(widths, measured)]
+                elif any(map(gt, measured, widths)):  # most changed rows widen nothing
+                    widths = list(map(max, widths, measured))
         self._row_widths = row_widths
         if not incremental:
             self._even_rows = all(len(w) == count for _, w in row_widths.values())
@@ -373,6 +380,32 @@ class LineTable(ScrollView, can_focus=True):
         if changed:
             self._layout_generation += 1
         return changed
+
+    def _cell_widths(self, cells: list[Text], known: tuple[list[Text], tuple[int, ...]] | None) -> tuple[int, ...]:
+        """The width of each of ``cells`` (a changed row), in cells. ``known``: the row's cells
+        and widths as measured last; a cell still there keeps its width. A new cell's width
+        is found by the cell object itself when a row measured it already (the tables share
+        one Text per figure: ProcessTable._render, DevicePanel._row), else measured (Rich's
+        ``Text.cell_len``) and remembered. Once made, a cell is never changed, so its width
+        holds; the cell is kept in the value, so its id cannot be reused while the entry lives."""
+        by_cell = self._width_by_cell
+        if known is None or len(known[0]) != len(cells):
+            known = (cells, (-1,) * len(cells))  # nothing known: every cell is looked up
+        widths = []
+        for cell, old, width in zip(cells, *known):
+            if cell is old and width >= 0:
+                widths.append(width)
+                continue
+            hit = by_cell.get(id(cell))
+            if hit is not None and hit[0] is cell:
+                widths.append(hit[1])
+                continue
+            width = cell_len(cell.plain)  # Text.cell_len's body, without its property call
+            if len(by_cell) >= STYLED_CELLS_LIMIT:
+                by_cell.clear()
+            by_cell[id(cell)] = (cell, width)
+            widths.append(width)
+        return tuple(widths)
 
     # ---- drawing ------------------------------------------------------------------------
     def render_lines(self, crop: Region) -> list[Strip]:
@@ -537,11 +570,21 @@ class LineTable(ScrollView, can_focus=True):
     def rows_on_screen(self) -> range:
         """Positions of the rows the view can show now, below the header (whether or not
         there are that many rows); empty before the first layout."""
-        top = round(self.scroll_y)
-        return range(top, top + max(self.size.height - 1, 0))
+        return self.screen_view()[1]
 
-    def _scroll_cursor_into_view(self) -> None:
-        shown = self.rows_on_screen()
+    def screen_view(self) -> tuple[int, range]:
+        """(the view's width in cells, :meth:`rows_on_screen`), from one look at the size:
+        Textual's ``Widget.size`` walks up to the screen and into the compositor's map at each
+        use (~30 k instructions), and a poll needed it about ten times."""
+        width, height = self.size
+        top = round(self.scroll_y)
+        return width, range(top, top + max(height - 1, 0))
+
+    def _scroll_cursor_into_view(self, shown: range | None = None) -> None:
+        """Scroll just enough to show the cursor's row; ``shown``: :meth:`rows_on_screen`
+        if the caller has it (nothing scrolled or resized since)."""
+        if shown is None:
+            shown = self.rows_on_screen()
         if not shown or not self._keys:
             return
         if self._cursor_index < shown.start:

@@ -40,44 +40,49 @@ def record_snapshot(app: Any, snap: Snapshot) -> None:
     listed and charted ones), the probes' samples, the probed state and estimates, the phase
     marks (each once) and the phase peaks."""
     t = snap.time
-    for dev in snap.devices:
-        app.history.add(("gpu", dev.index), t, dev.memory_used_bytes)
+    history = app.history
+    history.add_many(t, [(("gpu", dev.index), dev.memory_used_bytes) for dev in snap.devices])
     per_pid: dict[int, int] = {}
     processes = snap.processes
-    if len(processes) > app.history.max_series // 2:
+    if len(processes) > history.max_series // 2:
         # Thousands of processes: keep curves only for the rows the table shows (what can
         # be selected) and the charted one, not a series created and evicted per process.
         wanted = {p.pid for p in app.table.shown}
         wanted.add(app.chart_pid())
         processes = tuple(p for p in processes if p.pid in wanted)
+    starts = app._proc_start
     for p in processes:
-        if p.used_memory_bytes is not None:
-            per_pid[p.pid] = per_pid.get(p.pid, 0) + p.used_memory_bytes
-        if p.start_time is not None:
-            previous = app._proc_start.get(p.pid)
-            if previous is not None and abs(previous - p.start_time) > 1.0:
+        pid, used, start = p.pid, p.used_memory_bytes, p.start_time
+        if used is not None:
+            before = per_pid.get(pid)
+            per_pid[pid] = used if before is None else before + used
+        if start is not None:
+            previous = starts.get(pid)
+            if previous is not None and abs(previous - start) > 1.0:
                 # the PID now names another process: its curve and estimate start afresh
-                app.history.drop(("proc", p.pid))
-                app.process_estimates.clear_user(p.pid)
-            app._proc_start[p.pid] = p.start_time
-    if len(app._proc_start) > 4096:  # churn: keep only the PIDs listed now
+                history.drop(("proc", pid))
+                app.process_estimates.clear_user(pid)
+            starts[pid] = start
+    if len(starts) > 4096:  # churn: keep only the PIDs listed now
         current = {p.pid for p in snap.processes}
-        app._proc_start = {pid: st for pid, st in app._proc_start.items() if pid in current}
-    for pid, used in per_pid.items():
-        app.history.add(("proc", pid), t, used)
+        app._proc_start = {pid: st for pid, st in starts.items() if pid in current}
+    history.add_many(t, [(("proc", pid), used) for pid, used in per_pid.items()])
     for probe in snap.probes:
         _record_probe(app, probe)
+    probed = app.probed
     if app._feeds_probed:
-        app.probed.add_snapshot(snap)
-    app.probe_infos = app.probed.infos()
-    app.process_estimates.keep_probes(app.probe_infos)  # after a seek back: those seen so far
-    gpu_of = {p.pid: p.device_index for p in snap.processes if p.device_index is not None}
-    for pid, info in app.probe_infos.items():  # the device may be known only after the info
-        app.process_estimates.update_probe(info, app.probed.device(pid), app.probed.context(pid))
-        probed = app.process_estimates.probe_estimate(pid)
-        measured = getattr(probed.spec, "measured_context", None) if probed is not None else None
-        if measured is not None and gpu_of.get(pid) is not None:
-            app.gpu_contexts[gpu_of[pid]] = measured
+        probed.add_snapshot(snap)
+    app.probe_infos = probed.infos()
+    estimates = app.process_estimates
+    estimates.keep_probes(app.probe_infos)  # after a seek back: those seen so far
+    if app.probe_infos:
+        gpu_of = {p.pid: p.device_index for p in snap.processes if p.device_index is not None}
+        for pid, info in app.probe_infos.items():  # the device may be known only after the info
+            estimates.update_probe(info, probed.device(pid), probed.context(pid))
+            job = estimates.probe_estimate(pid)
+            measured = getattr(job.spec, "measured_context", None) if job is not None else None
+            if measured is not None and gpu_of.get(pid) is not None:
+                app.gpu_contexts[gpu_of[pid]] = measured
     if snap.phase_peaks:
         _record_phase_peaks(app, snap.phase_peaks)
     for mark in snap.phase_marks:

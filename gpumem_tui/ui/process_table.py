@@ -52,6 +52,9 @@ class Column(NamedTuple):
     #: the sample fields the cell shows (besides ``status`` and ``field_errors``, which any
     #: cell may show): while they are equal the rendered cell is kept. Empty: always render.
     fields: tuple[str, ...] = ()
+    #: the (dotted) attribute that ``sort_key`` reads, when it reads only that: the sort then
+    #: reads it with ``operator.attrgetter``, in C, not one Python call per process and sort
+    sort_attr: str | None = None
 
     @property
     def shown_fields(self) -> Callable[[ProcessSample], Any] | None:
@@ -67,24 +70,28 @@ def _running(p: ProcessSample, now: float) -> float | None:
 COLUMNS: tuple[Column, ...] = (
     Column("gpu", "GPU", lambda p, _: p.device_index,
            lambda p, _: Text("-" if p.device_index is None else str(p.device_index), justify="right"),
-           fields=("device_index",)),
+           fields=("device_index",), sort_attr="device_index"),
     Column("pid", "PID", lambda p, _: p.pid, lambda p, _: Text(str(p.pid), justify="right"), True,
-           fields=("pid",)),
-    Column("user", "USER", lambda p, _: p.user, lambda p, _: cells.user(p), fields=("user",)),
-    Column("type", "TYPE", lambda p, _: p.type.value, lambda p, _: Text(p.type.value), fields=("type",)),
+           fields=("pid",), sort_attr="pid"),
+    Column("user", "USER", lambda p, _: p.user, lambda p, _: cells.user(p), fields=("user",), sort_attr="user"),
+    Column("type", "TYPE", lambda p, _: p.type.value, lambda p, _: Text(p.type.value), fields=("type",),
+           sort_attr="type.value"),
     Column("mem", "GPU MEM", lambda p, _: p.used_memory_bytes,
            lambda p, _: cells.mib(p.used_memory_bytes, p.reason("used_memory_bytes")), True,
-           fields=("used_memory_bytes",)),
+           fields=("used_memory_bytes",), sort_attr="used_memory_bytes"),
     Column("sm", "SM%", lambda p, _: p.sm_percent,
-           lambda p, _: cells.percent(p.sm_percent, p.reason("sm_percent")), True, fields=("sm_percent",)),
+           lambda p, _: cells.percent(p.sm_percent, p.reason("sm_percent")), True, fields=("sm_percent",),
+           sort_attr="sm_percent"),
     Column("cpu", "CPU%", lambda p, _: p.cpu_percent,
-           lambda p, _: cells.percent(p.cpu_percent, p.reason("cpu_percent")), True, fields=("cpu_percent",)),
+           lambda p, _: cells.percent(p.cpu_percent, p.reason("cpu_percent")), True, fields=("cpu_percent",),
+           sort_attr="cpu_percent"),
     Column("rss", "RSS", lambda p, _: p.rss_bytes, lambda p, _: cells.mib(p.rss_bytes, p.reason("rss_bytes")), True,
-           fields=("rss_bytes",)),
+           fields=("rss_bytes",), sort_attr="rss_bytes"),
     Column("time", "TIME", _running, lambda p, now: Text(cells.duration(_running(p, now)), justify="right"), True),
     Column("container", "CONTAINER", lambda p, _: p.container,
-           lambda p, _: cells.container(p, limit=32), fields=("container", "container_pid")),
-    Column("command", "COMMAND", lambda p, _: p.command, lambda p, _: cells.command(p), fields=("command",)),
+           lambda p, _: cells.container(p, limit=32), fields=("container", "container_pid"), sort_attr="container"),
+    Column("command", "COMMAND", lambda p, _: p.command, lambda p, _: cells.command(p), fields=("command",),
+           sort_attr="command"),
 )
 COLUMN_KEYS = tuple(c.key for c in COLUMNS)
 NARROW_WIDTH = 110
@@ -170,11 +177,16 @@ def sort_processes(
     whole (64 000 processes: ~25 ms instead of ~100 ms at every poll).
     """
     col = _BY_KEY[column]
-    sort_key = col.sort_key
     processes = list(processes)
     # No tuple per process: 64 000 short-lived tuples a poll set off the garbage collector's
-    # full passes over every snapshot object, which cost more than the sort itself.
-    keys = list(map(sort_key, processes, repeat(now)))
+    # full passes over every snapshot object, which cost more than the sort itself. A column
+    # that sorts by an attribute reads it in C (attrgetter), not one Python call per process.
+    if col.sort_attr is not None:
+        sort_key: Callable[[ProcessSample], Any] = attrgetter(col.sort_attr)
+        keys = list(map(sort_key, processes))
+    else:
+        keys = list(map(col.sort_key, processes, repeat(now)))
+        sort_key = _keyed(col.sort_key, now)
     known = [p for p, k in zip(processes, keys) if k is not None]
     if limit is not None and len(known) > limit:
         present = [k for k in keys if k is not None]
@@ -184,14 +196,42 @@ def sort_processes(
             known = [p for p, k in zip(processes, keys) if k is not None and k >= cut]
         else:
             known = [p for p, k in zip(processes, keys) if k is not None and k <= cut]
-    known.sort(key=lambda p: (p.pid, p.device_index if p.device_index is not None else -1))
-    known.sort(key=lambda p: sort_key(p, now), reverse=reverse)
+    # ties by (PID, GPU index, -1 for none); attrgetter's tuples where no GPU index is None
+    known.sort(key=_pid_then_gpu if None in map(_GPU_INDEX, known) else _PID_GPU)
+    known.sort(key=sort_key, reverse=reverse)
     if limit is not None and len(known) >= limit:
         return known[:limit]
     unknown = [p for p, k in zip(processes, keys) if k is None]
-    unknown.sort(key=lambda p: p.pid)
+    unknown.sort(key=_PID)
     ordered = known + unknown
     return ordered if limit is None else ordered[:limit]
+
+
+_GPU_INDEX = attrgetter("device_index")
+_CONTAINER = attrgetter("container")
+_CONTAINER_PID = attrgetter("container_pid")
+#: per tuple of visible column keys: (position, column, its fields reader or None, shared
+#: cell?) of each, made once per set of columns (ProcessTable._cells_for runs per row and poll)
+_PLANS: dict[tuple[str, ...], list[tuple[int, Column, Callable[[ProcessSample], Any] | None, bool]]] = {}
+
+
+def _plan(columns: tuple[str, ...]) -> list[tuple[int, Column, Callable[[ProcessSample], Any] | None, bool]]:
+    plan = _PLANS[columns] = [(i, _BY_KEY[k], _FIELDS[k], k in SHARED_CELL_COLUMNS) for i, k in enumerate(columns)]
+    return plan
+
+
+#: a row's decoration when it has neither a warning nor a rank label
+_NO_FLAG: tuple[str | None, str | None] = (None, None)
+_PID = attrgetter("pid")
+_PID_GPU = attrgetter("pid", "device_index")
+
+
+def _pid_then_gpu(p: ProcessSample) -> tuple[int, int]:
+    return p.pid, p.device_index if p.device_index is not None else -1
+
+
+def _keyed(sort_key: Callable[[ProcessSample, float], Any], now: float) -> Callable[[ProcessSample], Any]:
+    return lambda p: sort_key(p, now)
 
 
 #: Most rows the table holds (issue 13, item 20). Past this many, the first rows in sort order
@@ -310,7 +350,8 @@ class ProcessTable(LineTable):
         # The same rows again (a quiet box) change nothing on screen: skip filtering, sorting
         # and rendering. Time matters only through the TIME column of timed processes.
         timed = "time" in self.visible_columns and any(p.start_time is not None for p in processes)
-        key = (int(now) if timed else None, self.size.width, tuple(sorted(self.flags.items())))
+        view = self.screen_view()  # the size, looked up once for the whole poll
+        key = (int(now) if timed else None, view[0], tuple(sorted(self.flags.items())) if self.flags else ())
         if keep is None and self.shown and key == self._shown_key and processes == self._processes \
                 and job_of == self._job_of:
             self._now = now
@@ -319,7 +360,7 @@ class ProcessTable(LineTable):
         self._job_of = job_of
         self._processes = processes
         self._now = now
-        self._rebuild(keep)
+        self._rebuild(keep, view)
 
     def select_pid(self, pid: int) -> bool:
         """Move the cursor to the first row of ``pid`` (its job's group row while that is
@@ -391,14 +432,19 @@ class ProcessTable(LineTable):
     def on_header_click(self, column: int) -> None:
         self.set_sort(self.visible_columns[column])
 
-    def _wanted_columns(self) -> tuple[str, ...]:
-        """Columns worth their width: no GPU columns without GPU processes, no empty CONTAINER."""
+    def _wanted_columns(self, width: int | None = None) -> tuple[str, ...]:
+        """Columns worth their width: no GPU columns without GPU processes, no empty CONTAINER.
+        ``width``: the table's, if the caller has it (else looked up)."""
         hidden: set[str] = set()
-        if self._processes and all(p.device_index is None for p in self._processes):
+        processes = self._processes
+        # the passes over every process run in C (map of attrgetter), not a generator's steps
+        if processes and {*map(_GPU_INDEX, processes)} == {None}:
             hidden |= {"gpu", "mem", "sm"}
-        if not any(p.container or p.container_pid for p in self._processes):
+        if not (any(map(_CONTAINER, processes)) or any(map(_CONTAINER_PID, processes))):
             hidden.add("container")
-        if self.size.width and self.size.width < NARROW_WIDTH:
+        if width is None:
+            width = self.size.width
+        if width and width < NARROW_WIDTH:
             # the command matters more; the detail view has them all. Without GPU columns RSS
             # is the memory column and the default order: it stays (and has their room).
             hidden |= NARROW_HIDDEN - ({"rss"} if "mem" in hidden else set())
@@ -409,9 +455,13 @@ class ProcessTable(LineTable):
             self._rebuild(None)
         super().on_resize()
 
-    def _rebuild(self, keep: str | None) -> None:
-        """Filter, sort and render the rows, and hand them to the table."""
-        self.visible_columns = self._wanted_columns()
+    def _rebuild(self, keep: str | None, view: tuple[int, range] | None = None) -> None:
+        """Filter, sort and render the rows, and hand them to the table. ``view``:
+        :meth:`screen_view` if the caller just read it."""
+        if view is None:
+            view = self.screen_view()
+        on_screen = view[1]
+        self.visible_columns = self._wanted_columns(view[0])
         matches = self.filter.matches
         rows = [p for p in self._processes if matches(p)] if self.filter.active else list(self._processes)
         column, reverse = self.effective_sort
@@ -433,7 +483,7 @@ class ProcessTable(LineTable):
                 keep = group_key(job.job_id)
         if had_jobs != self.jobs_shown:
             self.refresh_bindings()
-        cells_by_key = self._render_rows()
+        cells_by_key = self._render_rows(on_screen)
         if self._header_key != (self.visible_columns, column, reverse):  # made again only when they change
             self._header_key = (self.visible_columns, column, reverse)
             self._header_cells = [
@@ -444,10 +494,11 @@ class ProcessTable(LineTable):
         headers = self._header_cells
         # The selected row is the charted one: a re-sort that moves it out of view scrolls
         # just enough to keep it in sight (the view stays put while it is in sight).
-        in_sight = self.cursor_row in self.rows_on_screen()
-        self.set_rows(headers, cells_by_key, keep, grow_only=old_keys == cells_by_key.keys())
-        if in_sight and keep is None and self.cursor_row not in self.rows_on_screen():
-            self._scroll_cursor_into_view()
+        # (set_rows without ``keep`` neither scrolls nor resizes: the view read above holds)
+        in_sight = self.cursor_row in on_screen
+        self.set_rows(headers, cells_by_key, keep, grow_only=old_keys == cells_by_key.keys(), view=view)
+        if in_sight and keep is None and self.cursor_row not in on_screen:
+            self._scroll_cursor_into_view(on_screen)
 
     @staticmethod
     def _entry_key(entry: ProcessSample | JobRow) -> str:
@@ -487,52 +538,54 @@ class ProcessTable(LineTable):
             listed.extend(ranks)
         return entries, listed
 
-    def _render_rows(self) -> dict[str, list[Text]]:
+    def _render_rows(self, on_screen: range) -> dict[str, list[Text]]:
         """Cells of every shown row, in order. A row whose sample is unchanged keeps its
         cells list (only TIME moves with the clock); a changed one re-renders only the
         cells whose fields changed. A changed row off screen keeps its cells until it is
         drawn (:meth:`_row_cells`): with hundreds of rows changing every second, rendering rows
-        nobody sees was most of the table's work."""
-        visible = [_BY_KEY[k] for k in self.visible_columns]
+        nobody sees was most of the table's work. ``on_screen``: :meth:`rows_on_screen`."""
         same_columns = self._sources_columns == self.visible_columns
         sources = self._sources if same_columns else {}
         old_cells = self._cells if same_columns else {}
         pending = self._pending if same_columns else {}
-        on_screen = self.rows_on_screen() or range(len(self.entries))  # before any layout: all
+        on_screen = on_screen or range(len(self.entries))  # before any layout: all
         timed = "time" in self.visible_columns
         new_rows: dict[str, list[Text]] = {}
         new_sources: dict[str, ProcessSample] = {}
         new_pending: dict[str, ProcessSample] = {}
+        # only the rows with a flag or a rank label: most have neither (_NO_FLAG by default)
         flags_shown: dict[str, tuple[str | None, str | None]] = {}
         group_cells_now: dict[str, tuple[JobRow, tuple[str, ...], list[Text]]] = {}
         if self._job_of:  # with the first job: not in the first frame
             from gpumem_tui.ui.job_rows import group_cells, rank_label
         job_of, flags, flags_before = self._job_of, self.flags, self._flags_shown
-        no_flag = (None, None)
+        no_flag = _NO_FLAG
+        groups = self._groups_listed
         for index, p in enumerate(self.entries):
-            if _is_group(p):
+            if groups and _is_group(p):
                 key = p.key
                 held = self._group_cells.get(key)
                 group_cells_now[key] = held if held is not None and held[:2] == (p, self.visible_columns) \
                     else (p, self.visible_columns, group_cells(p, self.visible_columns))
                 new_rows[key] = group_cells_now[key][2]
                 continue
-            key = row_key(p)
-            pid = p.pid
+            pid, gpu = p.pid, p.device_index
+            key = f"{pid}:{'-' if gpu is None else gpu}"  # row_key(p), without a call per row
             job = job_of.get(pid) if job_of else None
             if job is not None:
                 flag = (flags.get(pid), next((rank_label(r) for r in job.ranks if r.pid == pid), None))
             else:  # most rows: no rank label, and no flag tuple made per row
                 warning = flags.get(pid) if flags else None
                 flag = no_flag if warning is None else (warning, None)
-            flags_shown[key] = flag
+            if flag is not no_flag:
+                flags_shown[key] = flag
             old = sources.get(key)  # the sample the row's cells show
-            previous = old_cells.get(key) if old is not None and flags_before.get(key) == flag else None
+            previous = old_cells.get(key) if old is not None and flags_before.get(key, no_flag) == flag else None
             if previous is not None and index not in on_screen and (
                     key in pending or (timed and p.start_time is not None) or old != p):  # the sample compare last: ~3 us
                 new_rows[key], new_sources[key], new_pending[key] = previous, old, p  # drawn later
                 continue
-            new_rows[key] = self._cells_for(p, old, previous, flag, visible)
+            new_rows[key] = self._cells_for(p, old, previous, flag)
             new_sources[key] = p
         self._sources = new_sources
         self._sources_columns = self.visible_columns
@@ -542,24 +595,40 @@ class ProcessTable(LineTable):
         return new_rows
 
     def _cells_for(self, p: ProcessSample, old: ProcessSample | None, previous: list[Text] | None,
-                   flag: tuple[str | None, str | None], visible: list[Column]) -> list[Text]:
-        """The cells of ``p``'s row; ``old`` / ``previous``: the sample and cells the row
-        shows now (None: render every cell)."""
+                   flag: tuple[str | None, str | None]) -> list[Text]:
+        """The cells of ``p``'s row in the visible columns; ``old`` / ``previous``: the sample
+        and cells the row shows now (None: render every cell). The cells list is
+        ``previous`` itself while every cell reads the same (the table then sees an unchanged
+        row); else a copy with only the changed cells new: a cell whose fields are the same
+        is kept, and TIME, drawn from the clock, while its text is the same."""
         now = self._now
-        if previous is not None and old == p:
-            if "time" in self.visible_columns and p.start_time is not None:
-                time_index = self.visible_columns.index("time")
-                time_cell = visible[time_index].render(p, now)
-                if time_cell.plain != previous[time_index].plain:
-                    previous = list(previous)
-                    previous[time_index] = time_cell
-            return previous
-        if previous is not None and old is not None and old.status == p.status \
-                and old.field_errors == p.field_errors:
-            # the same process with some figures changed: only their cells are new
-            return [previous[i] if (fields := _FIELDS[col.key]) is not None and fields(old) == fields(p)
-                    else self._render(col, p, now, flag) for i, col in enumerate(visible)]
-        return [self._render(col, p, now, flag) for col in visible]
+        plan = _PLANS.get(self.visible_columns) or _plan(self.visible_columns)
+        if previous is None or old is None or old.status != p.status or old.field_errors != p.field_errors:
+            return [self._render(col, p, now, flag) for _, col, _, _ in plan]
+        status, errors = p.status, p.field_errors
+        shared = self._shared_cells
+        drawn = shared.drawn
+        cells_: list[Text] | None = None  # a copy of previous, made at the first cell that changes
+        for index, col, fields, is_shared in plan:
+            if fields is None:  # TIME: kept while it reads the same
+                cell = self._render(col, p, now, flag)
+                if cell.plain == previous[index].plain:
+                    continue
+            else:
+                value = fields(p)
+                if value == fields(old):
+                    continue
+                if is_shared:  # a figure's cell: the lookup _render makes, without its calls
+                    key = (col.key, value, status, errors)
+                    cell = drawn.get(key)
+                    if cell is None:
+                        cell = shared.get(key, self._render_cell, col, p, now)
+                else:
+                    cell = self._render(col, p, now, flag)
+            if cells_ is None:
+                cells_ = list(previous)
+            cells_[index] = cell
+        return previous if cells_ is None else cells_
 
     def _row_cells(self, key: str) -> list[Text]:
         """Row ``key``'s cells, brought up to date first if it changed while off screen. A
@@ -567,8 +636,7 @@ class ProcessTable(LineTable):
         p = self._pending.pop(key, None)
         if p is None:
             return self._cells[key]
-        cells_ = self._cells_for(p, self._sources[key], self._cells[key], self._flags_shown.get(key, (None, None)),
-                                 [_BY_KEY[k] for k in self.visible_columns])
+        cells_ = self._cells_for(p, self._sources[key], self._cells[key], self._flags_shown.get(key, _NO_FLAG))
         self._cells[key] = cells_
         self._sources[key] = p
         self._widen(cells_)
