@@ -7,7 +7,8 @@ import random
 from operator import attrgetter
 
 from gpumem_tui.telemetry.model import ProcessSample, ProcessType
-from gpumem_tui.ui.process_table import COLUMNS, sort_processes
+from gpumem_tui.ui.process_rows import sort_processes
+from gpumem_tui.ui.process_columns import COLUMNS
 
 NOW = 1_700_000_000.0
 

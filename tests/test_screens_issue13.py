@@ -33,7 +33,7 @@ def _header_line(app) -> str:
 async def test_the_sorted_column_shows_its_arrow_whichever_it_is():
     """Item 7: GPU, PID, USER, SM% and TIME headers were sized before the arrow was added,
     which cut it off; every column now shows it."""
-    from gpumem_tui.ui.process_table import COLUMN_KEYS, _BY_KEY
+    from gpumem_tui.ui.process_columns import _BY_KEY, COLUMN_KEYS
 
     app = make_app()
     async with app.run_test(size=(200, 40)) as pilot:

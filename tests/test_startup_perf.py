@@ -42,6 +42,7 @@ NOT_AT_START_UP = (
     "gpumem_tui.ui.chart_scale",  # the chart's scale: with the first samples
     "gpumem_tui.ui.chart_samples",  # the chart's drawing with samples
     "gpumem_tui.ui.poll_record",  # a snapshot taken into the stores: with the first snapshot
+    "gpumem_tui.ui.process_rows",  # the process table's rows: with the first processes
     "gpumem_tui.ui.braille",  # the chart's canvas: once there is a curve to draw
 )
 

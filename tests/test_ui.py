@@ -17,7 +17,8 @@ from waiting import HANG_TIMEOUT, settle  # noqa: E402
 from gpumem_tui.ui.app import GpuMemApp  # noqa: E402
 from gpumem_tui.ui.device_panel import DevicePanel  # noqa: E402
 from gpumem_tui.ui.memory_chart import MemoryChart  # noqa: E402
-from gpumem_tui.ui.process_table import ProcessFilter, ProcessTable, sort_processes  # noqa: E402
+from gpumem_tui.ui.process_rows import sort_processes  # noqa: E402
+from gpumem_tui.ui.process_table import ProcessFilter, ProcessTable  # noqa: E402
 from gpumem_tui.ui.screens import ConfirmSignalScreen, HelpScreen, ProcessDetailScreen  # noqa: E402
 from gpumem_tui.ui.themes import load_themes  # noqa: E402
 from gpumem_tui.support.units import GiB  # noqa: E402

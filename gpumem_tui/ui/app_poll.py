@@ -27,7 +27,7 @@ from gpumem_tui.telemetry.model import (
     namespace_note,
 )
 from gpumem_tui.ui.app_common import freeze_gc
-from gpumem_tui.ui.process_table import row_key
+from gpumem_tui.ui.process_columns import row_key
 
 if TYPE_CHECKING:  # made at the first snapshot (DashboardPoll.probed, .history): not in the first frame
     from gpumem_tui.telemetry.probed_state import ProbedProcesses

@@ -123,7 +123,7 @@ class DevicePanel(LineTable):
         unchanged is kept (the same Text: the table then neither measures nor styles it again),
         and with every cell kept the row is ``shown`` itself (an unchanged row). A changed
         cell is drawn once per value and look, and shared by every GPU and poll that shows it
-        (a cell is never changed once made: ProcessTable._render, issue 23)."""
+        (a cell is never changed once made: process_rows.decorated_cell, issue 23)."""
         keep = before is not None and shown is not None and len(shown) == len(_CELL_FIELDS) \
             and before.error == dev.error and before.field_errors == dev.field_errors
         look = (dev.error, dev.field_errors, used_style, free_style, narrow, bar_width)  # what every cell shares

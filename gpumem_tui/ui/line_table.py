@@ -385,7 +385,7 @@ class LineTable(ScrollView, can_focus=True):
         """The width of each of ``cells`` (a changed row), in cells. ``known``: the row's cells
         and widths as measured last; a cell still there keeps its width. A new cell's width
         is found by the cell object itself when a row measured it already (the tables share
-        one Text per figure: ProcessTable._render, DevicePanel._row), else measured (Rich's
+        one Text per figure: process_rows.decorated_cell, DevicePanel._row), else measured (Rich's
         ``Text.cell_len``) and remembered. Once made, a cell is never changed, so its width
         holds; the cell is kept in the value, so its id cannot be reused while the entry lives."""
         by_cell = self._width_by_cell

@@ -21,9 +21,6 @@ predicted vs measured peak (gpumem_tui.ui.job_rows). A process of no job is draw
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from itertools import repeat
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from rich.text import Text
@@ -36,85 +33,19 @@ if TYPE_CHECKING:  # annotations only: the jobs come from the poll (JobTracker, 
 from gpumem_tui.telemetry.model import ProcessSample
 from gpumem_tui.ui import cells
 from gpumem_tui.ui.line_table import LineTable
-
-
-class Column(NamedTuple):
-    """A process table column: key, header, sort key (None = unknown) and cell renderer.
-
-    A NamedTuple, not a frozen dataclass: as immutable, and its class is made at import without
-    the methods a frozen dataclass compiles from source (~3 M instructions of the start-up)."""
-
-    key: str
-    label: str
-    sort_key: Callable[[ProcessSample, float], Any]
-    render: Callable[[ProcessSample, float], Text | str]
-    numeric: bool = False  # first sort is descending for numbers
-    #: the sample fields the cell shows (besides ``status`` and ``field_errors``, which any
-    #: cell may show): while they are equal the rendered cell is kept. Empty: always render.
-    fields: tuple[str, ...] = ()
-    #: the (dotted) attribute that ``sort_key`` reads, when it reads only that: the sort then
-    #: reads it with ``operator.attrgetter``, in C, not one Python call per process and sort
-    sort_attr: str | None = None
-
-    @property
-    def shown_fields(self) -> Callable[[ProcessSample], Any] | None:
-        """Reads :attr:`fields` of a sample in one call (``operator.attrgetter``), for the
-        comparison made per row and column at every poll; None when ``fields`` is empty."""
-        return attrgetter(*self.fields) if self.fields else None
-
-
-def _running(p: ProcessSample, now: float) -> float | None:
-    return None if p.start_time is None else now - p.start_time
-
-
-COLUMNS: tuple[Column, ...] = (
-    Column("gpu", "GPU", lambda p, _: p.device_index,
-           lambda p, _: Text("-" if p.device_index is None else str(p.device_index), justify="right"),
-           fields=("device_index",), sort_attr="device_index"),
-    Column("pid", "PID", lambda p, _: p.pid, lambda p, _: Text(str(p.pid), justify="right"), True,
-           fields=("pid",), sort_attr="pid"),
-    Column("user", "USER", lambda p, _: p.user, lambda p, _: cells.user(p), fields=("user",), sort_attr="user"),
-    Column("type", "TYPE", lambda p, _: p.type.value, lambda p, _: Text(p.type.value), fields=("type",),
-           sort_attr="type.value"),
-    Column("mem", "GPU MEM", lambda p, _: p.used_memory_bytes,
-           lambda p, _: cells.mib(p.used_memory_bytes, p.reason("used_memory_bytes")), True,
-           fields=("used_memory_bytes",), sort_attr="used_memory_bytes"),
-    Column("sm", "SM%", lambda p, _: p.sm_percent,
-           lambda p, _: cells.percent(p.sm_percent, p.reason("sm_percent")), True, fields=("sm_percent",),
-           sort_attr="sm_percent"),
-    Column("cpu", "CPU%", lambda p, _: p.cpu_percent,
-           lambda p, _: cells.percent(p.cpu_percent, p.reason("cpu_percent")), True, fields=("cpu_percent",),
-           sort_attr="cpu_percent"),
-    Column("rss", "RSS", lambda p, _: p.rss_bytes, lambda p, _: cells.mib(p.rss_bytes, p.reason("rss_bytes")), True,
-           fields=("rss_bytes",), sort_attr="rss_bytes"),
-    Column("time", "TIME", _running, lambda p, now: Text(cells.duration(_running(p, now)), justify="right"), True),
-    Column("container", "CONTAINER", lambda p, _: p.container,
-           lambda p, _: cells.container(p, limit=32), fields=("container", "container_pid"), sort_attr="container"),
-    Column("command", "COMMAND", lambda p, _: p.command, lambda p, _: cells.command(p), fields=("command",),
-           sort_attr="command"),
+from gpumem_tui.ui.process_columns import (
+    _BY_KEY,
+    _CONTAINER,
+    _CONTAINER_PID,
+    _GPU_INDEX,
+    COLUMN_KEYS,
+    NARROW_HIDDEN,
+    NARROW_WIDTH,
+    SHARED_CELLS_LIMIT,
+    Column,
+    _is_group,
+    row_key,
 )
-COLUMN_KEYS = tuple(c.key for c in COLUMNS)
-NARROW_WIDTH = 110
-NARROW_HIDDEN = frozenset({"type", "rss", "time", "container"})
-_BY_KEY = {c.key: c for c in COLUMNS}
-#: Columns whose cell is drawn from its fields, the status and the field errors alone (a figure,
-#: never decorated): one cell per value, shared by rows and polls (ProcessTable._render).
-SHARED_CELL_COLUMNS = frozenset({"gpu", "pid", "mem", "sm", "cpu", "rss"})
-#: Most shared cells a table keeps; past it the store starts afresh.
-SHARED_CELLS_LIMIT = 4096
-_FIELDS = {c.key: c.shown_fields for c in COLUMNS}
-
-
-def _is_group(entry: object) -> bool:
-    """True for a job's group row (:class:`gpumem_tui.ui.job_rows.JobRow`): the table's entries
-    are those and ProcessSample rows, so this needs no import of job_rows, which comes with the
-    first rows (a first start compiles it then, not for the first frame)."""
-    return entry is not None and not isinstance(entry, ProcessSample)
-
-
-def row_key(p: ProcessSample) -> str:
-    """Stable row identity: the same process on two GPUs is two rows."""
-    return f"{p.pid}:{'-' if p.device_index is None else p.device_index}"
 
 
 class ProcessFilter(NamedTuple):
@@ -167,84 +98,11 @@ class ProcessFilter(NamedTuple):
         return True
 
 
-def sort_processes(
-    processes: Iterable[ProcessSample], column: str, reverse: bool, now: float, limit: int | None = None
-) -> list[ProcessSample]:
-    """Sort by ``column`` (a key of COLUMNS); None last in both directions; ties by PID.
-
-    With ``limit``, only the first ``limit`` of that order: the keys are computed once and
-    sorted as plain values to find the cut-off, and only the processes up to it are sorted
-    whole (64 000 processes: ~25 ms instead of ~100 ms at every poll).
-    """
-    col = _BY_KEY[column]
-    processes = list(processes)
-    # No tuple per process: 64 000 short-lived tuples a poll set off the garbage collector's
-    # full passes over every snapshot object, which cost more than the sort itself. A column
-    # that sorts by an attribute reads it in C (attrgetter), not one Python call per process.
-    if col.sort_attr is not None:
-        sort_key: Callable[[ProcessSample], Any] = attrgetter(col.sort_attr)
-        keys = list(map(sort_key, processes))
-    else:
-        keys = list(map(col.sort_key, processes, repeat(now)))
-        sort_key = _keyed(col.sort_key, now)
-    known = [p for p, k in zip(processes, keys) if k is not None]
-    if limit is not None and len(known) > limit:
-        present = [k for k in keys if k is not None]
-        present.sort(reverse=reverse)
-        cut = present[limit - 1]  # ties at the cut stay in: the PID order decides among them
-        if reverse:
-            known = [p for p, k in zip(processes, keys) if k is not None and k >= cut]
-        else:
-            known = [p for p, k in zip(processes, keys) if k is not None and k <= cut]
-    # ties by (PID, GPU index, -1 for none); attrgetter's tuples where no GPU index is None
-    known.sort(key=_pid_then_gpu if None in map(_GPU_INDEX, known) else _PID_GPU)
-    known.sort(key=sort_key, reverse=reverse)
-    if limit is not None and len(known) >= limit:
-        return known[:limit]
-    unknown = [p for p, k in zip(processes, keys) if k is None]
-    unknown.sort(key=_PID)
-    ordered = known + unknown
-    return ordered if limit is None else ordered[:limit]
-
-
-_GPU_INDEX = attrgetter("device_index")
-_CONTAINER = attrgetter("container")
-_CONTAINER_PID = attrgetter("container_pid")
-#: per tuple of visible column keys: (position, column, its fields reader or None, shared
-#: cell?) of each, made once per set of columns (ProcessTable._cells_for runs per row and poll)
-_PLANS: dict[tuple[str, ...], list[tuple[int, Column, Callable[[ProcessSample], Any] | None, bool]]] = {}
-
-
-def _plan(columns: tuple[str, ...]) -> list[tuple[int, Column, Callable[[ProcessSample], Any] | None, bool]]:
-    plan = _PLANS[columns] = [(i, _BY_KEY[k], _FIELDS[k], k in SHARED_CELL_COLUMNS) for i, k in enumerate(columns)]
-    return plan
-
-
-#: a row's decoration when it has neither a warning nor a rank label
-_NO_FLAG: tuple[str | None, str | None] = (None, None)
-_PID = attrgetter("pid")
-_PID_GPU = attrgetter("pid", "device_index")
-
-
-def _pid_then_gpu(p: ProcessSample) -> tuple[int, int]:
-    return p.pid, p.device_index if p.device_index is not None else -1
-
-
-def _keyed(sort_key: Callable[[ProcessSample, float], Any], now: float) -> Callable[[ProcessSample], Any]:
-    return lambda p: sort_key(p, now)
-
-
-#: Most rows the table holds (issue 13, item 20). Past this many, the first rows in sort order
-#: are shown (plus the selected one) and the rest are counted in ``hidden_rows``; the filter
-#: (gpu:N, user:NAME, words) narrows what is shown. A bound on the work of every poll: each
-#: held row's cells are rendered and measured when its figures change.
-MAX_ROWS = 500
-
-
 class ProcessTable(LineTable):
-    """The process table (see the module doc); the app feeds it with :meth:`show`. Holds
-    at most :data:`MAX_ROWS` rows; ``hidden_rows`` counts the matching processes left out.
-    Row keys: :func:`row_key`."""
+    """The process table (see the module doc); the app feeds it with :meth:`show`. Holds at
+    most :data:`gpumem_tui.ui.process_columns.MAX_ROWS` rows; ``hidden_rows`` counts the
+    matching processes left out. Row keys: :func:`gpumem_tui.ui.process_columns.row_key`.
+    Its rows are built by :mod:`gpumem_tui.ui.process_rows`, imported with the first rows."""
 
     hidden_rows = 0
 
@@ -289,7 +147,7 @@ class ProcessTable(LineTable):
         self.entries: list[ProcessSample | JobRow] = []
         self._groups_listed = False  # a group row is among the entries (jobs_shown)
         self._group_cells: dict[str, tuple[JobRow, tuple[str, ...], list[Text]]] = {}
-        #: a cell per (column, the fields it shows, status, field errors) (see :meth:`_render`)
+        #: a cell per (column, the fields it shows, status, field errors) (see :func:`gpumem_tui.ui.process_rows.decorated_cell`)
         self._shared_cells = cells.SharedCells(SHARED_CELLS_LIMIT)
         self._header_key: tuple[Any, ...] = ()  # (columns, sort column, reverse) of _header_cells
         self._header_cells: list[Text] = []
@@ -456,179 +314,16 @@ class ProcessTable(LineTable):
         super().on_resize()
 
     def _rebuild(self, keep: str | None, view: tuple[int, range] | None = None) -> None:
-        """Filter, sort and render the rows, and hand them to the table. ``view``:
-        :meth:`screen_view` if the caller just read it."""
-        if view is None:
-            view = self.screen_view()
-        on_screen = view[1]
-        self.visible_columns = self._wanted_columns(view[0])
-        matches = self.filter.matches
-        rows = [p for p in self._processes if matches(p)] if self.filter.active else list(self._processes)
-        column, reverse = self.effective_sort
-        ordered = sort_processes(rows, column, reverse, self._now, limit=MAX_ROWS)
-        self.hidden_rows = max(0, len(rows) - MAX_ROWS)
-        selection = keep if keep is not None else self.cursor_key
-        if self.hidden_rows and selection and all(row_key(p) != selection for p in ordered):
-            ordered += [p for p in rows if row_key(p) == selection][:1]  # the selection stays listed
-        old_keys = set(self._cells)
-        had_jobs = self.jobs_shown
-        self.entries, self.shown = self._grouped(ordered)
-        # group rows come only with jobs: no pass over the rows per poll without one
-        self._groups_listed = bool(self._job_of) and any(map(_is_group, self.entries))
-        if keep is not None and keep not in {self._entry_key(e) for e in self.entries}:
-            job = next((j for p in ordered if row_key(p) == keep and (j := self._job_of.get(p.pid))), None)
-            if job is not None:  # its job is collapsed
-                from gpumem_tui.ui.job_rows import group_key
+        """Filter, sort and render the rows, and hand them to the table
+        (:func:`gpumem_tui.ui.process_rows.rebuild`). ``view``: :meth:`screen_view` if the
+        caller just read it."""
+        from gpumem_tui.ui.process_rows import rebuild  # with the first rows: not in the first frame
 
-                keep = group_key(job.job_id)
-        if had_jobs != self.jobs_shown:
-            self.refresh_bindings()
-        cells_by_key = self._render_rows(on_screen)
-        if self._header_key != (self.visible_columns, column, reverse):  # made again only when they change
-            self._header_key = (self.visible_columns, column, reverse)
-            self._header_cells = [
-                # every header keeps two cells for the arrow, so sorting moves no column
-                Text(_BY_KEY[k].label + ((" ▼" if reverse else " ▲") if k == column else "  "), style="bold")
-                for k in self.visible_columns
-            ]
-        headers = self._header_cells
-        # The selected row is the charted one: a re-sort that moves it out of view scrolls
-        # just enough to keep it in sight (the view stays put while it is in sight).
-        # (set_rows without ``keep`` neither scrolls nor resizes: the view read above holds)
-        in_sight = self.cursor_row in on_screen
-        self.set_rows(headers, cells_by_key, keep, grow_only=old_keys == cells_by_key.keys(), view=view)
-        if in_sight and keep is None and self.cursor_row not in on_screen:
-            self._scroll_cursor_into_view(on_screen)
+        rebuild(self, keep, view)
 
     @staticmethod
     def _entry_key(entry: ProcessSample | JobRow) -> str:
         return entry.key if _is_group(entry) else row_key(entry)
-
-    def _grouped(self, ordered: list[ProcessSample]) -> tuple[list[ProcessSample | JobRow], list[ProcessSample]]:
-        """(rows in display order, processes listed): each job's group row where its first
-        rank sorts, then (expanded) its ranks in rank order; the processes listed include
-        the ranks of a collapsed job."""
-        job_of = self._job_of
-        if not job_of:
-            return list(ordered), ordered
-        from gpumem_tui.ui.job_rows import JobRow  # with the first job: not in the first frame
-
-        members: dict[str, list[ProcessSample]] = {}
-        for p in ordered:
-            job = job_of.get(p.pid)
-            if job is not None:
-                members.setdefault(job.job_id, []).append(p)
-        entries: list[ProcessSample | JobRow] = []
-        listed: list[ProcessSample] = []
-        for p in ordered:
-            job = job_of.get(p.pid)
-            if job is None:
-                entries.append(p)
-                listed.append(p)
-                continue
-            ranks = members.pop(job.job_id, None)
-            if ranks is None:
-                continue  # its group row is placed already
-            rank_of = {r.pid: r.rank for r in job.ranks}
-            ranks.sort(key=lambda q: (rank_of.get(q.pid, 0), q.pid))
-            expanded = job.job_id in self.expanded
-            entries.append(JobRow(job, tuple(ranks), expanded))
-            if expanded:
-                entries.extend(ranks)
-            listed.extend(ranks)
-        return entries, listed
-
-    def _render_rows(self, on_screen: range) -> dict[str, list[Text]]:
-        """Cells of every shown row, in order. A row whose sample is unchanged keeps its
-        cells list (only TIME moves with the clock); a changed one re-renders only the
-        cells whose fields changed. A changed row off screen keeps its cells until it is
-        drawn (:meth:`_row_cells`): with hundreds of rows changing every second, rendering rows
-        nobody sees was most of the table's work. ``on_screen``: :meth:`rows_on_screen`."""
-        same_columns = self._sources_columns == self.visible_columns
-        sources = self._sources if same_columns else {}
-        old_cells = self._cells if same_columns else {}
-        pending = self._pending if same_columns else {}
-        on_screen = on_screen or range(len(self.entries))  # before any layout: all
-        timed = "time" in self.visible_columns
-        new_rows: dict[str, list[Text]] = {}
-        new_sources: dict[str, ProcessSample] = {}
-        new_pending: dict[str, ProcessSample] = {}
-        # only the rows with a flag or a rank label: most have neither (_NO_FLAG by default)
-        flags_shown: dict[str, tuple[str | None, str | None]] = {}
-        group_cells_now: dict[str, tuple[JobRow, tuple[str, ...], list[Text]]] = {}
-        if self._job_of:  # with the first job: not in the first frame
-            from gpumem_tui.ui.job_rows import group_cells, rank_label
-        job_of, flags, flags_before = self._job_of, self.flags, self._flags_shown
-        no_flag = _NO_FLAG
-        groups = self._groups_listed
-        for index, p in enumerate(self.entries):
-            if groups and _is_group(p):
-                key = p.key
-                held = self._group_cells.get(key)
-                group_cells_now[key] = held if held is not None and held[:2] == (p, self.visible_columns) \
-                    else (p, self.visible_columns, group_cells(p, self.visible_columns))
-                new_rows[key] = group_cells_now[key][2]
-                continue
-            pid, gpu = p.pid, p.device_index
-            key = f"{pid}:{'-' if gpu is None else gpu}"  # row_key(p), without a call per row
-            job = job_of.get(pid) if job_of else None
-            if job is not None:
-                flag = (flags.get(pid), next((rank_label(r) for r in job.ranks if r.pid == pid), None))
-            else:  # most rows: no rank label, and no flag tuple made per row
-                warning = flags.get(pid) if flags else None
-                flag = no_flag if warning is None else (warning, None)
-            if flag is not no_flag:
-                flags_shown[key] = flag
-            old = sources.get(key)  # the sample the row's cells show
-            previous = old_cells.get(key) if old is not None and flags_before.get(key, no_flag) == flag else None
-            if previous is not None and index not in on_screen and (
-                    key in pending or (timed and p.start_time is not None) or old != p):  # the sample compare last: ~3 us
-                new_rows[key], new_sources[key], new_pending[key] = previous, old, p  # drawn later
-                continue
-            new_rows[key] = self._cells_for(p, old, previous, flag)
-            new_sources[key] = p
-        self._sources = new_sources
-        self._sources_columns = self.visible_columns
-        self._flags_shown = flags_shown
-        self._pending = new_pending
-        self._group_cells = group_cells_now
-        return new_rows
-
-    def _cells_for(self, p: ProcessSample, old: ProcessSample | None, previous: list[Text] | None,
-                   flag: tuple[str | None, str | None]) -> list[Text]:
-        """The cells of ``p``'s row in the visible columns; ``old`` / ``previous``: the sample
-        and cells the row shows now (None: render every cell). The cells list is
-        ``previous`` itself while every cell reads the same (the table then sees an unchanged
-        row); else a copy with only the changed cells new: a cell whose fields are the same
-        is kept, and TIME, drawn from the clock, while its text is the same."""
-        now = self._now
-        plan = _PLANS.get(self.visible_columns) or _plan(self.visible_columns)
-        if previous is None or old is None or old.status != p.status or old.field_errors != p.field_errors:
-            return [self._render(col, p, now, flag) for _, col, _, _ in plan]
-        status, errors = p.status, p.field_errors
-        shared = self._shared_cells
-        drawn = shared.drawn
-        cells_: list[Text] | None = None  # a copy of previous, made at the first cell that changes
-        for index, col, fields, is_shared in plan:
-            if fields is None:  # TIME: kept while it reads the same
-                cell = self._render(col, p, now, flag)
-                if cell.plain == previous[index].plain:
-                    continue
-            else:
-                value = fields(p)
-                if value == fields(old):
-                    continue
-                if is_shared:  # a figure's cell: the lookup _render makes, without its calls
-                    key = (col.key, value, status, errors)
-                    cell = drawn.get(key)
-                    if cell is None:
-                        cell = shared.get(key, self._render_cell, col, p, now)
-                else:
-                    cell = self._render(col, p, now, flag)
-            if cells_ is None:
-                cells_ = list(previous)
-            cells_[index] = cell
-        return previous if cells_ is None else cells_
 
     def _row_cells(self, key: str) -> list[Text]:
         """Row ``key``'s cells, brought up to date first if it changed while off screen. A
@@ -636,29 +331,13 @@ class ProcessTable(LineTable):
         p = self._pending.pop(key, None)
         if p is None:
             return self._cells[key]
-        cells_ = self._cells_for(p, self._sources[key], self._cells[key], self._flags_shown.get(key, _NO_FLAG))
+        from gpumem_tui.ui.process_rows import NO_FLAG, cells_for
+
+        cells_ = cells_for(self, p, self._sources[key], self._cells[key], self._flags_shown.get(key, NO_FLAG))
         self._cells[key] = cells_
         self._sources[key] = p
         self._widen(cells_)
         return cells_
-
-    def _render(self, col: Column, p: ProcessSample, now: float, decor: tuple[str | None, str | None]) -> Text:
-        """``decor``: (a warning about the process, e.g. a leak; its rank label in a job).
-
-        A figure's cell (:data:`SHARED_CELL_COLUMNS`) is made once per value and shared by
-        every row and poll that shows that value: a cell is never changed once made (the
-        table copies one before cutting it), and the table then finds its layout by the
-        cell itself instead of by its text (issue 23: ~5 us a cell, ~40 cells a poll)."""
-        if col.key in SHARED_CELL_COLUMNS:
-            key = (col.key, _FIELDS[col.key](p), p.status, p.field_errors)  # type: ignore[misc]
-            return self._shared_cells.get(key, self._render_cell, col, p, now)
-        cell = self._render_cell(col, p, now)
-        flag, label = decor
-        if flag and col.key == "command":
-            cell = Text(f"[{flag}] ", style="bold") + cell
-        if label and col.key == "command":  # a job's rank: indented under its group row
-            cell = Text(f"  {label} · ", style="italic") + cell
-        return cell
 
     @staticmethod
     def _render_cell(col: Column, p: ProcessSample, now: float) -> Text:
