@@ -228,32 +228,44 @@ class CroppedCompositor(Compositor):
         chops: list[dict[int, Strip | None]] = [dict.fromkeys(line_cuts[:-1]) if is_rendered_line(y) else {}
                                                 for y, line_cuts in enumerate(cuts)]
         left, right = crop.x, crop.right
-        for region, clip, strips in self._get_renders(crop):
+        # per drawn line, the chops in the box still empty: the widgets come front first
+        # (Compositor.visible_widgets), so one behind a line's filled chops draws nothing there
+        empty: dict[int, int] = {}
+        for y in crop.line_range:
+            if is_rendered_line(y):
+                empty[y] = bisect_left(cuts[y], right) - bisect_right(cuts[y], left) + 1
+        for widget, (region, clip) in self.visible_widgets.items():
             render_region = region.intersection(clip)
-            render_x = render_region.x
             first_cut, last_cut = render_region.column_span
             start, end = max(first_cut, left), min(last_cut, right)
             if start >= end:
                 continue
-            for y, line in zip(render_region.line_range, strips):
-                if not is_rendered_line(y):
-                    continue
+            lines = [y for y in render_region.line_range if empty.get(y)]
+            if not lines:
+                continue  # all its drawn lines are filled by widgets in front: not asked to draw
+            # the lines as Compositor._get_renders asks the widget for them
+            if clip.contains_region(region):
+                strips, first = widget.render_lines(Region(0, 0, region.width, region.height)), region.y
+            else:
+                strips = widget.render_lines(render_region.translate(-region.offset))
+                first = render_region.y
+            render_x = render_region.x
+            for y in lines:
                 line_cuts = cuts[y]
                 # the chops that overlap [start, end): from the last cut at or left of start
                 # to the first cut at or right of end (each chop ends at the next cut)
                 lo = bisect_right(line_cuts, start) - 1
-                hi = bisect_left(line_cuts, end)
-                kept = line_cuts[lo:hi + 1]
-                chops_line = chops[y]
-                if None not in [chops_line[cut] for cut in kept[:-1]]:
-                    continue  # widgets in front of this one fill its chops on this line
+                kept = line_cuts[lo:bisect_left(line_cuts, end) + 1]
+                line = strips[y - first]
                 if kept[0] == render_x:
                     pieces = line.divide([cut - render_x for cut in kept[1:]])
                 else:  # the widget begins left of the box: its first piece is not written
                     pieces = line.divide([cut - render_x for cut in kept])[1:]
+                chops_line = chops[y]
                 for cut, piece in zip(kept, pieces):
                     if chops_line[cut] is None:
                         chops_line[cut] = piece
+                        empty[y] -= 1
         return chops
 
 
