@@ -1,5 +1,5 @@
 """CroppedCompositor (issue 23, idle CPU) cuts a partial frame's lines only where the frame's
-changed box is. The terminal must show what Textual draws: every update the compositor hands
+changed box is, and writes it with PlainChopsUpdate (Textual's text, cursor moves as strings). The terminal must show what Textual draws: every update the compositor hands
 the driver is applied here to a grid of cells, as a terminal would (the rule of
 ``ChopsUpdate.render_segments``), and after each frame the grid must equal the whole screen
 drawn afresh -- for changes at the left, at the right (the containers then begin left of the
@@ -25,7 +25,7 @@ from ui_fakes import FakeSource  # noqa: E402
 from waiting import settle  # noqa: E402
 
 from gpumem_tui.ui.app import GpuMemApp  # noqa: E402
-from gpumem_tui.ui.plain_lines import CroppedCompositor, KeptScreen, KeptVertical  # noqa: E402
+from gpumem_tui.ui.plain_lines import CroppedCompositor, KeptScreen, KeptVertical, PlainChopsUpdate  # noqa: E402
 from gpumem_tui.ui.themes import load_themes  # noqa: E402
 
 Cell = tuple[str, Style | None]
@@ -42,8 +42,10 @@ class Terminal:
     def __init__(self, strips: list[Strip]) -> None:
         self.lines = [cells(strip) for strip in strips]
         self.partial_frames = 0
+        self.updates: list[Any] = []
 
     def write(self, update: Any) -> None:
+        self.updates.append(update)
         if isinstance(update, LayoutUpdate):
             for y, strip in enumerate(update.strips, update.region.y):
                 self._put(update.region.x, y, cells(Strip.join(strip)))
@@ -76,6 +78,14 @@ def watch(screen: Any) -> Terminal:
 
     compositor.render_update = recorded
     return terminal
+
+
+def assert_writes_textuals_text(terminal: Terminal, console: Any) -> None:
+    """Each partial frame is a PlainChopsUpdate, whose text for the terminal is Textual's."""
+    partial = [update for update in terminal.updates if isinstance(update, ChopsUpdate)]
+    assert partial and all(isinstance(update, PlainChopsUpdate) for update in partial)
+    for update in partial:
+        assert update.render_segments(console) == ChopsUpdate.render_segments(update, console)
 
 
 def assert_shows_the_screen(terminal: Terminal, screen: Any) -> None:
@@ -131,6 +141,7 @@ async def test_partial_frames_show_what_textual_draws_where_they_change() -> Non
             await pilot.pause()
             assert terminal.partial_frames > before, f"step {number} drew no partial frame"
             assert_shows_the_screen(terminal, app.screen)
+        assert_writes_textuals_text(terminal, app.console)
 
 
 async def test_the_dashboard_shows_what_textual_draws_poll_after_poll() -> None:
@@ -151,6 +162,7 @@ async def test_the_dashboard_shows_what_textual_draws_poll_after_poll() -> None:
         await pilot.pause()
         await pilot.pause()
         assert_shows_the_screen(terminal, app.screen)
+        assert_writes_textuals_text(terminal, app.console)
 
 
 def assert_same_chops(screen: Any, region: Region) -> None:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from textual._ansi_theme import DEFAULT_TERMINAL_THEME
-from textual._compositor import Compositor
+from textual._compositor import ChopsUpdate, Compositor
 from textual._styles_cache import StylesCache
 from textual.color import Color
 from textual.containers import Horizontal, Vertical
@@ -222,6 +222,11 @@ class CroppedCompositor(Compositor):
     (``ChopsUpdate.render_segments`` skips the others). Here a line is cut only at the edges
     of the chops that overlap the box's columns: the chops written are the same strips."""
 
+    def render_partial_update(self) -> ChopsUpdate | None:
+        """Textual's partial frame, written to the terminal by :class:`PlainChopsUpdate`."""
+        update = super().render_partial_update()
+        return None if update is None else PlainChopsUpdate(update.chops, update.spans, update.chop_ends)
+
     def _render_chops(self, crop: Region, is_rendered_line: Callable[[int], bool]) -> list[dict[int, Strip | None]]:
         cuts = self.cuts
         # ChopsUpdate.render_segments reads the chops of the drawn lines only
@@ -267,6 +272,31 @@ class CroppedCompositor(Compositor):
                         chops_line[cut] = piece
                         empty[y] -= 1
         return chops
+
+
+class PlainChopsUpdate(ChopsUpdate):
+    """Textual's partial frame, whose text for the terminal (:meth:`render_segments`) is the one
+    Textual writes (textual/_compositor.py ``ChopsUpdate.render_segments``), with each cursor
+    move made as its string, ``ESC [ row ; column H`` (rich/control.py ``CONTROL_CODES_FORMAT``
+    for ``CURSOR_MOVE_TO``), instead of a rich ``Control`` object made per chop written (~45 a
+    frame)."""
+
+    def render_segments(self, console: Any) -> str:
+        sequences: list[str] = []
+        append = sequences.append
+        chops, chop_ends = self.chops, self.chop_ends
+        last_y = self.spans[-1][0]
+        for y, x1, x2 in self.spans:
+            for end, (x, strip) in zip(chop_ends[y], chops[y].items()):
+                if strip is None or x > x2 or end <= x1:
+                    continue
+                if not (x2 > x >= x1 and end <= x2):  # the chop runs past the span: cut to it
+                    strip = strip.crop(0, min(end, x2) - x)
+                append(f"\x1b[{y + 1};{x + 1}H")
+                append(strip.render(console))
+            if y != last_y:
+                append("\n")
+        return "".join(sequences)
 
 
 class KeptScreen(KeptLines, Screen):
