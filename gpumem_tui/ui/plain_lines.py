@@ -220,7 +220,10 @@ class CroppedCompositor(Compositor):
     whole width, so a table row beside the side pane's form was cut at its ~18 edges, three
     times over, though only the chops within the box are written
     (``ChopsUpdate.render_segments`` skips the others). Here a line is cut only at the edges
-    of the chops that overlap the box's columns: the chops written are the same strips."""
+    of the chops that overlap the box's columns, and a widget is asked for its lines only
+    where a chop in the box is still empty on a drawn line: the chops written are the same
+    strips (tests/test_cropped_compositor.py compares them with Textual's). The frame is
+    written to the terminal by :class:`PlainChopsUpdate`."""
 
     def render_partial_update(self) -> ChopsUpdate | None:
         """Textual's partial frame, written to the terminal by :class:`PlainChopsUpdate`."""
