@@ -53,7 +53,7 @@ class Series:
     last record, and a clock step back must not corrupt the order the chart relies on).
     """
 
-    __slots__ = ("_raw", "_raw_capacity", "_tiers", "_points", "_open")
+    __slots__ = ("_raw", "_tiers", "_points", "_open")
 
     def __init__(
         self, raw_capacity: int = DEFAULT_RAW_CAPACITY, tiers: Iterable[Tier] = DEFAULT_TIERS
@@ -61,7 +61,6 @@ class Series:
         if raw_capacity < 1:
             raise ValueError("raw_capacity must be >= 1")
         self._raw: deque[tuple[float, float]] = deque()
-        self._raw_capacity = raw_capacity
         self._tiers = (Tier(0.0, raw_capacity), *tuple(tiers))
         for tier in self._tiers[1:]:
             if tier.resolution <= 0 or tier.capacity < 1:
@@ -75,17 +74,9 @@ class Series:
         # ``value != value``: true for a NaN only (math.isnan without its call; ints are never NaN)
         if value is None or value != value:
             return
-        raw = self._raw
-        if raw and time <= raw[-1][0]:
+        if self._raw and time <= self._raw[-1][0]:
             return
-        raw.append((time, value))  # _push(0, ...) inlined: the raw ring takes every sample
-        if len(raw) > self._raw_capacity:
-            self._overflow()
-
-    def _overflow(self) -> None:
-        """The raw ring holds one sample too many: its oldest goes down the tiers."""
-        old_time, old_value = self._raw.popleft()
-        self._fold(1, old_time, old_value)
+        self._push(0, time, value)
 
     def _push(self, level: int, time: float, value: float) -> None:
         ring = self._points[level]
@@ -185,13 +176,7 @@ class HistoryStore:
                 self.add(key, time, value)
                 continue
             touch(key)
-            # Series.add inlined (its rules: NaN dropped, only newer samples, raw ring first)
-            raw = series._raw
-            if value != value or (raw and time <= raw[-1][0]):
-                continue
-            raw.append((time, value))
-            if len(raw) > series._raw_capacity:
-                series._overflow()
+            series.add(time, value)
 
     def drop(self, key: Hashable) -> None:
         """Forget ``key``'s series (e.g. its PID now names another process)."""

@@ -481,43 +481,24 @@ class LineTable(ScrollView, can_focus=True):
 
     def _draw(self, cells: list[Text], look: str, width: int, scroll_x: int) -> Strip:
         """One line: the cells laid out and styled, filled to the widget's width in the
-        row's style, cut at the horizontal scroll. A cell's styled segments are cached by
-        what it shows, its width and the row's look ("55%" is drawn once, not per row).
-        Runs of one style are joined as the cells are laid end to end (:func:`merged_runs`'s
-        rule, without a second pass over the line)."""
+        row's style, cut at the horizontal scroll, runs of one style joined
+        (:func:`merged_runs`). A cell's styled segments are cached by what it shows, its width
+        and the row's look ("55%" is drawn once, not per row)."""
         pre, post = self._looks[look]
         by_cell = self._styled_by_cell
         widths = self._widths
-        out: list[Segment] = []
-        texts: list[str] = []  # the run of one style under way
-        run_style: Style | None = None
+        segments: list[Segment] = []
         for cell, column_width in zip(cells, widths):
             known = by_cell.get((id(cell), column_width, look))
             if known is not None and known[0] is cell:
-                styled = known[1]
+                segments.extend(known[1])
             else:
-                styled = self._styled_cell(cell, column_width, look, pre, post)
-            for text, style, _ in styled:
-                if texts and (style is run_style or style == run_style):
-                    texts.append(text)
-                else:
-                    if texts:
-                        out.append(Segment("".join(texts), run_style))
-                    texts, run_style = [text], style
+                segments.extend(self._styled_cell(cell, column_width, look, pre, post))
         total = sum(widths) + 2 * CELL_PADDING * len(widths)
         if total < width + scroll_x:
-            fill = pre + post
-            text = " " * (width + scroll_x - total)
-            if texts and (fill is run_style or fill == run_style):
-                texts.append(text)
-            else:
-                if texts:
-                    out.append(Segment("".join(texts), run_style))
-                texts, run_style = [text], fill
+            segments.append(Segment(" " * (width + scroll_x - total), pre + post))
             total = width + scroll_x
-        if texts:
-            out.append(Segment("".join(texts), run_style))
-        strip = Strip(out, total)  # the length is known: Strip need not measure it
+        strip = Strip(merged_runs(segments), total)  # the length is known: Strip need not measure it
         if scroll_x or total > width:
             strip = strip.crop(scroll_x, scroll_x + width)
         return strip
