@@ -102,32 +102,11 @@ def cpu_between(before: dict[str, float], after: dict[str, float]) -> float:
     return sum(seconds - before.get(thread, 0.0) for thread, seconds in after.items())
 
 
-def measure(code: str, seconds: float, warmup: float, profile: bool = False) -> tuple[float, float, int]:
-    """(cpu seconds, wall seconds, rss bytes) of ``python -c code`` in a pty after ``warmup``."""
-    import psutil
-
-    from _pty_child import drain, run_in_pty, stop
-
-    pid, fd = run_in_pty(["-c", code], seconds)
-    try:
-        drain(fd, time.monotonic() + warmup)
-        if profile:
-            os.kill(pid, signal.SIGUSR1)
-        proc = psutil.Process(pid)
-        c0 = thread_cpu(proc)
-        t0 = time.monotonic()
-        drain(fd, t0 + seconds)
-        c1 = thread_cpu(proc)
-        wall = time.monotonic() - t0
-        rss = proc.memory_info().rss
-    finally:
-        stop(pid)
-    return cpu_between(c0, c1), wall, rss
-
-
-def measure_together(codes: list[str], seconds: float, warmup: float) -> list[tuple[float, float, int]]:
+def measure_together(codes: list[str], seconds: float, warmup: float,
+                     profile: bool = False) -> list[tuple[float, float, int]]:
     """(cpu seconds, wall seconds, rss bytes) of each ``python -c code``, all started at once in
-    ptys of their own and measured over the same window after ``warmup``."""
+    ptys of their own and measured over the same window after ``warmup``; ``profile``: each is
+    sent SIGUSR1 when the window opens (the dashboard's child code then starts its cProfile)."""
     import select
 
     import psutil
@@ -151,6 +130,9 @@ def measure_together(codes: list[str], seconds: float, warmup: float) -> list[tu
 
     try:
         drain_all(time.monotonic() + warmup)
+        if profile:
+            for pid, _ in children:
+                os.kill(pid, signal.SIGUSR1)
         procs = [psutil.Process(pid) for pid, _ in children]
         before = [thread_cpu(proc) for proc in procs]
         t0 = time.monotonic()
@@ -188,7 +170,7 @@ def main() -> int:
     os.environ["GPUMEM_TUI_CONFIG_DIR"] = "/nonexistent-gpumem-bench"
     base_pct = None
     if args.no_baseline or args.profile:
-        cpu, wall, rss = measure(code, args.seconds, args.warmup, profile=bool(args.profile))
+        (cpu, wall, rss), = measure_together([code], args.seconds, args.warmup, profile=bool(args.profile))
         pct = 100.0 * cpu / wall
     else:
         rounds = []

@@ -8,6 +8,8 @@ box), across both, and for the dashboard itself, poll after poll, with its side 
 from __future__ import annotations
 
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -144,13 +146,20 @@ async def test_partial_frames_show_what_textual_draws_where_they_change() -> Non
         assert_writes_textuals_text(terminal, app.console)
 
 
-async def test_the_dashboard_shows_what_textual_draws_poll_after_poll() -> None:
-    source = FakeSource()
+@asynccontextmanager
+async def dashboard(source: FakeSource) -> AsyncIterator[tuple[GpuMemApp, Any]]:
+    """The dashboard at 160 x 48 on ``source``, after its first poll, with its side pane."""
     app = GpuMemApp(source, interval=3600.0, theme="dark", themes=load_themes())
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(pilot, lambda: app.snapshot is not None and app.has_side_pane,
                      what="the first poll and the side pane")
         await pilot.pause()
+        yield app, pilot
+
+
+async def test_the_dashboard_shows_what_textual_draws_poll_after_poll() -> None:
+    source = FakeSource()
+    async with dashboard(source) as (app, pilot):
         terminal = watch(app.screen)
         for _ in range(6):
             before = terminal.partial_frames
@@ -199,12 +208,7 @@ async def test_the_chops_written_are_textuals_for_any_changed_box() -> None:
 
 
 async def test_the_dashboards_chops_are_textuals_for_any_changed_box() -> None:
-    source = FakeSource()
-    app = GpuMemApp(source, interval=3600.0, theme="dark", themes=load_themes())
-    async with app.run_test(size=(160, 48)) as pilot:
-        await settle(pilot, lambda: app.snapshot is not None and app.has_side_pane,
-                     what="the first poll and the side pane")
-        await pilot.pause()
+    async with dashboard(FakeSource()) as (app, _):
         widgets = [app.table, app.device_panel, app.status_bar, app.query_one("#side")]
         for region in [widget.region for widget in widgets] + regions_over(160, 48):
             assert_same_chops(app.screen, region)
