@@ -138,7 +138,7 @@ async def test_no_bands_for_an_unprobed_process_or_on_the_gpu_chart():
         assert app.chart.bands == [] and "select a process" in app.chart.bands_note
         # the user sets an estimate for 1002 in the pane: now 1002, and only 1002, has bands
         app.chart_target = ("proc", 1002)
-        app._update_side()
+        app.update_side_pane()
         panel = app.query_one(EstimatorPanel)
         panel.set_form(batch=3)
         await wait_for(pilot, lambda: app.process_estimates.get(1002) is not None)

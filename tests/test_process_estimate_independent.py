@@ -77,7 +77,7 @@ async def _wait(pilot, condition):
 def _select(app, pid):
     assert app.table.select_pid(pid)
     app.chart_target = ("proc", pid)
-    app._update_side()
+    app.update_side_pane()
 
 
 @needs_trace
@@ -235,7 +235,7 @@ def test_the_pane_uses_the_context_measured_on_the_replayed_gpu():
                 # handled after this: set it again until the form is the GPU's what-if.
                 if app.chart_target != ("gpu", gpu):
                     app.chart_target = ("gpu", gpu)
-                    app._update_side()
+                    app.update_side_pane()
                 return (panel.process_pid is None and panel.spec is not None
                         and panel.spec.measured_context == 610 * 2**20)
 

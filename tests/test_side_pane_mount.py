@@ -114,26 +114,52 @@ async def test_a_start_with_the_pane_does_each_piece_of_work_once(monkeypatch):
     assert gc.isenabled()
 
 
-@pytest.mark.parametrize("first_poll", ["as-it-comes", "after-the-mount"])
+@pytest.mark.parametrize("first_poll", ["as-it-comes", "after-the-mount", "before-the-mount"])
 async def test_a_form_shown_for_a_process_without_an_estimate_is_estimated_once_on_mount(monkeypatch, first_poll):
     """No probe: the selected process has no estimate, so showing it estimates nothing; the
-    form's mount estimates it once, with the GPU total pushed before the mount -- not left to
-    the fields' first values posted as they mount (no change: they are ignored).
+    form's mount estimates it once, with the GPU total of the snapshot it mounts beside --
+    not left to the fields' first values posted as they mount (no change: they are ignored).
 
     The pane mounts after the first frame, the first snapshot comes from the poller's thread:
     usually first, but not always under load. When it comes after the mount, its GPU total
     estimates once more (``set_gpu_total``), and only that. ``after-the-mount`` holds the first
-    poll until the form's fields are mounted, so that order is checked every run."""
+    poll until the form's fields are mounted, so that order is checked every run.
+    ``before-the-mount`` starts the pane's mount only once the first snapshot is shown, holds
+    the second poll until the form's fields are mounted and drops the app's own push after
+    the mount's frame: the form's mount asks for the
+    selection itself (it once estimated without the GPU total, then again with it, when the
+    mount outran that push: a CI run under load)."""
     import threading
     from dataclasses import replace
 
     from gpumem_tui.support.units import GiB
+    from gpumem_tui.ui.app import GpuMemApp
 
     mounted = threading.Event()
+    if first_poll == "before-the-mount":
+        mount_pane = GpuMemApp._mount_side_pane
+
+        def mount_after_the_first_snapshot(app):
+            if app.snapshot is None:
+                app.set_timer(0.01, app._mount_side_pane)
+                return
+            after_refresh = app.call_after_refresh
+            app.call_after_refresh = lambda callback, *a, **k: (
+                None if callback == app.update_side_pane else after_refresh(callback, *a, **k))
+            try:
+                mount_pane(app)
+            finally:
+                del app.call_after_refresh
+
+        monkeypatch.setattr(GpuMemApp, "_mount_side_pane", mount_after_the_first_snapshot)
+
+    polls = 0
 
     class Unprobed(FakeSource):
         def poll(self):
-            if first_poll == "after-the-mount":
+            nonlocal polls
+            polls += 1
+            if first_poll == "after-the-mount" or (first_poll == "before-the-mount" and polls > 1):
                 mounted.wait(HANG_TIMEOUT)
             return replace(super().poll(), probes=(), probe_infos=(), phase_marks=())
 
@@ -160,6 +186,8 @@ async def test_a_form_shown_for_a_process_without_an_estimate_is_estimated_once_
         assert panel.budget_bytes == 40 * GiB  # GPU 0 of the fake source
         if first_poll == "after-the-mount":
             assert snapshot_at_mount == [False]
+        if first_poll == "before-the-mount":
+            assert snapshot_at_mount == [True]
         assert callers == (["on_mount"] if snapshot_at_mount == [True] else ["on_mount", "set_gpu_total"])
 
 

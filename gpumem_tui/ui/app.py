@@ -313,7 +313,7 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
         if self.chart_target != ("proc", proc.pid):
             self.chart_target = ("proc", proc.pid)
             self._update_chart()
-            self._update_side()
+            self.update_side_pane()
 
     @on(DevicePanel.RowHighlighted, "#devices")
     def _device_highlighted(self, event: DevicePanel.RowHighlighted) -> None:
@@ -323,7 +323,7 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
         if index is not None and self.chart_target != ("gpu", index):
             self.chart_target = ("gpu", index)
             self._update_chart()
-            self._update_side()
+            self.update_side_pane()
 
     @on(ProcessTable.RowSelected, "#processes")
     def _process_selected(self, event: ProcessTable.RowSelected) -> None:
@@ -334,7 +334,7 @@ class GpuMemApp(DashboardActions, DashboardScreens, DashboardPoll, DashboardChar
         self.table.set_filter(event.value)
         if self._follow_filter():
             self._update_chart()
-            self._update_side()
+            self.update_side_pane()
         self._update_status()
 
     @on(Input.Submitted, "#filter")

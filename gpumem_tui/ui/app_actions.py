@@ -140,7 +140,7 @@ class DashboardActions:
         elif proc is not None:
             self.chart_target = ("proc", proc.pid)
         self._update_chart()
-        self._update_side()
+        self.update_side_pane()
 
     def _what_if_pid(self) -> int | None:
         """The charted PID when its estimate is the user's what-if and its job's own (probe's)
@@ -159,7 +159,7 @@ class DashboardActions:
         self.process_estimates.clear_user(pid)
         self.notify(f"PID {pid}: back to its job's own estimate (from its probe)", timeout=3, markup=False)
         self._update_chart()
-        self._update_side()
+        self.update_side_pane()
 
     def action_job_estimate_in_field(self) -> None:
         self.action_job_estimate()

@@ -160,7 +160,7 @@ class DashboardPoll:
                 self.chart_target = ("gpu", snap.devices[0].index)
         self._update_status()
         self._update_chart(throttle=True)
-        self._update_side()
+        self.update_side_pane()
         if self.alerts is not None:
             self.alerts.on_snapshot(snap)
         if self.freeze_gc_after_start and not self._gc_frozen and (self.has_side_pane or not self.side_pane_enabled):

@@ -100,7 +100,7 @@ class DashboardScreens:
         self.has_side_pane = True
         self.refresh_bindings()
         self._update_status()
-        self.call_after_refresh(self._update_side)
+        self.call_after_refresh(self.update_side_pane)
 
     def side_pane_mounting(self) -> Any:
         """The side pane's mount (an awaitable) while it is under way: the pane and all it
@@ -184,7 +184,7 @@ class DashboardScreens:
         self.process_estimates.set_user(message.pid, message.architecture, message.spec, message.estimate, message.model)
         if self.chart_target == ("proc", message.pid):
             self._update_chart()
-        self._update_side()
+        self.update_side_pane()
 
     def on_resize(self, event: Any) -> None:
         # Narrow terminals give the whole width to the table and chart; `e` still opens the pane.
@@ -220,8 +220,10 @@ class DashboardScreens:
             return not side.display
         return not any(side.display for side in self.screen_stack[0].query("#side"))
 
-    def _update_side(self) -> None:
-        """Show the current selection in the side pane (no-op without it)."""
+    def update_side_pane(self) -> None:
+        """Show the current selection in the side pane (no-op without it). The pane's form
+        calls it as it mounts (EstimatorPanel.on_mount), so its first estimate has the GPU's
+        total whichever came first, the first snapshot or the mount."""
         if not self.has_side_pane or not self.screen_stack:  # not mounted, or shutting down
             return
         gpu = self.selected_gpu()

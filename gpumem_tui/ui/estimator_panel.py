@@ -196,6 +196,12 @@ class EstimatorPanel(VerticalScroll):
         yield Static("", id="est-notes")
 
     def on_mount(self) -> None:
+        # The app's selection (the GPU's total, the process) first, whichever came first, its
+        # first snapshot or this mount: the first estimate below is made with it, and it is
+        # the only one (a push after the mount would estimate a second time).
+        push_selection = getattr(self.app, "update_side_pane", None)
+        if push_selection is not None:
+            push_selection()
         self._fields_mounted = True  # children are mounted before their parent's Mount
         self._sync_enabled()
         runs = self.estimates_run

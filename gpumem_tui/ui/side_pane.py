@@ -115,14 +115,17 @@ def _push(screen: Any, state: PaneState, sel: PaneSelection) -> None:
 
     try:
         panel = screen.query_one(EstimatorPanel)
-        view = screen.query_one(ComparisonView)
-    except Exception:  # noqa: BLE001 -- not mounted yet
+    except Exception:  # noqa: BLE001 -- not composed yet
         return
     if state.gpu != (sel.gpu, sel.gpu_total, sel.gpu_context):
         state.gpu = (sel.gpu, sel.gpu_total, sel.gpu_context)
         label = f"GPU {sel.gpu}" + (f" {sel.gpu_label}" if sel.gpu_label else "") if sel.gpu is not None else None
         panel.set_gpu_total(sel.gpu_total, label, measured_context=sel.gpu_context)
     panel.show_process(sel.pid, sel.process, sel.job)
+    try:
+        view = screen.query_one(ComparisonView)
+    except Exception:  # noqa: BLE001 -- its tab is composed after the form's (EstimatorPanel.on_mount)
+        return
     _update_comparison(view, state, sel)
 
 
