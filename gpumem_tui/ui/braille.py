@@ -10,7 +10,8 @@ Coordinates: a plot area of ``width`` x ``height`` character cells has ``2 * wid
 ``4 * height`` braille dots (Unicode "Braille Patterns" block, U+2800 + one bit per dot: dots
 1-8 numbered as in ISO/TR 11548-1) or ``2 * width`` x ``2 * height`` block quadrants (U+2596 to
 U+259F and the half blocks). Dot (0, 0) is the top-left. A cell has one colour: the last one
-drawn into it.
+drawn into it; a row of one colour is drawn with the blank cells between its dots in that
+colour too (a blank cell shows the same: fewer colour changes to write).
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ _span = re.Match.span
 _segment = functools.partial(tuple.__new__, Segment)
 # Characters one cell wide each in rich.cells: ASCII, box drawing, block elements, braille.
 _SINGLE_CELLS = re.compile("[ -~\u2500-\u259f\u2800-\u28ff]*")
+# The attributes that draw on a blank cell (a space shows only its background otherwise).
+_SHOWN_ON_BLANK = ("reverse", "underline", "underline2", "strike", "overline", "frame", "encircle")
+_NO_STYLE = Style()
 _OVERFLOW = 255  # the style byte of cells drawn after 254 distinct styles (kept by cell)
 # A cell's braille byte to its character (a decoding table): a blank cell is a space.
 _BRAILLE_TEXT = " " + "".join(chr(0x2800 + bits) for bits in range(1, 256))
@@ -191,23 +195,28 @@ class Canvas:
 
     def row_segments(self, row: int, base: Style | None) -> list[Segment]:
         """The cells of ``row`` as segments (runs of one style merged, equal styles too), blank
-        cells in ``base``, a drawn cell in ``base + its style``.
+        cells in ``base``, a drawn cell in ``base + its style``; but where every drawn cell of
+        the canvas has one style in which a blank cell looks as in ``base``
+        (:func:`blank_looks_same`: a curve's colour), the blank cells between a row's first
+        and last marked cell are in that style too: the row is at most three segments.
 
         A row of braille dots only (the usual case) is sliced from the canvas's text, decoded
-        in one call; where all its drawn cells have one style it is cut at its runs of marked
-        characters (a regex split, in C), else at the changes of its cells' style bytes; a row
-        with block quadrants or characters goes cell by cell (:meth:`_row_by_cells`). All give
-        the same segments."""
+        in one call; where all its drawn cells have one style it is its blank ends and the run
+        between them (that one style blending), or cut at its runs of marked characters (a
+        regex split, in C), else at the changes of its cells' style bytes; a row with block
+        quadrants or characters goes cell by cell (:meth:`_row_by_cells`). All show the same
+        cells."""
         return self._row(row, base, *self._drawn(base), "", "")
 
-    def _drawn(self, base: Style | None) -> tuple[str, bytes, list[Style | None], bytes | None, bool]:
+    def _drawn(self, base: Style | None) -> tuple[str, bytes, list[Style | None], bytes | None, bool, bool]:
         """(the text of every cell as braille, each cell's drawn-style byte, the styles by
-        those bytes, the canvas's blanks or None, whether the blanks hold for every row) on
-        ``base``: a cell of palette style ``s`` is drawn in ``base + s``, equal ones as one
-        object with one byte, so that a run of one byte is one segment; 0 is the base (blank
-        cells, and drawn ones that look like it), :data:`_OVERFLOW` stays. The blanks
-        (:data:`_BLANKS`) come where the drawn cells have at most one style: a braille row
-        whose drawn cells are all in it (none looks blank) is its marked runs and gaps."""
+        those bytes, the canvas's blanks or None, whether the blanks hold for every row,
+        whether a blank cell looks the same in the drawn style as in the base) on ``base``:
+        a cell of palette style ``s`` is drawn in ``base + s``, equal ones as one object with
+        one byte, so that a run of one byte is one segment; 0 is the base (blank cells, and
+        drawn ones that look like it), :data:`_OVERFLOW` stays. The blanks (:data:`_BLANKS`)
+        come where the drawn cells have at most one style: a braille row whose drawn cells
+        are all in it (none looks blank) is its marked runs and gaps."""
         drawn: list[Style | None] = [base]
         table = bytearray(_SAME_BYTES)
         for kind, style in enumerate(self._palette[1:], 1):
@@ -219,14 +228,15 @@ class Canvas:
         text = codecs.charmap_decode(self._braille, "strict", _BRAILLE_TEXT)[0]
         kinds = self._kinds.translate(table)
         if len(drawn) > 2 or len(self._palette) >= _OVERFLOW:
-            return text, kinds, drawn, None, False
+            return text, kinds, drawn, None, False, False
         if self.width >= len(_SPACES):
             _SPACES.extend(" " * length for length in range(len(_SPACES), self.width + 1))
         every_row = not self._marked_by_cells and kinds.count(0) == text.count(" ")
-        return text, kinds, drawn, self._braille.translate(_BLANKS), every_row
+        blend = len(drawn) == 2 and blank_looks_same(drawn[0], drawn[1])
+        return text, kinds, drawn, self._braille.translate(_BLANKS), every_row, blend
 
     def _row(self, row: int, base: Style | None, text: str, kinds: bytes, drawn: list[Style | None],
-             blanks: bytes | None, every_row: bool, left: str, right: str) -> list[Segment]:
+             blanks: bytes | None, every_row: bool, blend: bool, left: str, right: str) -> list[Segment]:
         """Row ``row`` between ``left`` and ``right`` (see :meth:`rows`), from :meth:`_drawn`."""
         width = self.width
         start = row * width
@@ -238,6 +248,21 @@ class Canvas:
                 return _frame(self._row_by_cells(row, base), left, right, base)
             return _frame([_segment((text[first:last], drawn[kinds[first]], None))
                            for first, last in map(_span, _SAME_RUN.finditer(kinds, start, end))], left, right, base)
+        if blend:
+            # One style that shows a blank cell as the base does: the row is its blank ends and,
+            # between its first and last marked cell, one run in that style (the gaps in it
+            # look the same). Fewer segments to draw, cut, compare and write: a curve's row
+            # was ~15, each a colour change in the terminal.
+            first = blanks.find(32, start, end)  # b" ": a marked cell
+            if first < 0:
+                return [_segments_in(base)[left + _SPACES[width] + right]]
+            last = blanks.rfind(32, start, end) + 1
+            segments = [_segment((text[first:last], drawn[1], None))]
+            if left or first > start:
+                segments.insert(0, _segments_in(base)[left + _SPACES[first - start]])
+            if right or last < end:
+                segments.append(_segments_in(base)[_SPACES[end - last] + right])
+            return segments
         # One style: the row's runs of marked cells and its gaps alternate. Both are cut by
         # str.split / bytes.split in C (a regex is ~20 x slower here), a gap from its length.
         line = text[start:end]
@@ -302,6 +327,17 @@ class Canvas:
         if text:
             out.append(Segment("".join(text), current))
         return out
+
+
+def blank_looks_same(first: Style | None, second: Style | None) -> bool:
+    """Whether a blank cell (a space) shows the same in ``first`` as in ``second`` (None: no
+    style): a space shows its background and nothing of its colour, unless an attribute
+    draws across the cell (reverse, underlines, strike, overline, frame, encircle) or it is
+    part of a hyperlink (Rich ``Style`` attributes; a terminal draws a cell so)."""
+    first, second = first or _NO_STYLE, second or _NO_STYLE
+    if first.bgcolor != second.bgcolor or first.link != second.link:
+        return False
+    return not any(getattr(style, name) for style in (first, second) for name in _SHOWN_ON_BLANK)
 
 
 class _Segments(dict):
@@ -456,4 +492,4 @@ def _grid_points(xs: Sequence[float], ys: Sequence[float], x_range: tuple[float,
     return list(zip(px, py))
 
 
-__all__ = ["Canvas", "cell_length", "draw_curves", "x_position", "y_position"]
+__all__ = ["Canvas", "blank_looks_same", "cell_length", "draw_curves", "x_position", "y_position"]
