@@ -3,7 +3,8 @@ changed box is, and writes it with PlainChopsUpdate (Textual's text, cursor move
 the driver is applied here to a grid of cells, as a terminal would (the rule of
 ``ChopsUpdate.render_segments``), and after each frame the grid must equal the whole screen
 drawn afresh -- for changes at the left, at the right (the containers then begin left of the
-box), across both, and for the dashboard itself, poll after poll, with its side pane."""
+box), across both, and for the dashboard itself, poll after poll, with its side pane; and a
+chop cut to its span is written as Textual crops and renders it."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rich.style import Style
 from textual._compositor import ChopsUpdate, Compositor, LayoutUpdate
 from textual.geometry import Region
@@ -212,3 +215,27 @@ async def test_the_dashboards_chops_are_textuals_for_any_changed_box() -> None:
         widgets = [app.table, app.device_panel, app.status_bar, app.query_one("#side")]
         for region in [widget.region for widget in widgets] + regions_over(160, 48):
             assert_same_chops(app.screen, region)
+
+
+_STYLES = [None, Style(color="red"), Style(color="#102030", bgcolor="#405060", bold=True),
+           Style(link="https://example.com/a"), Style()]
+_SEGMENT_TEXT = st.text(alphabet=st.sampled_from([*"ab -", "⣿", "宽", "😀", "é", "\u0301"]), max_size=6)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_SEGMENT_TEXT, st.sampled_from(_STYLES)), max_size=8), st.integers(-2, 40),
+       st.sampled_from(["truecolor", "256", "standard"]))
+def test_a_chop_cut_to_its_span_is_written_as_textual_crops_and_renders_it(parts, cells, color_system):
+    """PlainChopsUpdate writes a chop that runs past its span as the text of
+    ``strip.crop(0, cells).render(console)`` without making that Strip: the same text for
+    any segments -- empty ones, wide characters cut in half, combining marks, links, no
+    style -- any cut, any colour system."""
+    from rich.console import Console
+    from rich.segment import Segment
+
+    from gpumem_tui.ui.plain_lines import rendered_prefix
+
+    console = Console(color_system=color_system, force_terminal=True)
+    strip = Strip([Segment(text, style) for text, style in parts])
+    expected = Strip([Segment(text, style) for text, style in parts]).crop(0, cells).render(console)
+    assert rendered_prefix(strip, cells, console) == expected

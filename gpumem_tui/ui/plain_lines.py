@@ -34,6 +34,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from rich.cells import cell_len
+from rich.color import ColorSystem
 from textual._ansi_theme import DEFAULT_TERMINAL_THEME
 from textual._compositor import ChopsUpdate, Compositor
 from textual._styles_cache import StylesCache
@@ -277,6 +279,34 @@ class CroppedCompositor(Compositor):
         return chops
 
 
+def rendered_prefix(strip: Strip, cells: int, console: Any) -> str:
+    """``strip.crop(0, cells).render(console)`` (Textual's Strip.crop and Strip.render:
+    the same text, segment by segment), without the cropped Strip, which Textual makes with
+    its seven caches for each chop a partial frame writes in part: a device panel row is as
+    wide as the screen, the region it refreshes only as wide as its columns."""
+    if cells >= strip.cell_length:
+        return strip.render(console)
+    if cells <= 0:
+        return ""
+    color_system = console._color_system or ColorSystem.TRUECOLOR
+    render = Strip.render_style
+    out: list[str] = []
+    position = 0
+    for segment in strip:
+        length = cell_len(segment.text)
+        if not out and length == 0:
+            continue  # Strip.crop drops the empty segments before its first cell
+        end = position + length
+        if end >= cells:
+            segment = segment.split_cells(cells - position)[0]
+        text, style, _ = segment
+        out.append(text if style is None else render(style, text, color_system=color_system))
+        if end >= cells:
+            break
+        position = end
+    return "".join(out)
+
+
 class PlainChopsUpdate(ChopsUpdate):
     """Textual's partial frame, whose text for the terminal (:meth:`render_segments`) is the one
     Textual writes (textual/_compositor.py ``ChopsUpdate.render_segments``), with each cursor
@@ -293,10 +323,11 @@ class PlainChopsUpdate(ChopsUpdate):
             for end, (x, strip) in zip(chop_ends[y], chops[y].items()):
                 if strip is None or x > x2 or end <= x1:
                     continue
-                if not (x2 > x >= x1 and end <= x2):  # the chop runs past the span: cut to it
-                    strip = strip.crop(0, min(end, x2) - x)
                 append(f"\x1b[{y + 1};{x + 1}H")
-                append(strip.render(console))
+                if x2 > x >= x1 and end <= x2:
+                    append(strip.render(console))
+                else:  # the chop runs past the span: cut to it
+                    append(rendered_prefix(strip, min(end, x2) - x, console))
             if y != last_y:
                 append("\n")
         return "".join(sequences)
