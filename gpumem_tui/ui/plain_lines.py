@@ -321,7 +321,9 @@ class PlainChopsUpdate(ChopsUpdate):
         last_y = self.spans[-1][0]
         for y, x1, x2 in self.spans:
             for end, (x, strip) in zip(chop_ends[y], chops[y].items()):
-                if strip is None or x > x2 or end <= x1:
+                if x > x2:
+                    break  # the chops come in the order of their cuts: none further is in the span
+                if strip is None or end <= x1:
                     continue
                 append(f"\x1b[{y + 1};{x + 1}H")
                 if x2 > x >= x1 and end <= x2:
