@@ -245,6 +245,8 @@ class CroppedCompositor(Compositor):
             if is_rendered_line(y):
                 empty[y] = bisect_left(cuts[y], right) - bisect_right(cuts[y], left) + 1
         for widget, (region, clip) in self.visible_widgets.items():
+            if region.x >= right or region.x + region.width <= left:
+                continue  # wholly right or left of the box (the side pane's ~90, beside a table row)
             render_region = region.intersection(clip)
             first_cut, last_cut = render_region.column_span
             start, end = max(first_cut, left), min(last_cut, right)
