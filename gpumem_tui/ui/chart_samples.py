@@ -41,11 +41,11 @@ PHASE_LABELS: dict[Phase, str] = {
 }
 
 
-def plot_samples(chart: Any, plot: Any, curves: list[Any], now: float,
+def plot_samples(chart: Any, plot_size: Any, curves: list[Any], now: float,
                  width: int) -> tuple[list[tuple[str, tuple, dict]], Text, tuple]:
     """(plot commands, legend, key) of ``chart`` (a MemoryChart) with its visible ``curves``
-    (CurveSpec, none empty) on ``plot`` (its MemoryPlot), ``width`` cells of plot; sets the
-    chart's ``envelope_runs`` and ``total_on_scale``."""
+    (CurveSpec, none empty) on its MemoryPlot of ``plot_size`` (a Textual Size, in cells),
+    ``width`` cells of plot; sets the chart's ``envelope_runs`` and ``total_on_scale``."""
     ops: list[tuple[str, tuple, dict]] = []
     legend_text = Text()
     bands = chart.bands if chart.show_bands else []
@@ -59,8 +59,8 @@ def plot_samples(chart: Any, plot: Any, curves: list[Any], now: float,
     x_hi = 0.0
     top = peak / factor * 1.08
     # Resolution of the key: finer than the canvas (2 dots per cell of the whole widget).
-    x_dot = -x_lo / max(2 * plot.size.width, 1)
-    y_dot = top / max(4 * plot.size.height, 1)
+    x_dot = -x_lo / max(2 * plot_size.width, 1)
+    y_dot = top / max(4 * plot_size.height, 1)
     curve_keys: list[tuple] = []
     theme = chart.app.theme_variables
     # Bands and the total first, so the measured curves are drawn over them. The legend is
@@ -87,7 +87,7 @@ def plot_samples(chart: Any, plot: Any, curves: list[Any], now: float,
     _legend_guides(chart, legend_text, theme, bool(runs), total, total_on_scale, bands, bool(marks))
     ops.extend(axis_ops(chart.title, unit, x_lo, x_hi, top))
     # The key: everything drawn, with positions in dots (x relative to the left edge).
-    key = (plot_key(ops, curve_keys, x_lo, x_dot, y_dot), round(x_lo / x_dot), round(top / y_dot), plot.size,
+    key = (plot_key(ops, curve_keys, x_lo, x_dot, y_dot), round(x_lo / x_dot), round(top / y_dot), plot_size,
            chart.app.theme)
     return ops, legend_text, key
 

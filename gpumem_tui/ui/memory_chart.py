@@ -37,7 +37,7 @@ from textual.app import ComposeResult
 from textual.color import Color, ColorParseError
 from textual.containers import Vertical
 from textual.filter import ANSIToTruecolor, LineFilter
-from textual.geometry import Region
+from textual.geometry import Region, Size
 from textual.reactive import reactive
 from textual.widgets import Static
 from rich.color import Color as RichColor
@@ -154,14 +154,15 @@ class MemoryPlot(Widget):
         self._base_style = (key, style)
         return style
 
-    def draw(self, ops: list[tuple[str, tuple, dict]]) -> None:
-        """Replace the plot commands and repaint the rows that changed.
+    def draw(self, ops: list[tuple[str, tuple, dict]], size: Size | None = None) -> None:
+        """Replace the plot commands and repaint the rows that changed. ``size``: the plot's
+        size as the caller just read it (Widget.size walks to the screen's map each time).
 
         Once the plot has been drawn at its current size, the new rows are drawn here and
         compared with the shown ones: only the rows that differ are refreshed (a frame
         re-renders and re-composites every dirty line; the title, frame and axis rows seldom
         change when the curve moves). Before that, the whole plot is refreshed."""
-        width, height = self.size
+        width, height = self.size if size is None else size
         if ops == self._ops and self._lines is not None and self._built_for == (width, height, self.app.theme):
             return  # drawn already: the same commands at this size and theme
         self._ops = list(ops)
@@ -488,28 +489,30 @@ class MemoryChart(KeptLines, Vertical):
             CurveSpec(c.label, [p for p in c.points if p[0] >= lo], c.color_var) for c in self.curves
         ]
         curves = [c for c in curves if c.points]
-        width = max(plot.size.width - 10, 10)
+        plot_size = plot.size  # each lookup walks to the screen's compositor map
+        width = max(plot_size.width - 10, 10)
         self.envelope_runs = []
         if now is None or not curves:
             ops = self._empty_ops()
-            key: tuple = ("empty", tuple(ops), plot.size)
-            self._draw(plot, ops, key)
+            key: tuple = ("empty", tuple(ops), plot_size)
+            self._draw(plot, ops, key, plot_size)
             self._set_legend(legend, Text())
             return
         # Drawn by chart_samples, imported with the first samples: the first frame goes without it.
         from gpumem_tui.ui.chart_samples import plot_samples
 
-        ops, legend_text, key = plot_samples(self, plot, curves, now, width)
-        self._draw(plot, ops, key)
+        ops, legend_text, key = plot_samples(self, plot_size, curves, now, width)
+        self._draw(plot, ops, key, plot_size)
         self._set_legend(legend, legend_text)
 
-    def _draw(self, plot: MemoryPlot, ops: list[tuple[str, tuple, dict]], key: tuple) -> None:
-        """Hand the plot commands to the plot, unless ``key`` equals the last one drawn."""
+    def _draw(self, plot: MemoryPlot, ops: list[tuple[str, tuple, dict]], key: tuple, size: Size) -> None:
+        """Hand the plot commands to the plot (of ``size``), unless ``key`` equals the last
+        one drawn."""
         if key == self._drawn_key:
             return
         self._drawn_key = key
         self.redraws += 1
-        plot.draw(ops)
+        plot.draw(ops, size)
 
     def _set_legend(self, legend: Static, text: Text) -> None:
         # Height set explicitly, so the text can change without a layout pass (a layout
