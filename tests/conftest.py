@@ -59,10 +59,12 @@ def spawn():
         proc = subprocess.Popen(cmd, user=user, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         children.append(proc)
-        # wait for exec: until then /proc shows our own command line
+        # wait for exec: until then /proc shows our own command line (compared whole: an
+        # xdist worker's is `python -c ...` too, as long as the child's; a signal sent to the
+        # child before its exec is lost with the forked copy -- a SIGINT test then waited 60 s)
         def exec_done() -> bool:
             try:
-                return len(psutil.Process(proc.pid).cmdline()) == len(cmd)
+                return psutil.Process(proc.pid).cmdline() == list(cmd)
             except psutil.Error:  # gone already: nothing more to wait for
                 return True
 
