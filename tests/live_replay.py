@@ -58,15 +58,29 @@ def replayed_app() -> tuple[GpuMemApp, ReplaySource]:
     return app, source
 
 
-async def _wait_for(condition: Callable[[], bool], what: str, seconds: float) -> None:
-    """Wait (polling every 20 ms) until ``condition()``; AssertionError naming ``what`` after
-    ``seconds`` of event-loop time. The limit only catches a replay that never ends: it is
-    far above what a loaded machine needs (pytest-timeout still bounds the test)."""
+async def _wait_for(condition: Callable[[], bool], what: str, seconds: float,
+                    state: Callable[[], str] | None = None) -> None:
+    """Wait (polling every 20 ms) until ``condition()``; AssertionError naming ``what`` (and
+    ``state()``: what was seen, for a failure to be read) after ``seconds`` of event-loop
+    time. The limit only catches a replay that never ends: it is far above what a loaded
+    machine needs (pytest-timeout still bounds the test)."""
     for _ in range(int(seconds / 0.02)):
         if condition():
             return
         await asyncio.sleep(0.02)
-    assert condition(), what
+    assert condition(), what if state is None else f"{what}: {state()}"
+
+
+def _replay_state(app: GpuMemApp, source: ReplaySource) -> str:
+    """What :func:`play_to_the_end` waits on, as it stands (a failure's message)."""
+    from gpumem_tui.ui.estimator_panel import EstimatorPanel
+
+    shown = app.snapshot.time if app.snapshot is not None else None
+    return (f"source finished={source.finished} paused={getattr(source, 'paused', None)} "
+            f"last record at {source.last_time}, app shows {shown}; side pane={app.has_side_pane}; "
+            f"solving={[panel.solving for panel in app.query(EstimatorPanel)]}; "
+            f"poll in flight={app.poller.in_flight} for {app.poller.in_flight_seconds():.1f} s, "
+            f"polls={app.poller.polls} failures={app.poller.failures} error={app.poll_error!r}")
 
 
 async def play_to_the_end(app: GpuMemApp, source: ReplaySource, pilot) -> None:
@@ -93,7 +107,7 @@ async def play_to_the_end(app: GpuMemApp, source: ReplaySource, pilot) -> None:
     # these tests' CPU. The final frame is drawn from the final state by draw_final_frame.
     with app.batch_update():
         source.resume()
-        await _wait_for(done, "the replay did not reach its end", 120.0)
+        await _wait_for(done, "the replay did not reach its end", 120.0, lambda: _replay_state(app, source))
         source.pause()
         # Freeze between two polls: a result posted before the stop would still be applied
         # after it. The check and the stop run in one step of the app's loop: no poll starts
