@@ -50,6 +50,7 @@ def no_nvml(monkeypatch) -> FakeNvml:
 def spawn():
     """Factory for real child processes: ``spawn(seconds=600, user=None, argv=None)`` (all killed at teardown, so a long life costs nothing and a slow test never outlives its child)."""
     children: list[subprocess.Popen] = []
+    own_command_line = psutil.Process().cmdline()
 
     def _spawn(seconds: float = 600.0, user: int | None = None, argv: list[str] | None = None) -> subprocess.Popen:
         if argv is None:
@@ -59,12 +60,16 @@ def spawn():
         proc = subprocess.Popen(cmd, user=user, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         children.append(proc)
-        # wait for exec: until then /proc shows our own command line (compared whole: an
-        # xdist worker's is `python -c ...` too, as long as the child's; a signal sent to the
-        # child before its exec is lost with the forked copy -- a SIGINT test then waited 60 s)
+        # wait for exec: until then /proc shows our own command line. Compared whole, not by
+        # its length: an xdist worker's is `python -c ...`, as long as a Python child's, and a
+        # signal sent before the exec is lost with the forked copy (a SIGINT test waited 60 s).
+        # Not compared with ``cmd``: a shim on PATH (pyenv's python3) execs another argv[0],
+        # and bytes or very long arguments read back otherwise. Empty while the exec is under
+        # way (a command read then is the bare name, "[python]").
         def exec_done() -> bool:
             try:
-                return psutil.Process(proc.pid).cmdline() == list(cmd)
+                line = psutil.Process(proc.pid).cmdline()
+                return bool(line) and line != own_command_line
             except psutil.Error:  # gone already: nothing more to wait for
                 return True
 
