@@ -27,7 +27,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from gpumem_tui.ui.plain_lines import PlainStylesCache
+from gpumem_tui.ui.plain_lines import PlainStylesCache, drawn_scrollbar_width
 from gpumem_tui.ui.scrollbars import RememberingScrollBar
 
 #: Blank cells on each side of a cell (DataTable's default ``cell_padding``).
@@ -430,10 +430,7 @@ class LineTable(ScrollView, can_focus=True):
         ``_arrange_root``), as wide as a line shows. :class:`PlainStylesCache` hands such a
         line on as it is; a line as wide as the widget the compositor cut in two at the
         scrollbar, a copy of the line and a hidden piece, every new line of every poll."""
-        width = self.size.width
-        if self.show_vertical_scrollbar and self.styles.scrollbar_visibility == "visible":
-            width = max(width - self.scrollbar_size_vertical, 0)
-        return width
+        return max(self.size.width - drawn_scrollbar_width(self), 0)
 
     def _set_looks(self) -> None:
         base = self.rich_style

@@ -67,6 +67,14 @@ def same_after_truecolor(strip: Strip, truecolor: ANSIToTruecolor, background: C
     return True
 
 
+def drawn_scrollbar_width(widget: Widget) -> int:
+    """The columns of ``widget``'s vertical scrollbar where the compositor draws one over the
+    right of its lines (textual/_compositor.py ``_arrange_root``: shown and visible), else 0."""
+    if widget.show_vertical_scrollbar and widget.styles.scrollbar_visibility == "visible":
+        return widget.scrollbar_size_vertical
+    return 0
+
+
 class PlainStylesCache(StylesCache):
     """Textual's styles cache with the plain-widget path (see the module doc). A widget uses
     it by replacing its ``_styles_cache`` when it is built."""
@@ -89,11 +97,9 @@ class PlainStylesCache(StylesCache):
         self._truecolor_same.clear()
 
     def render_widget(self, widget: Widget, crop: Region) -> list[Strip]:
-        """``StylesCache.render_widget``, told whether the widget's vertical scrollbar is drawn:
-        the compositor places it over the columns right of the content
-        (textual/_compositor.py ``_arrange_root``: shown, visible, of a non-zero size)."""
-        drawn = widget.show_vertical_scrollbar and widget.styles.scrollbar_visibility == "visible"
-        self._scrollbar_width = widget.scrollbar_size_vertical if drawn else 0
+        """``StylesCache.render_widget``, told the width of the widget's vertical scrollbar
+        where one is drawn over the columns right of the content (:func:`drawn_scrollbar_width`)."""
+        self._scrollbar_width = drawn_scrollbar_width(widget)
         try:
             return super().render_widget(widget, crop)
         finally:
