@@ -66,6 +66,7 @@ class Canvas:
         self._braille = bytearray(size)
         self._quads = bytearray(size)
         self._chars: dict[int, str] = {}  # whole-character marks (e.g. the total line "━")
+        self._char_rows: set[int] = set()  # the rows with such a mark (a row asks, not each mark)
         self._kinds = bytearray(size)  # per cell: 0 never drawn, else its style's index in _palette
         self._palette: list[Style | None] = [None]
         self._kind_of: dict[Style | None, int] = {}  # a style -> its index in _palette
@@ -126,6 +127,7 @@ class Canvas:
         index = self._cell(col, row)
         if index is not None:
             self._chars[index] = text
+            self._char_rows.add(row)
             self._set_style(index, style)
             self._marked_by_cells = True
 
@@ -241,7 +243,7 @@ class Canvas:
         width = self.width
         start = row * width
         end = start + width
-        if self._marked_by_cells and (_MARKED.search(self._quads, start, end) or any(start <= i < end for i in self._chars)):
+        if self._marked_by_cells and (row in self._char_rows or _MARKED.search(self._quads, start, end)):
             return _frame(self._row_by_cells(row, base), left, right, base)
         if blanks is None or not (every_row or kinds.count(0, start, end) == text.count(" ", start, end)):
             if kinds.find(_OVERFLOW, start, end) >= 0:
